@@ -1,0 +1,201 @@
+"""Settings of the reference stack, read once from the environment.
+
+Every duration taken from the incident write-up is *case time*: what the seed
+reports (a 10 s AI call, a 0.34 s merit computation, 8 provider calls a minute,
+1-15 min backoff, a 12 h retry window). The stack runs it multiplied by
+``TIME_SCALE`` so that a 12-hour story fits in a test run. Reports print both.
+
+Mechanism timings that are not part of the story (relay poll interval, liveness
+TTL, HTTP timeouts) are real seconds and are *not* scaled.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Mapping
+
+__all__ = [
+    "CASE_AI_CALL_SECONDS",
+    "CASE_MERIT_COMPUTE_SECONDS",
+    "CASE_SMS_CALL_SECONDS",
+    "CASE_PROVIDER_CALLS_PER_MINUTE",
+    "CASE_BACKOFF_MIN_SECONDS",
+    "CASE_BACKOFF_MAX_SECONDS",
+    "CASE_RETRY_WINDOW_SECONDS",
+    "DEFAULT_TIME_SCALE",
+    "Settings",
+    "SettingsError",
+    "load_settings",
+]
+
+CASE_AI_CALL_SECONDS = 10.0
+"""One AI narrative call in the seed: about ten seconds."""
+
+CASE_MERIT_COMPUTE_SECONDS = 0.34
+"""Merit-card recomputation in the seed: about 0.34 seconds of CPU work."""
+
+CASE_SMS_CALL_SECONDS = 0.5
+"""An SMS gateway call (not given by the seed; half a second is typical)."""
+
+CASE_PROVIDER_CALLS_PER_MINUTE = 8
+"""The shared AI provider limit of the historical lane."""
+
+CASE_BACKOFF_MIN_SECONDS = 60.0
+CASE_BACKOFF_MAX_SECONDS = 900.0
+"""1-15 minute exponential backoff with jitter."""
+
+CASE_RETRY_WINDOW_SECONDS = 12 * 3600.0
+"""Retry window of up to 12 hours."""
+
+DEFAULT_TIME_SCALE = 0.01
+"""Real seconds per case second: 0.01 runs a 10 s AI call in 0.1 s."""
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value the stack cannot use; names the variable."""
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise SettingsError(f"{name}={raw!r}: expected one of on/off, true/false, 1/0")
+
+
+def _parse_positive_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a number") from None
+    if not value > 0:
+        raise SettingsError(f"{name}={raw!r}: must be greater than 0")
+    return value
+
+
+def _parse_positive_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a whole number") from None
+    if value < 1:
+        raise SettingsError(f"{name}={raw!r}: must be at least 1")
+    return value
+
+
+def _parse_exams(name: str, raw: str) -> dict[str, int]:
+    """``NOVA-101:20,NOVA-102:10`` -> {code: question count}."""
+    exams: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        code, sep, count = item.partition(":")
+        if not sep or not code:
+            raise SettingsError(f"{name}={raw!r}: each exam is CODE:QUESTIONS, e.g. NOVA-101:20")
+        exams[code] = _parse_positive_int(name, count)
+    if not exams:
+        raise SettingsError(f"{name}={raw!r}: name at least one exam, e.g. NOVA-101:20")
+    return exams
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One typed view of the stack's environment. Field docs name the variable."""
+
+    time_scale: float = DEFAULT_TIME_SCALE  # TIME_SCALE
+    run_dir: Path = Path("results/runs/adhoc")  # PROCTOR_RUN_DIR
+    database_url: str = ""  # DATABASE_URL; empty = SQLite ledger.db in run_dir
+    valkey_url: str = "rediss://127.0.0.1:6380/0"  # PROCTOR_VALKEY_URL
+    valkey_ca: str = ""  # PROCTOR_VALKEY_CA: CA bundle for rediss://
+    ai_url: str = "http://127.0.0.1:8101"  # PROCTOR_AI_URL
+    sms_url: str = "http://127.0.0.1:8102"  # PROCTOR_SMS_URL
+    token_secret: str = "proctor-dev-secret"  # PROCTOR_TOKEN_SECRET
+    admin_token: str = "proctor-admin"  # PROCTOR_ADMIN_TOKEN
+    node_name: str = "web_1"  # PROCTOR_NODE_NAME
+    exams: Mapping[str, int] = field(default_factory=lambda: {"NOVA-101": 20})  # PROCTOR_EXAMS
+    token_ttl_seconds: float = 3600.0  # PROCTOR_TOKEN_TTL (real seconds)
+    relay_interval: float = 0.5  # PROCTOR_RELAY_INTERVAL (real seconds)
+    liveness_ttl: float = 3.0  # PROCTOR_LIVENESS_TTL (real seconds)
+    max_job_attempts: int = 5  # PROCTOR_MAX_JOB_ATTEMPTS
+    reconciler_enabled: bool = True  # PROCTOR_RECONCILER: off = negative control
+    sms_idempotency: bool = True  # PROCTOR_SMS_IDEMPOTENCY: off = negative control
+    valkey_fresh_connections: bool = False  # PROCTOR_VALKEY_FRESH_CONNECTIONS: the seed's anti-pattern
+    max_body_bytes: int = 16384  # PROCTOR_MAX_BODY_BYTES
+
+    def scaled(self, case_seconds: float) -> float:
+        """Real seconds for a case-time duration."""
+        return case_seconds * self.time_scale
+
+    @property
+    def ledger_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.run_dir / 'ledger.db').resolve()}"
+
+    def with_overrides(self, **changes: object) -> "Settings":
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that reproduces these settings in a child process."""
+        env = {}
+        for f in fields(self):
+            name = ENV_NAMES[f.name]
+            value = getattr(self, f.name)
+            if isinstance(value, bool):
+                env[name] = "on" if value else "off"
+            elif f.name == "exams":
+                env[name] = ",".join(f"{code}:{count}" for code, count in value.items())
+            else:
+                env[name] = str(value)
+        return env
+
+
+ENV_NAMES: dict[str, str] = {
+    "time_scale": "TIME_SCALE",
+    "run_dir": "PROCTOR_RUN_DIR",
+    "database_url": "DATABASE_URL",
+    "valkey_url": "PROCTOR_VALKEY_URL",
+    "valkey_ca": "PROCTOR_VALKEY_CA",
+    "ai_url": "PROCTOR_AI_URL",
+    "sms_url": "PROCTOR_SMS_URL",
+    "token_secret": "PROCTOR_TOKEN_SECRET",
+    "admin_token": "PROCTOR_ADMIN_TOKEN",
+    "node_name": "PROCTOR_NODE_NAME",
+    "exams": "PROCTOR_EXAMS",
+    "token_ttl_seconds": "PROCTOR_TOKEN_TTL",
+    "relay_interval": "PROCTOR_RELAY_INTERVAL",
+    "liveness_ttl": "PROCTOR_LIVENESS_TTL",
+    "max_job_attempts": "PROCTOR_MAX_JOB_ATTEMPTS",
+    "reconciler_enabled": "PROCTOR_RECONCILER",
+    "sms_idempotency": "PROCTOR_SMS_IDEMPOTENCY",
+    "valkey_fresh_connections": "PROCTOR_VALKEY_FRESH_CONNECTIONS",
+    "max_body_bytes": "PROCTOR_MAX_BODY_BYTES",
+}
+
+_PARSERS = {
+    "time_scale": _parse_positive_float,
+    "token_ttl_seconds": _parse_positive_float,
+    "relay_interval": _parse_positive_float,
+    "liveness_ttl": _parse_positive_float,
+    "max_job_attempts": _parse_positive_int,
+    "max_body_bytes": _parse_positive_int,
+    "reconciler_enabled": _parse_bool,
+    "sms_idempotency": _parse_bool,
+    "valkey_fresh_connections": _parse_bool,
+    "exams": _parse_exams,
+    "run_dir": lambda _name, raw: Path(raw),
+}
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Build Settings from ``environ`` (default ``os.environ``); bad values raise SettingsError."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for attr, name in ENV_NAMES.items():
+        raw = environ.get(name)
+        if raw is None or raw == "" and attr != "database_url":
+            continue
+        parse = _PARSERS.get(attr)
+        values[attr] = parse(name, raw) if parse else raw
+    return Settings(**values)  # type: ignore[arg-type]

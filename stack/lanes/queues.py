@@ -1,0 +1,39 @@
+"""Lanes: one RQ queue per kind of work, each served by its own single-queue workers.
+
+A single-queue worker dequeues with an atomic BLMOVE (a reservation); a
+multi-queue worker does not, and priority between queues does not pre-empt a
+running job. So the urgent merit lane never shares a worker with the AI lane.
+"""
+
+from __future__ import annotations
+
+from redis import Redis
+from rq import Queue
+
+__all__ = ["LANES", "LANE_OF_KIND", "JOB_FUNCTION", "operation_id", "job_id", "queue_for"]
+
+LANES = ("merit", "ai", "sms")
+
+LANE_OF_KIND = {"merit": "merit", "narrative": "ai", "sms": "sms"}
+"""Outbox kind -> lane (queue name)."""
+
+JOB_FUNCTION = {
+    "merit": "stack.lanes.jobs.compute_merit_card",
+    "narrative": "stack.lanes.jobs.write_narrative",
+    "sms": "stack.lanes.jobs.send_result_sms",
+}
+"""Outbox kind -> importable job function (workers import jobs by dotted path)."""
+
+
+def operation_id(kind: str, attempt_id: str) -> str:
+    """The stable identity of one piece of work; provider idempotency keys use it."""
+    return f"{kind}-{attempt_id}"
+
+
+def job_id(operation: str, enqueue_number: int) -> str:
+    """A fresh RQ job id per enqueue, so a re-enqueue never reuses a finished/failed job id."""
+    return f"{operation}-{enqueue_number}"
+
+
+def queue_for(kind: str, connection: Redis) -> Queue:
+    return Queue(LANE_OF_KIND[kind], connection=connection)

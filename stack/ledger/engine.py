@@ -1,0 +1,54 @@
+"""One SQLAlchemy engine per process, with the durability settings the ledger needs."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.pool import NullPool
+
+from stack.config import Settings
+from stack.ledger.schema import exams, metadata
+
+__all__ = ["make_engine", "init_ledger"]
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    cursor = dbapi_connection.cursor()
+    # WAL lets readers and one writer proceed together across processes; FULL fsyncs
+    # every commit so an acknowledged answer survives a power cut, not just a crash.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def make_engine(settings: Settings) -> Engine:
+    url = settings.ledger_url
+    if url.startswith("sqlite"):
+        settings.run_dir.mkdir(parents=True, exist_ok=True)
+        # NullPool: a connection per transaction avoids sharing SQLite handles across the
+        # threads uvicorn and RQ use; opening a local file is cheap.
+        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        # pysqlite's own transaction handling defers BEGIN; emit it ourselves so that
+        # read-then-write transactions take the write lock up front (BEGIN IMMEDIATE).
+        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+
+        @event.listens_for(engine, "connect")
+        def _no_autobegin(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+            dbapi_connection.isolation_level = None
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+def init_ledger(engine: Engine, settings: Settings) -> None:
+    """Create tables and the configured exams; safe to run from every process at start."""
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        existing = {row.code for row in conn.execute(exams.select())}
+        for code, count in settings.exams.items():
+            if code not in existing:
+                conn.execute(exams.insert().values(code=code, question_count=count))

@@ -1,0 +1,132 @@
+"""The durable ledger: the authoritative record of what the stack accepted.
+
+Valkey holds queues, never truth. Every answer is committed here before the
+reply, every job that must happen is an ``outbox`` row written in the same
+transaction that finishes the attempt, and every outcome is a row here.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+__all__ = [
+    "metadata",
+    "students",
+    "exams",
+    "attempts",
+    "answers",
+    "outbox",
+    "outcomes",
+    "audit_log",
+    "OUTBOX_KINDS",
+    "OUTBOX_STATUSES",
+    "OUTCOME_STATUSES",
+]
+
+metadata = MetaData()
+
+OUTBOX_KINDS = ("merit", "narrative", "sms")
+"""One outbox row of each kind per finished attempt."""
+
+OUTBOX_STATUSES = ("pending", "enqueued", "done", "failed")
+"""pending: not yet in Valkey; enqueued: a job id is in Valkey; done: outcome written;
+failed: gave up after max attempts -> outcome 'failed_for_review' (retained, reviewable)."""
+
+OUTCOME_STATUSES = ("ready", "failed_for_review")
+
+# Times are UNIX epoch seconds (float) so SQLite and PostgreSQL agree and exports are plain JSON.
+
+students = Table(
+    "students",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("created_at", Float, nullable=False),
+)
+
+exams = Table(
+    "exams",
+    metadata,
+    Column("code", String(64), primary_key=True),
+    Column("question_count", Integer, nullable=False),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("student_id", String(64), ForeignKey("students.id"), nullable=False),
+    Column("exam_code", String(64), ForeignKey("exams.code"), nullable=False),
+    Column("idempotency_key", String(255), nullable=True),
+    Column("status", String(16), nullable=False),  # open | finished
+    Column("started_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+    UniqueConstraint("student_id", "idempotency_key", name="uq_attempt_start_key"),
+)
+
+answers = Table(
+    "answers",
+    metadata,
+    Column("receipt_id", String(64), primary_key=True),
+    Column("attempt_id", String(64), ForeignKey("attempts.id"), nullable=False),
+    Column("question", String(32), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("idempotency_key", String(255), nullable=False),
+    Column("body_sha256", String(64), nullable=False),
+    Column("node", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("attempt_id", "question", name="uq_answer_per_question"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("operation_id", String(128), primary_key=True),  # "<kind>-<attempt_id>"
+    Column("attempt_id", String(64), ForeignKey("attempts.id"), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),  # enqueues so far
+    Column("job_id", String(160), nullable=True),  # "<operation_id>-<attempts>"
+    Column("last_error", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("enqueued_at", Float, nullable=True),
+    Column("updated_at", Float, nullable=False),
+    Column("done_at", Float, nullable=True),
+    UniqueConstraint("attempt_id", "kind", name="uq_outbox_per_kind"),
+)
+Index("ix_outbox_status", outbox.c.status)
+
+outcomes = Table(
+    "outcomes",
+    metadata,
+    # No uniqueness on operation_id at the schema level on purpose: the write-once rule
+    # lives in the job's code, and the effects checker is what proves it held.
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("operation_id", String(128), nullable=False),
+    Column("attempt_id", String(64), ForeignKey("attempts.id"), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(24), nullable=False),
+    Column("payload", Text, nullable=False),  # JSON
+    Column("created_at", Float, nullable=False),
+)
+Index("ix_outcomes_operation", outcomes.c.operation_id)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("actor", String(64), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("detail", Text, nullable=False),  # JSON
+)
