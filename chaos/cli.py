@@ -1,0 +1,44 @@
+"""`proctor`: one command, a subcommand per job. Each subcommand lives in its own module;
+this file only dispatches, importing lazily so `proctor --help` stays fast."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+__all__ = ["main"]
+
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "up": ("stack.embedded.cli", "up", "start the embedded stack (returns when ready; --foreground stays)"),
+    "status": ("stack.embedded.cli", "status", "show each component of a running stack and its health"),
+    "down": ("stack.embedded.cli", "down", "stop a running stack, leaving no process behind"),
+    "demo": ("chaos.demo", "main", "start the stack, drive a short exam with faults, check it, report"),
+    "run": ("chaos.run_cmd", "main", "run one chaos scenario outside pytest, with live progress"),
+    "check": ("chaos.analyze", "check_main", "re-run the checkers offline on a stored run folder"),
+    "faultproxy": ("chaos.faultproxy.server", "main", "the Toxiproxy-compatible fault proxy server"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: proctor <command> [options]", "", "commands:"]
+    lines += [f"  {name:<11} {help_}" for name, (_, _, help_) in SUBCOMMANDS.items()]
+    lines += ["", "`proctor <command> --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in {"-h", "--help", "help"}:
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"proctor: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module_name, func_name, _ = SUBCOMMANDS[name]
+    func = getattr(importlib.import_module(module_name), func_name)
+    return int(func(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

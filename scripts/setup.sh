@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian 12 machine: system packages, then .venv.
+# Safe to run every time: each step checks before it changes anything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v valkey-server >/dev/null 2>&1 || command -v redis-server >/dev/null 2>&1 || need_apt+=(valkey-server)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: missing system packages: ${need_apt[*]}" >&2
+    echo "setup: on Debian 12 as root this script installs them; otherwise install valkey-server 8" >&2
+    echo "       (Debian: apt-get install -t bookworm-backports valkey-server), haproxy, openssl and" >&2
+    echo "       python3-venv with your package manager, then run it again." >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if [[ " ${need_apt[*]} " == *" valkey-server "* ]] && ! apt-cache policy valkey-server 2>/dev/null | grep -q backports; then
+    . /etc/os-release
+    if [ "${VERSION_CODENAME:-}" = bookworm ] && ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      echo "deb http://deb.debian.org/debian bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list
+    fi
+  fi
+  echo "setup: apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  for pkg in "${need_apt[@]}"; do
+    if [ "$pkg" = valkey-server ] && grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      apt-get install -y -qq -t bookworm-backports valkey-server valkey-tools
+    else
+      apt-get install -y -qq "$pkg"
+    fi
+  done
+fi
+
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi
