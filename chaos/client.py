@@ -1,0 +1,133 @@
+"""One HTTP call -> an ``invoke`` op, then ``ok``, ``fail`` or ``info`` in the history.
+
+The outcome contract is Jepsen's:
+- ``ok``: a 2xx — it happened, and losing it later is a violation;
+- ``fail``: a 4xx that guarantees no effect (validation, auth, conflict);
+- ``info``: timeouts, resets, TLS errors and 5xx — it may or may not have happened.
+
+After an ``info`` the caller continues as a new *process*, because the old request
+may still be in flight; a retry re-sends the same Idempotency-Key, as a real exam
+client must.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from chaos.history import History
+
+__all__ = ["Call", "CallResult", "ExamClient", "ProcessIds", "classify"]
+
+
+class ProcessIds:
+    """Hands out process numbers; a process that saw ``info`` never issues again."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count()
+
+    def new(self) -> int:
+        return next(self._counter)
+
+
+@dataclass(frozen=True)
+class Call:
+    f: str
+    method: str
+    path: str
+    value: dict[str, Any]
+    json: dict[str, Any] | None = None
+    headers: dict[str, str] | None = None
+
+
+@dataclass
+class CallResult:
+    type: str  # ok | fail | info
+    status: int | None
+    body: dict[str, Any]
+    process: int
+    tries: int
+
+
+def classify(status: int | None) -> str:
+    if status is None or status >= 500:
+        return "info"
+    if 200 <= status < 300:
+        return "ok"
+    return "fail"
+
+
+class ExamClient:
+    """Issues calls with bounded retries; every try is its own invoke/complete pair."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        history: History,
+        processes: ProcessIds,
+        max_tries: int = 6,
+        retry_delay: float = 0.1,
+    ) -> None:
+        self.http = http
+        self.history = history
+        self.processes = processes
+        self.max_tries = max_tries
+        self.retry_delay = retry_delay
+        self.retries = 0
+
+    async def call(self, process: int, call: Call) -> CallResult:
+        """Try until ok or fail, retrying info outcomes as a new process each time."""
+        result = CallResult("info", None, {}, process, 0)
+        for attempt in range(1, self.max_tries + 1):
+            result = await self._once(process, call)
+            result.tries = attempt
+            if result.type != "info":
+                return result
+            process = self.processes.new()
+            result.process = process
+            if attempt < self.max_tries:
+                self.retries += 1
+                await asyncio.sleep(self.retry_delay * attempt)
+        return result
+
+    async def _once(self, process: int, call: Call) -> CallResult:
+        self.history.append(process=process, type="invoke", f=call.f, value=call.value)
+        started = time.monotonic()
+        status: int | None = None
+        body: dict[str, Any] = {}
+        node = error = None
+        try:
+            response = await self.http.request(call.method, call.path, json=call.json, headers=call.headers)
+            status = response.status_code
+            node = response.headers.get("x-proctor-node")
+            body = _json_or_empty(response)
+        except httpx.HTTPError as exc:  # timeouts, resets, refused, TLS: indeterminate
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        kind = classify(status)
+        if kind != "ok" and error is None:
+            error = str(body.get("detail", body))[:300] if body else f"HTTP {status}"
+        self.history.append(
+            process=process,
+            type=kind,
+            f=call.f,
+            value=call.value,
+            status=status,
+            node=node,
+            receipt_id=body.get("receipt_id"),
+            latency=round(time.monotonic() - started, 6),
+            error=error,
+        )
+        return CallResult(kind, status, body, process, 0)
+
+
+def _json_or_empty(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {"data": data}

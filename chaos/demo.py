@@ -1,0 +1,45 @@
+"""`make demo` / `proctor demo`: the main job in one command.
+
+Starts the embedded stack, drives a short exam (students sign in, start, answer,
+finish, wait for merit cards) while workers are killed on a seeded schedule, then
+prints merit-card latency in case time and real time, the ledger counts, the
+checkers' verdict and the report folder — and stops everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from chaos.run_cmd import print_verdict
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from chaos.scenario import run_scenario
+    from chaos.scenarios import get_scenario
+
+    parser = argparse.ArgumentParser(prog="proctor demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=20261006)
+    parser.add_argument("--time-scale", type=float, default=None)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+
+    def progress(message: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {message}", flush=True)
+
+    result = run_scenario(get_scenario("demo"), args.seed, time_scale=args.time_scale, progress=progress)
+    meta = json.loads((result.run_dir / "scenario.json").read_text())
+    scale = meta["time_scale"]
+    print()
+    print(f"TIME_SCALE={scale}: 1 case second runs in {scale} real seconds")
+    for key in ("merit_card_latency_p50", "merit_card_latency_max"):
+        real = result.workload.get(key)
+        if real is not None:
+            print(f"{key}: {real:.3f}s real = {real / scale:.1f}s case time")
+    print(f"ledger counts: {meta.get('ledger_counts')}")
+    print_verdict(result)
+    print(f"total wall time: {time.monotonic() - started:.1f}s")
+    return result.exit_code

@@ -1,0 +1,241 @@
+"""The final read: ledger snapshots of a run folder, as typed rows.
+
+After the run heals and goes quiet, the harness exports the stack's ledger tables
+and each fake provider's effect ledger into ``<run_dir>/ledgers/`` (format in
+docs/architecture.md, "Export format"). Checkers compare these with the history.
+
+A table that could not be read is ``None`` (with the reason in ``problems``), never
+an empty tuple: "no rows" and "never read" must not look alike, or a failed export
+would pass as "nothing lost" (Jepsen: a set never read is ``unknown``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence, TypeVar
+
+__all__ = [
+    "AnswerRow",
+    "AttemptRow",
+    "EffectRow",
+    "LANE_OF_KIND",
+    "LEDGER_FILES",
+    "LedgerFormatError",
+    "Ledgers",
+    "OUTBOX_KINDS",
+    "OutboxRow",
+    "OutcomeRow",
+    "load_ledgers",
+]
+
+OUTBOX_KINDS = ("merit", "narrative", "sms")
+"""Mirrors stack.ledger.schema.OUTBOX_KINDS (copied so analysis imports no stack code)."""
+
+LANE_OF_KIND = {"merit": "merit", "narrative": "ai", "sms": "sms"}
+"""Mirrors stack.lanes.queues.LANE_OF_KIND (that module imports rq/redis)."""
+
+LEDGER_FILES = {
+    "attempts": "attempts.json",
+    "answers": "answers.json",
+    "outbox": "outbox.json",
+    "outcomes": "outcomes.json",
+    "ai_effects": "ai_effects.json",
+    "sms_effects": "sms_effects.json",
+}
+"""Ledgers attribute -> file name under <run_dir>/ledgers/."""
+
+
+class LedgerFormatError(ValueError):
+    """An export file is not in the export format; the message names file, row and field."""
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    attempt_id: str
+    status: str
+    student_id: str | None = None
+    exam_code: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True)
+class AnswerRow:
+    receipt_id: str
+    attempt_id: str
+    question: str
+    content: str
+    student_id: str | None = None
+    idempotency_key: str | None = None
+    node: str | None = None
+    created_at: float | None = None
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    operation_id: str
+    attempt_id: str
+    kind: str
+    status: str
+    attempts: int | None = None
+    job_id: str | None = None
+    last_error: str | None = None
+    created_at: float | None = None
+    enqueued_at: float | None = None
+    done_at: float | None = None
+
+
+@dataclass(frozen=True)
+class OutcomeRow:
+    operation_id: str
+    attempt_id: str
+    kind: str
+    status: str
+    id: int | str | None = None
+    payload: Any = None
+    created_at: float | None = None
+
+
+@dataclass(frozen=True)
+class EffectRow:
+    """One side effect at a fake provider (an SMS sent, an AI call charged)."""
+
+    operation_id: str
+    id: int | str | None = None
+    idempotency_key: str | None = None
+    created_at: float | None = None
+    request: Any = None
+
+
+Row = TypeVar("Row", AttemptRow, AnswerRow, OutboxRow, OutcomeRow, EffectRow)
+
+_ROW_TYPES: dict[str, type] = {
+    "attempts": AttemptRow,
+    "answers": AnswerRow,
+    "outbox": OutboxRow,
+    "outcomes": OutcomeRow,
+    "ai_effects": EffectRow,
+    "sms_effects": EffectRow,
+}
+
+_FLOAT_FIELDS = {"started_at", "finished_at", "created_at", "enqueued_at", "done_at"}
+
+
+@dataclass(frozen=True)
+class Ledgers:
+    """Every table of the final read; None means not read (see ``problems`` for why)."""
+
+    attempts: tuple[AttemptRow, ...] | None = None
+    answers: tuple[AnswerRow, ...] | None = None
+    outbox: tuple[OutboxRow, ...] | None = None
+    outcomes: tuple[OutcomeRow, ...] | None = None
+    ai_effects: tuple[EffectRow, ...] | None = None
+    sms_effects: tuple[EffectRow, ...] | None = None
+    exported_at: Mapping[str, float] = field(default_factory=dict)
+    problems: Mapping[str, str] = field(default_factory=dict)
+
+    def missing(self, *tables: str) -> list[str]:
+        """One note per named table that was not read, e.g. for a checker's unknown verdict."""
+        notes = []
+        for table in tables:
+            if getattr(self, table) is None:
+                why = self.problems.get(table, "not exported")
+                notes.append(f"ledger {table} was not read: {why}")
+        return notes
+
+    @classmethod
+    def from_exports(cls, **exports: Any) -> "Ledgers":
+        """Build from export documents or bare row lists, keyed by table (tests, in-memory use).
+
+        ``Ledgers.from_exports(attempts=[{...}], sms_effects={"provider": "sms", "effects": [...]})``
+        """
+        unknown = set(exports) - set(LEDGER_FILES)
+        if unknown:
+            raise TypeError(f"unknown ledger tables: {sorted(unknown)}")
+        tables: dict[str, Any] = {}
+        exported_at: dict[str, float] = {}
+        for table, document in exports.items():
+            if document is None:
+                continue
+            rows, at = _rows_of(table, document, source=table)
+            tables[table] = rows
+            if at is not None:
+                exported_at[table] = at
+        return cls(**tables, exported_at=exported_at)
+
+
+def load_ledgers(run_dir: str | Path) -> Ledgers:
+    """Read ``<run_dir>/ledgers/*.json``; a missing or malformed file leaves its table None."""
+    folder = Path(run_dir) / "ledgers"
+    tables: dict[str, Any] = {}
+    exported_at: dict[str, float] = {}
+    problems: dict[str, str] = {}
+    for table, name in LEDGER_FILES.items():
+        path = folder / name
+        if not path.is_file():
+            problems[table] = f"{path} does not exist"
+            continue
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+            rows, at = _rows_of(table, document, source=str(path))
+        except (OSError, json.JSONDecodeError, LedgerFormatError) as exc:
+            problems[table] = f"{type(exc).__name__}: {exc}"
+            continue
+        tables[table] = rows
+        if at is not None:
+            exported_at[table] = at
+    return Ledgers(**tables, exported_at=exported_at, problems=problems)
+
+
+def _rows_of(table: str, document: Any, source: str) -> tuple[tuple[Any, ...], float | None]:
+    """Rows and exported_at of one export document (or a bare list of rows)."""
+    exported_at = None
+    if isinstance(document, Mapping):
+        declared = document.get("table") or document.get("provider")
+        expected = table.removesuffix("_effects")
+        if declared is not None and declared != expected:
+            raise LedgerFormatError(f"{source}: holds {declared!r}, expected {expected!r}")
+        key = "effects" if table.endswith("_effects") else "rows"
+        if not isinstance(document.get(key), list):
+            raise LedgerFormatError(f"{source}: no {key!r} list")
+        if document.get("exported_at") is not None:
+            exported_at = float(document["exported_at"])
+        document = document[key]
+    if not isinstance(document, Sequence) or isinstance(document, (str, bytes)):
+        raise LedgerFormatError(f"{source}: expected an export object or a list of rows")
+    row_type = _ROW_TYPES[table]
+    return tuple(_row(row_type, raw, f"{source} row {i}") for i, raw in enumerate(document)), exported_at
+
+
+def _row(row_type: type[Row], raw: Any, where: str) -> Row:
+    if not isinstance(raw, Mapping):
+        raise LedgerFormatError(f"{where}: expected an object, got {type(raw).__name__}")
+    values: dict[str, Any] = {}
+    for spec in fields(row_type):
+        if spec.name not in raw:
+            if spec.default is not MISSING:  # optional field: keep its default
+                continue
+            raise LedgerFormatError(f"{where}: missing field {spec.name!r}")
+        values[spec.name] = _coerce(spec.name, raw[spec.name], where)
+    return row_type(**values)
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    if value is None:
+        return None
+    if name in _FLOAT_FIELDS:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise LedgerFormatError(f"{where}: {name}={value!r} is not a number") from None
+    if name == "payload" and isinstance(value, str):
+        # The ledger stores payload as JSON text; an export may pass it through unparsed.
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    if name in {"attempt_id", "operation_id", "question", "receipt_id", "kind", "status"}:
+        return str(value)
+    return value

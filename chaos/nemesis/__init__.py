@@ -1,0 +1,14 @@
+from chaos.nemesis.base import CompositeNemesis, FaultSpec, Nemesis, NemesisError
+from chaos.nemesis.process import ProcessNemesis
+from chaos.nemesis.runner import run_schedule
+from chaos.nemesis.schedule import periodic_schedule
+
+__all__ = [
+    "CompositeNemesis",
+    "FaultSpec",
+    "Nemesis",
+    "NemesisError",
+    "ProcessNemesis",
+    "periodic_schedule",
+    "run_schedule",
+]

@@ -1,0 +1,105 @@
+"""Process faults on the embedded stack: kill -9 a component's whole process tree,
+pause/resume it (SIGSTOP/SIGCONT), restart it, or scale a pool.
+
+A kill switches the component's autorestart off until the fault ends, so the
+outage lasts as long as the schedule says; the end restarts it.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+from chaos.nemesis.base import FaultSpec, NemesisError
+
+__all__ = ["ProcessNemesis"]
+
+
+class ProcessNemesis:
+    kinds = frozenset({"kill", "pause", "restart", "scale"})
+
+    def __init__(self, stack: Any) -> None:  # stack.embedded.EmbeddedStack
+        self.stack = stack
+        self._killed: set[str] = set()
+        self._paused: set[str] = set()
+        self._scaled: dict[str, int] = {}
+
+    def _check_target(self, name: str) -> None:
+        if name not in self.stack.components():
+            raise NemesisError(f"unknown component {name!r}; running: {sorted(self.stack.components())}")
+
+    def start(self, fault: FaultSpec) -> dict[str, Any]:
+        if fault.kind == "scale":
+            return self._scale(fault)
+        self._check_target(fault.target)
+        if fault.kind == "kill":
+            return self._kill(fault)
+        if fault.kind == "pause":
+            pids = self.stack.pids(fault.target)
+            self.stack.pause(fault.target)
+            self._paused.add(fault.target)
+            return {"pids": pids}
+        self.stack.restart(fault.target)
+        return {}
+
+    def _kill(self, fault: FaultSpec) -> dict[str, Any]:
+        mid_job = self._wait_busy(fault.target, float(fault.params.get("wait_busy", 0)))
+        if mid_job and fault.params.get("after_busy"):
+            time.sleep(float(fault.params["after_busy"]))  # e.g. let the provider record the effect first
+        self.stack.set_autorestart(fault.target, False)
+        pids = self.stack.pids(fault.target)
+        self.stack.kill(fault.target, signal.SIGKILL)
+        self._killed.add(fault.target)
+        return {"pids": pids, "mid_job": mid_job}
+
+    def _wait_busy(self, name: str, timeout: float) -> bool:
+        """An RQ worker with a job running has a horse: more than one pid in its tree."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if len(self.stack.pids(name)) > 1:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+    def _scale(self, fault: FaultSpec) -> dict[str, Any]:
+        pool, count = fault.target, int(fault.params["count"])
+        before = len([c for c in self.stack.components() if _pool_of(c) == pool])
+        self._scaled.setdefault(pool, before)
+        self.stack.scale(pool, count)
+        return {"from": before, "to": count}
+
+    def end(self, fault: FaultSpec) -> dict[str, Any]:
+        if fault.kind == "kill" and fault.target in self._killed:
+            self._revive(fault.target)
+            return {"restarted": True}
+        if fault.kind == "pause" and fault.target in self._paused:
+            self.stack.resume(fault.target)
+            self._paused.discard(fault.target)
+        if fault.kind == "scale" and fault.target in self._scaled:
+            self.stack.scale(fault.target, self._scaled.pop(fault.target))
+        return {}
+
+    def _revive(self, name: str) -> None:
+        self._killed.discard(name)
+        self.stack.set_autorestart(name, True)
+        if not self.stack.pids(name):
+            self.stack.restart(name)
+
+    def heal(self) -> None:
+        for name in sorted(self._paused):
+            self.stack.resume(name)
+        self._paused.clear()
+        for name in sorted(self._killed):
+            self._revive(name)
+        for pool, count in sorted(self._scaled.items()):
+            self.stack.scale(pool, count)
+        self._scaled.clear()
+
+
+def _pool_of(component: str) -> str:
+    """web_2 -> web; worker_merit_1 -> merit."""
+    if component.startswith("worker_"):
+        return component.split("_")[1]
+    return component.rsplit("_", 1)[0]

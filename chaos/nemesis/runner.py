@@ -1,0 +1,49 @@
+"""Plays a fault schedule against a nemesis and writes each fault into the history.
+
+Faults are history ops (``process: "nemesis"``, ``f: "fault-start"/"fault-end"``)
+so reports can shade fault windows and checkers can relate anomalies to faults.
+Nemesis calls block (kills wait for processes), so they run in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Sequence
+
+from chaos.history import History
+from chaos.nemesis.base import FaultSpec, Nemesis
+
+__all__ = ["run_schedule", "log_fault"]
+
+
+def log_fault(history: History, phase: str, fault_id: int, fault: FaultSpec, detail: dict[str, Any]) -> None:
+    value = {"fault_id": fault_id, **fault.as_dict(), **detail}
+    history.append(process="nemesis", type="info", f=f"fault-{phase}", value=value)
+
+
+async def run_schedule(nemesis: Nemesis, faults: Sequence[FaultSpec], history: History, started: float) -> None:
+    """Start and end every fault on time (times relative to ``started``, a monotonic clock)."""
+    await asyncio.gather(*(_play(nemesis, fault_id, fault, history, started) for fault_id, fault in enumerate(faults)))
+
+
+async def _play(nemesis: Nemesis, fault_id: int, fault: FaultSpec, history: History, started: float) -> None:
+    await _sleep_until(started + fault.at)
+    try:
+        detail = await asyncio.to_thread(nemesis.start, fault)
+    except Exception as exc:
+        log_fault(history, "start", fault_id, fault, {"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    log_fault(history, "start", fault_id, fault, detail)
+    try:
+        await _sleep_until(time.monotonic() + fault.duration)
+    finally:
+        # Ending a fault is also what cancellation does, so a cut-short run still undoes it.
+        end_detail = await asyncio.shield(asyncio.to_thread(nemesis.end, fault))
+        log_fault(history, "end", fault_id, fault, end_detail)
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)

@@ -1,0 +1,191 @@
+"""One scenario, end to end: stack -> load + faults -> heal -> quiet -> final read -> analyze.
+
+This is Jepsen's ``run!`` in miniature. The checkers only ever see the finished
+history and the ledger snapshots on disk, so ``proctor check RUN_DIR`` reaches the
+same verdict from the stored files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from chaos.analyze import analyze
+from chaos.history import History
+from chaos.monitor import run_monitor
+from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, run_schedule
+from chaos.snapshot import snapshot_ledgers, wait_until_settled
+from chaos.workload import WorkloadSpec, WorkloadStats, run_workload
+from stack.embedded import EmbeddedStack, StackSpec
+
+__all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir", "RESULTS_ROOT"]
+
+RESULTS_ROOT = Path("results/runs")
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Scenario:
+    """What to run. ``faults(seed, scenario)`` builds the seeded fault schedule."""
+
+    name: str
+    description: str
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    web: int = 2
+    merit_workers: int = 1
+    ai_workers: int = 1
+    sms_workers: int = 1
+    settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides
+    faults: Callable[[int, "Scenario"], list[FaultSpec]] = lambda seed, scenario: []
+    options: dict[str, Any] = field(default_factory=dict)  # checker options (docs/checkers.md)
+    quiet_timeout: float = 30.0  # max seconds for outcomes to settle after heal
+    prepare: Callable[[EmbeddedStack], None] | None = None  # e.g. set provider faults
+    expect_valid: bool = True  # False for a negative control: the checkers must catch it
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    verdict: dict[str, Any]
+    valid: Any  # True | False | "unknown"
+    workload: dict[str, Any]
+    recovery_seconds: float
+    reproduce: str
+
+    @property
+    def exit_code(self) -> int:
+        return {True: 0, False: 1}.get(self.valid, 2)
+
+
+def new_run_dir(name: str, root: Path = RESULTS_ROOT) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    return root / f"{stamp}-{name}"
+
+
+def reproduce_command(scenario: Scenario, seed: int, time_scale: float) -> str:
+    return shlex.join(["proctor", "run", scenario.name, "--seed", str(seed), "--time-scale", str(time_scale)])
+
+
+def run_scenario(
+    scenario: Scenario,
+    seed: int,
+    time_scale: float | None = None,
+    run_dir: Path | None = None,
+    progress: Progress = lambda _msg: None,
+    keep_stack: bool = False,
+) -> RunResult:
+    settings = dict(scenario.settings)
+    if time_scale is not None:
+        settings["time_scale"] = time_scale
+    run_dir = run_dir or new_run_dir(f"{scenario.name}-seed{seed}")
+    spec = StackSpec(name=scenario.name, web=scenario.web, merit_workers=scenario.merit_workers,
+                     ai_workers=scenario.ai_workers, sms_workers=scenario.sms_workers,
+                     settings_overrides=settings, run_dir=run_dir)
+    progress(f"starting stack in {run_dir}")
+    stack = EmbeddedStack(spec)
+    stack.__enter__()
+    try:
+        result = _run_on_stack(stack, scenario, seed, progress)
+    finally:
+        if keep_stack:
+            progress(f"--keep-stack: stack left running; stop it with `proctor down {run_dir}`")
+        else:
+            stack.__exit__(None, None, None)
+    progress("analyzing")
+    verdict = analyze(run_dir)
+    result.verdict = verdict
+    result.valid = verdict.get("valid")
+    return result
+
+
+def _run_on_stack(stack: EmbeddedStack, scenario: Scenario, seed: int, progress: Progress) -> RunResult:
+    run_dir = stack.run_dir
+    time_scale = stack.settings.time_scale
+    faults = scenario.faults(seed, scenario)
+    reproduce = reproduce_command(scenario, seed, time_scale)
+    meta = _scenario_meta(scenario, seed, stack, faults, reproduce)
+    _write_json(run_dir / "scenario.json", meta)
+    if scenario.prepare:
+        scenario.prepare(stack)
+    history = History(run_dir / "history.jsonl")
+    nemesis = CompositeNemesis(ProcessNemesis(stack))
+    try:
+        progress(f"load: {scenario.workload.arrival_rate}/s students for {scenario.workload.duration}s, "
+                 f"{len(faults)} faults (seed {seed})")
+        stats = asyncio.run(_load_and_faults(stack, scenario, seed, faults, history, nemesis, progress))
+    finally:
+        nemesis.heal()  # always, even when the load or a fault raised
+        progress("healed")
+    allow_pending = frozenset(scenario.options.get("allow_pending", []))
+    settled, waited, still_open = wait_until_settled(
+        stack.urls["api"], stack.settings.admin_token, scenario.quiet_timeout, allow_pending)
+    progress(f"quiet period: settled={settled} after {waited:.1f}s ({still_open} outbox rows open)")
+    counts = snapshot_ledgers(stack.urls["api"], {"ai": stack.urls["ai_provider"], "sms": stack.urls["sms_gateway"]},
+                              stack.settings.admin_token, run_dir / "ledgers")
+    history.close()
+    meta.update(ended_at=time.time(), workload_stats=stats.as_dict(), recovery_seconds=round(waited, 3),
+                settled=settled, ledger_counts=counts)
+    _write_json(run_dir / "scenario.json", meta)
+    return RunResult(run_dir, {}, None, stats.as_dict(), waited, reproduce)
+
+
+async def _load_and_faults(
+    stack: EmbeddedStack, scenario: Scenario, seed: int, faults: list[FaultSpec], history: History,
+    nemesis: CompositeNemesis, progress: Progress,
+) -> WorkloadStats:
+    started = time.monotonic()
+    stop_monitor = asyncio.Event()
+    monitor = asyncio.create_task(run_monitor(stack.urls["api"], history, 0.5, stop_monitor))
+    schedule = asyncio.create_task(run_schedule(nemesis, faults, history, started))
+    ticker = asyncio.create_task(_tick(history, started, progress))
+    try:
+        stats = await run_workload(stack.urls["api"], history, scenario.workload, seed)
+        await schedule
+        return stats
+    finally:
+        for task in (schedule, ticker):
+            task.cancel()
+        stop_monitor.set()
+        await asyncio.gather(monitor, schedule, ticker, return_exceptions=True)
+
+
+async def _tick(history: History, started: float, progress: Progress) -> None:
+    """A progress line every two seconds: long runs must show they are alive."""
+    while True:
+        await asyncio.sleep(2.0)
+        counts = history.counts()
+        progress(f"t={time.monotonic() - started:5.1f}s ok={counts.get('ok', 0)} fail={counts.get('fail', 0)} "
+                 f"info={counts.get('info', 0)}")
+
+
+def _scenario_meta(
+    scenario: Scenario, seed: int, stack: EmbeddedStack, faults: list[FaultSpec], reproduce: str
+) -> dict[str, Any]:
+    settings = stack.settings
+    return {
+        "name": scenario.name,
+        "description": scenario.description,
+        "seed": seed,
+        "time_scale": settings.time_scale,
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
+                     if k not in {"token_secret", "admin_token"}},
+        "options": scenario.options,
+        "expect_valid": scenario.expect_valid,
+        "workload": asdict(scenario.workload),
+        "faults": [f.as_dict() for f in faults],
+        "stack": {"web": scenario.web, "merit_workers": scenario.merit_workers,
+                  "ai_workers": scenario.ai_workers, "sms_workers": scenario.sms_workers},
+        "started_at": time.time(),
+        "reproduce": reproduce,
+    }
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str))

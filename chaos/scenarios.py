@@ -1,0 +1,116 @@
+"""The named scenarios: what `pytest chaos/` and `proctor run NAME` execute.
+
+Each fault scenario has a negative control: the same faults against a stack with
+one safeguard switched off, which the checkers must catch. A harness whose
+checkers pass a broken stack proves nothing.
+"""
+
+from __future__ import annotations
+
+from chaos.nemesis import FaultSpec, periodic_schedule
+from chaos.scenario import Scenario
+from chaos.workload import WorkloadSpec
+
+__all__ = ["SCENARIOS", "get_scenario"]
+
+WORKERS = ("worker_merit_1", "worker_sms_1", "worker_ai_1")
+
+
+def _worker_kills(seed: int, scenario: Scenario) -> list[FaultSpec]:
+    return periodic_schedule(
+        seed, kind="kill", targets=WORKERS, load_seconds=scenario.workload.duration,
+        mean_interval=1.5, duration=(0.5, 1.5), params={"wait_busy": 1.0},
+    )
+
+
+def _web_kills(seed: int, scenario: Scenario) -> list[FaultSpec]:
+    return periodic_schedule(
+        seed, kind="kill", targets=("web_1", "web_2"), load_seconds=scenario.workload.duration,
+        mean_interval=4.0, duration=(1.5, 3.0), first_at=2.0,
+    )
+
+
+def _one_busy_kill(target: str, after_busy: float = 0.0):
+    def schedule(seed: int, scenario: Scenario) -> list[FaultSpec]:
+        return [FaultSpec(at=2.0, kind="kill", target=target, duration=1.0,
+                          params={"wait_busy": 5.0, "after_busy": after_busy})]
+    return schedule
+
+
+def _delay_sms_after_effect(stack) -> None:  # noqa: ANN001 - EmbeddedStack
+    """The gateway records the SMS, then answers late: a kill then hides a completed send."""
+    import httpx
+
+    response = httpx.put(f"{stack.urls['sms_gateway']}/admin/faults",
+                         headers={"X-Admin-Token": stack.settings.admin_token},
+                         json={"delay_after_effect_seconds": 1.5}, timeout=5)
+    response.raise_for_status()
+
+
+_WORKER_KILL_OPTIONS = {
+    "expect_ops": ["session", "start", "answer", "finish", "merit_card"],
+    "outcome_deadline_seconds": 30.0,
+}
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="worker_kill",
+            description="SIGKILL the merit, sms and ai workers' process groups mid-job on a seeded schedule",
+            workload=WorkloadSpec(arrival_rate=3.0, duration=10.0, questions=4),
+            faults=_worker_kills,
+            options=_WORKER_KILL_OPTIONS,
+        ),
+        Scenario(
+            name="worker_kill_no_reconciler",
+            description="negative control: reconciler off; an AI job killed mid-run must be reported lost",
+            workload=WorkloadSpec(arrival_rate=2.0, duration=5.0, questions=2),
+            settings={"reconciler_enabled": False},
+            faults=_one_busy_kill("worker_ai_1"),
+            options={**_WORKER_KILL_OPTIONS, "outcome_deadline_seconds": None},
+            quiet_timeout=8.0,
+            expect_valid=False,
+        ),
+        Scenario(
+            name="sms_no_idempotency",
+            description="negative control: SMS sent without Idempotency-Key; a kill after the gateway "
+                        "accepted must show up as a duplicate SMS",
+            workload=WorkloadSpec(arrival_rate=1.0, duration=4.0, questions=2, poll_deadline=10.0),
+            settings={"sms_idempotency": False},
+            faults=_one_busy_kill("worker_sms_1", after_busy=0.5),
+            prepare=_delay_sms_after_effect,
+            options={**_WORKER_KILL_OPTIONS, "outcome_deadline_seconds": None},
+            expect_valid=False,
+        ),
+        Scenario(
+            name="sms_kill_after_accept",
+            description="the same kill after the gateway accepted, with the Idempotency-Key on: exactly one SMS",
+            workload=WorkloadSpec(arrival_rate=1.0, duration=4.0, questions=2, poll_deadline=10.0),
+            faults=_one_busy_kill("worker_sms_1", after_busy=0.5),
+            prepare=_delay_sms_after_effect,
+            options={**_WORKER_KILL_OPTIONS, "outcome_deadline_seconds": None},
+        ),
+        Scenario(
+            name="demo",
+            description="make demo: a short exam on 2 web nodes while merit, sms and ai workers are killed",
+            workload=WorkloadSpec(arrival_rate=3.0, duration=8.0, questions=4),
+            faults=_worker_kills,
+            options=_WORKER_KILL_OPTIONS,
+        ),
+        Scenario(
+            name="web_node_kill",
+            description="SIGKILL a web node mid-load; acknowledged answers are kept, none duplicated",
+            workload=WorkloadSpec(arrival_rate=4.0, duration=10.0, questions=5),
+            faults=_web_kills,
+            options={"expect_ops": ["session", "start", "answer", "finish"]},
+        ),
+    )
+}
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}") from None

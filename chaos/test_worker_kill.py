@@ -1,0 +1,48 @@
+"""Workers SIGKILLed mid-job: nothing lost, nothing done twice, everything final.
+
+Two negative controls prove the checkers can see what this scenario guards
+against: with the reconciler off a killed job is lost; with the SMS
+Idempotency-Key off a kill after the gateway accepted sends a second SMS.
+"""
+
+import pytest
+
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+
+def _mid_job_kills(run) -> list[dict]:
+    return [f for f in run.faults() if f["kind"] == "kill" and f.get("mid_job")]
+
+
+def test_worker_kills_lose_nothing_and_duplicate_nothing(run_chaos):
+    run = run_chaos("worker_kill")
+    assert _mid_job_kills(run), "no kill landed mid-job: the scenario did not exercise what it claims"
+    assert run.valid is True, run.summary()
+    assert run.checker("answers")["counts"]["lost"] == 0
+    effects = run.checker("effects")["counts"]
+    assert effects["duplicated"] == 0 and effects["missing"] == 0, effects
+    assert run.checker("jobs")["counts"]["stuck"] == 0
+
+
+@pytest.mark.negative_control
+def test_without_reconciler_a_killed_job_is_reported_lost(run_chaos):
+    run = run_chaos("worker_kill_no_reconciler")
+    assert _mid_job_kills(run), "the kill did not land mid-job, so this control proves nothing"
+    assert run.valid is False, run.summary()
+    assert run.checker("jobs")["valid"] is False
+    assert run.checker("jobs")["counts"]["stuck"] >= 1, run.summary()
+
+
+@pytest.mark.negative_control
+def test_without_sms_idempotency_a_kill_after_accept_duplicates_the_sms(run_chaos):
+    run = run_chaos("sms_no_idempotency")
+    assert _mid_job_kills(run), "the kill did not land mid-job, so this control proves nothing"
+    assert run.valid is False, run.summary()
+    assert run.checker("effects")["counts"]["duplicated"] >= 1, run.summary()
+
+
+def test_with_sms_idempotency_the_same_kill_sends_once(run_chaos):
+    run = run_chaos("sms_kill_after_accept")
+    assert _mid_job_kills(run), "the kill did not land mid-job: the scenario did not exercise what it claims"
+    assert run.valid is True, run.summary()
+    assert run.checker("effects")["counts"]["duplicated"] == 0

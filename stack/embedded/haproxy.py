@@ -1,0 +1,134 @@
+"""HAProxy in front of the web nodes, and its runtime API (a unix socket, level admin).
+
+Scaling rewrites the config and restarts HAProxy (a single foreground ``-db``
+process): simpler and more robust than server-template slots, at the price of a
+sub-second gap for new connections and of runtime admin states (disable/drain)
+being reset by the restart.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Mapping
+
+from stack.embedded import StackError
+
+__all__ = [
+    "BACKEND",
+    "write_haproxy_config",
+    "haproxy_argv",
+    "runtime_command",
+    "disable_server",
+    "enable_server",
+    "drain_server",
+    "server_states",
+]
+
+BACKEND = "web"
+CHECK_INTERVAL = "500ms"
+_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the NUL
+
+
+def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Path) -> str:
+    server_lines = [f"    server {name} 127.0.0.1:{port} check" for name, port in servers.items()]
+    return "\n".join(
+        [
+            "global",
+            f"    stats socket {socket_path} mode 600 level admin",
+            "    stats timeout 10s",
+            "    maxconn 4096",
+            "",
+            "defaults",
+            "    mode http",
+            "    timeout connect 1s",
+            "    timeout client 30s",
+            "    timeout server 30s",
+            "    timeout queue 5s",
+            "    timeout http-request 10s",
+            # Retry a failed *connection* on another node; requests are never resent
+            # after they reached a server (the default retry-on is conn-failure).
+            "    retries 2",
+            "    option redispatch",
+            "",
+            "frontend api",
+            f"    bind 127.0.0.1:{frontend_port}",
+            f"    default_backend {BACKEND}",
+            "",
+            f"backend {BACKEND}",
+            "    balance roundrobin",
+            "    option httpchk GET /readyz",
+            "    http-check expect status 200",
+            f"    default-server inter {CHECK_INTERVAL} fastinter {CHECK_INTERVAL} downinter {CHECK_INTERVAL} fall 2 rise 1",
+            *server_lines,
+            "",
+        ]
+    )
+
+
+def write_haproxy_config(
+    run_dir: Path, frontend_port: int, servers: Mapping[str, int]
+) -> tuple[Path, Path]:
+    """Write ``<run_dir>/haproxy/haproxy.cfg``; return (config path, admin socket path)."""
+    folder = (run_dir / "haproxy").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    socket_path = folder / "admin.sock"
+    if len(str(socket_path)) > _SUN_PATH_MAX:
+        raise StackError(f"haproxy admin socket path too long for a unix socket ({len(str(socket_path))} > "
+                         f"{_SUN_PATH_MAX}): {socket_path}; use a shorter run_dir")
+    config = folder / "haproxy.cfg"
+    config.write_text(_config_text(frontend_port, servers, socket_path))
+    return config, socket_path
+
+
+def haproxy_argv(binary: str, config: Path) -> list[str]:
+    return [binary, "-db", "-f", str(config)]
+
+
+def runtime_command(socket_path: Path | str, command: str, timeout: float = 2.0) -> str:
+    """Send one runtime API command and return HAProxy's reply."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(socket_path))
+            sock.sendall(command.encode() + b"\n")
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        except OSError as exc:
+            raise StackError(f"haproxy runtime API {socket_path}: {command!r} failed: {exc}") from exc
+    return b"".join(chunks).decode(errors="replace")
+
+
+def _set_state(socket_path: Path | str, server: str, state: str) -> None:
+    reply = runtime_command(socket_path, f"set server {BACKEND}/{server} state {state}").strip()
+    if reply:  # success is an empty reply
+        raise StackError(f"haproxy: set server {BACKEND}/{server} state {state}: {reply}")
+
+
+def disable_server(socket_path: Path | str, server: str) -> None:
+    """Maintenance mode: no new traffic, established connections may finish."""
+    _set_state(socket_path, server, "maint")
+
+
+def enable_server(socket_path: Path | str, server: str) -> None:
+    _set_state(socket_path, server, "ready")
+
+
+def drain_server(socket_path: Path | str, server: str) -> None:
+    """No new connections but persistent sessions continue; health checks go on."""
+    _set_state(socket_path, server, "drain")
+
+
+def server_states(socket_path: Path | str) -> dict[str, str]:
+    """{server name: status} from ``show stat`` (``UP``, ``DOWN``, ``MAINT``, ``DRAIN``...)."""
+    lines = runtime_command(socket_path, "show stat").splitlines()
+    if not lines or not lines[0].startswith("# "):
+        raise StackError(f"haproxy: unexpected 'show stat' reply: {lines[:1]}")
+    header = lines[0][2:].split(",")
+    states: dict[str, str] = {}
+    for line in lines[1:]:
+        row = dict(zip(header, line.split(",")))
+        if row.get("pxname") == BACKEND and row.get("svname") not in (None, "BACKEND", "FRONTEND"):
+            states[row["svname"]] = row.get("status", "")
+    return states

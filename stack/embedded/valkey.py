@@ -1,0 +1,80 @@
+"""Valkey for the stack: TLS only (no plaintext port), AOF, noeviction, in the run folder.
+
+``noeviction`` because an evicted RQ job hash is a silently lost job; AOF so that an
+acknowledged enqueue survives a Valkey restart. Clients must verify the server with
+the run's CA (``tls-auth-clients no``: server authentication only).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from redis import Redis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from stack.embedded.certs import CertPaths
+
+__all__ = ["DEFAULT_MAXMEMORY", "valkey_url", "write_valkey_config", "valkey_argv", "tls_ping"]
+
+DEFAULT_MAXMEMORY = "256mb"
+
+
+def valkey_url(tls_port: int, db: int = 0) -> str:
+    return f"rediss://127.0.0.1:{tls_port}/{db}"
+
+
+def _config_text(tls_port: int, certs: CertPaths, data_dir: Path, maxmemory: str) -> str:
+    lines = [
+        "bind 127.0.0.1",
+        "port 0",  # no plaintext listener at all
+        f"tls-port {tls_port}",
+        f'tls-cert-file "{certs.server_cert.resolve()}"',
+        f'tls-key-file "{certs.server_key.resolve()}"',
+        f'tls-ca-cert-file "{certs.ca_cert.resolve()}"',
+        "tls-auth-clients no",
+        "daemonize no",
+        'logfile ""',  # stdout, which the supervisor sends to logs/valkey.log
+        f'dir "{data_dir.resolve()}"',
+        "appendonly yes",
+        "appendfsync everysec",
+        'save ""',  # AOF is the durability story; no RDB fork pauses mid-test
+        f"maxmemory {maxmemory}",
+        "maxmemory-policy noeviction",
+        "protected-mode yes",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_valkey_config(
+    run_dir: Path, tls_port: int, certs: CertPaths, maxmemory: str = DEFAULT_MAXMEMORY
+) -> Path:
+    """Write ``<run_dir>/valkey/valkey.conf`` (data in the same folder); return its path."""
+    folder = (run_dir / "valkey").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "valkey.conf"
+    path.write_text(_config_text(tls_port, certs, folder, maxmemory))
+    return path
+
+
+def valkey_argv(binary: str, config: Path) -> list[str]:
+    return [binary, str(config)]
+
+
+def tls_ping(url: str, ca_cert: Path | str, timeout: float = 1.0) -> bool:
+    """One PING over TLS, verifying the server with ``ca_cert``; False on any failure."""
+    client = Redis.from_url(
+        url,
+        ssl_ca_certs=str(ca_cert),
+        ssl_cert_reqs="required",
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),  # a probe answers now or not at all
+    )
+    try:
+        return bool(client.ping())
+    except (RedisError, OSError):
+        return False
+    finally:
+        client.close()

@@ -1,0 +1,194 @@
+"""Attempts in the ledger: students, starting, finishing, and what a finish owes.
+
+Every write is one transaction. ``finish_attempt`` flips the attempt and writes its
+outbox rows together, so a crash leaves either an open attempt or a finished one
+with all of its work recorded, never a finished attempt that owes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy.exc import IntegrityError
+
+from stack.lanes.queues import operation_id
+from stack.ledger import outbox
+from stack.ledger.schema import attempts, audit_log, exams, outcomes, students
+
+__all__ = [
+    "Attempt",
+    "FinishResult",
+    "OutcomeView",
+    "StartKeyConflict",
+    "append_audit",
+    "ensure_student",
+    "finish_attempt",
+    "get_attempt",
+    "outcome_for",
+    "question_count",
+    "start_attempt",
+]
+
+
+class StartKeyConflict(Exception):
+    """The student already used this Idempotency-Key to start an attempt of another exam."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    id: str
+    student_id: str
+    exam_code: str
+    status: str  # open | finished
+    started_at: float
+    finished_at: float | None
+    idempotency_key: str | None
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    attempt: Attempt
+    operation_ids: list[str]  # empty on a replay: nothing new was written
+
+
+@dataclass(frozen=True)
+class OutcomeView:
+    """What a student may be told about one piece of owed work."""
+
+    operation_id: str
+    status: str  # pending | ready | failed_for_review
+    outbox_status: str | None
+    payload: dict | None
+    created_at: float | None
+
+
+def _attempt(row: object) -> Attempt:
+    m = row._mapping  # type: ignore[attr-defined]
+    return Attempt(
+        id=m["id"],
+        student_id=m["student_id"],
+        exam_code=m["exam_code"],
+        status=m["status"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        idempotency_key=m["idempotency_key"],
+    )
+
+
+def question_count(conn: Connection, exam_code: str) -> int | None:
+    """Questions of an exam, or None for an exam the ledger does not know."""
+    return conn.execute(select(exams.c.question_count).where(exams.c.code == exam_code)).scalar_one_or_none()
+
+
+def get_attempt(conn: Connection, attempt_id: str, *, for_update: bool = False) -> Attempt | None:
+    query = select(attempts).where(attempts.c.id == attempt_id)
+    if for_update:
+        # Serialises answer submission against finish on PostgreSQL; SQLite already
+        # holds the write lock from BEGIN IMMEDIATE and ignores FOR UPDATE.
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    return None if row is None else _attempt(row)
+
+
+def append_audit(conn: Connection, actor: str, action: str, detail: dict, now: float | None = None) -> None:
+    now = time.time() if now is None else now
+    conn.execute(audit_log.insert().values(at=now, actor=actor, action=action, detail=json.dumps(detail, sort_keys=True)))
+
+
+def ensure_student(engine: Engine, student_id: str, now: float | None = None) -> None:
+    """Register the student on first sight; a concurrent registration is not an error."""
+    now = time.time() if now is None else now
+    try:
+        with engine.begin() as conn:
+            exists = conn.execute(select(students.c.id).where(students.c.id == student_id)).first()
+            if exists is None:
+                conn.execute(students.insert().values(id=student_id, created_at=now))
+    except IntegrityError:
+        pass  # another node registered the same student between our read and insert
+
+
+def _attempt_by_key(conn: Connection, student_id: str, key: str) -> Attempt | None:
+    row = conn.execute(
+        select(attempts).where(attempts.c.student_id == student_id, attempts.c.idempotency_key == key)
+    ).first()
+    return None if row is None else _attempt(row)
+
+
+def _replayed(found: Attempt, exam_code: str) -> tuple[Attempt, bool]:
+    if found.exam_code != exam_code:
+        raise StartKeyConflict(found.id)
+    return found, False
+
+
+def start_attempt(
+    engine: Engine, student_id: str, exam_code: str, key: str | None, now: float | None = None
+) -> tuple[Attempt, bool]:
+    """Start an attempt; with a key, a replay returns the first attempt. Returns (attempt, created)."""
+    now = time.time() if now is None else now
+    new = Attempt(uuid.uuid4().hex, student_id, exam_code, "open", now, None, key)
+    try:
+        with engine.begin() as conn:
+            found = _attempt_by_key(conn, student_id, key) if key else None
+            if found is not None:
+                return _replayed(found, exam_code)
+            conn.execute(
+                attempts.insert().values(
+                    id=new.id, student_id=student_id, exam_code=exam_code, idempotency_key=key,
+                    status="open", started_at=now, finished_at=None,
+                )
+            )
+            return new, True
+    except IntegrityError:
+        if not key:
+            raise
+    # A concurrent start with the same key committed first: answer with its attempt.
+    with engine.connect() as conn:
+        found = _attempt_by_key(conn, student_id, key)
+    if found is None:
+        raise RuntimeError(f"attempt start for key {key!r} conflicted but no attempt holds the key")
+    return _replayed(found, exam_code)
+
+
+def finish_attempt(engine: Engine, attempt_id: str, node: str, now: float | None = None) -> FinishResult:
+    """Finish the attempt and write its outbox rows in one transaction; a replay writes nothing."""
+    now = time.time() if now is None else now
+    with engine.begin() as conn:
+        current = get_attempt(conn, attempt_id, for_update=True)
+        if current is None:
+            raise LookupError(attempt_id)
+        moved = conn.execute(
+            update(attempts)
+            .where(attempts.c.id == attempt_id, attempts.c.status == "open")
+            .values(status="finished", finished_at=now)
+        ).rowcount
+        if moved != 1:
+            return FinishResult(current, [])
+        ops = outbox.create_rows(conn, attempt_id, now=now)
+        append_audit(
+            conn, current.student_id, "attempt.finish",
+            {"attempt_id": attempt_id, "node": node, "operation_ids": ops}, now,
+        )
+        finished = get_attempt(conn, attempt_id)
+    assert finished is not None
+    return FinishResult(finished, ops)
+
+
+def outcome_for(conn: Connection, attempt_id: str, kind: str) -> OutcomeView | None:
+    """The honest status of one kind of work; None when the attempt owes none (not finished)."""
+    op = operation_id(kind, attempt_id)
+    rows = conn.execute(select(outcomes).where(outcomes.c.operation_id == op).order_by(outcomes.c.id)).all()
+    owed = outbox.get_row(conn, op)
+    outbox_status = None if owed is None else owed["status"]
+    # Prefer a ready outcome: a duplicate row must not hide a result the student already has.
+    for wanted in ("ready", "failed_for_review"):
+        for row in rows:
+            if row.status == wanted:
+                return OutcomeView(op, wanted, outbox_status, json.loads(row.payload), row.created_at)
+    if owed is None:
+        return None
+    status = "failed_for_review" if outbox_status == "failed" else "pending"
+    return OutcomeView(op, status, outbox_status, None, None)

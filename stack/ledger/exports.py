@@ -1,0 +1,62 @@
+"""Ledger exports in the contract format of docs/architecture.md (what checkers read)."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from sqlalchemy import Connection, select
+
+from stack.ledger.schema import answers, attempts, outbox, outcomes
+
+__all__ = ["EXPORT_TABLES", "export_rows"]
+
+
+def _attempts(conn: Connection) -> list[dict]:
+    query = select(
+        attempts.c.id.label("attempt_id"), attempts.c.student_id, attempts.c.exam_code,
+        attempts.c.status, attempts.c.started_at, attempts.c.finished_at,
+    ).order_by(attempts.c.started_at, attempts.c.id)
+    return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def _answers(conn: Connection) -> list[dict]:
+    query = (
+        select(
+            answers.c.receipt_id, answers.c.attempt_id, attempts.c.student_id, answers.c.question,
+            answers.c.content, answers.c.idempotency_key, answers.c.node, answers.c.created_at,
+        )
+        .join(attempts, attempts.c.id == answers.c.attempt_id)
+        .order_by(answers.c.created_at, answers.c.receipt_id)
+    )
+    return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def _outbox(conn: Connection) -> list[dict]:
+    query = select(
+        outbox.c.operation_id, outbox.c.attempt_id, outbox.c.kind, outbox.c.status, outbox.c.attempts,
+        outbox.c.job_id, outbox.c.last_error, outbox.c.created_at, outbox.c.enqueued_at, outbox.c.done_at,
+    ).order_by(outbox.c.created_at, outbox.c.operation_id)
+    return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def _outcomes(conn: Connection) -> list[dict]:
+    query = select(
+        outcomes.c.id, outcomes.c.operation_id, outcomes.c.attempt_id, outcomes.c.kind,
+        outcomes.c.status, outcomes.c.payload, outcomes.c.created_at,
+    ).order_by(outcomes.c.id)
+    # payload is stored as JSON text; the export hands checkers an object.
+    return [{**dict(r._mapping), "payload": json.loads(r.payload)} for r in conn.execute(query)]
+
+
+EXPORT_TABLES: dict[str, Callable[[Connection], list[dict]]] = {
+    "attempts": _attempts,
+    "answers": _answers,
+    "outbox": _outbox,
+    "outcomes": _outcomes,
+}
+
+
+def export_rows(conn: Connection, table: str) -> list[dict]:
+    """All rows of one exported table, oldest first; KeyError for a table not exported."""
+    return EXPORT_TABLES[table](conn)

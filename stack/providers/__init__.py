@@ -1,0 +1,125 @@
+"""Fake external providers: an AI narrative service and an SMS gateway.
+
+Both are built from the small kit below: an effect ledger (``ledger.py``) so a
+checker can count real side effects, fault knobs (``faults.py``) set through a
+loopback-only admin API, and one call pipeline (latency -> refusal -> work ->
+record effect -> optional delay after the effect -> answer).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from fastapi import APIRouter, Body, Header, HTTPException, Request
+from fastapi.responses import JSONResponse
+
+from stack.config import Settings
+from stack.providers.faults import FaultState, Faults
+from stack.providers.ledger import EffectLedger, IdempotencyConflict
+
+__all__ = ["Provider", "admin_router", "is_loopback", "lookup", "perform"]
+
+IDEMPOTENCY_KEY_MAX = 255
+
+
+@dataclass
+class Provider:
+    """The state of one fake provider process."""
+
+    name: str
+    settings: Settings
+    work_seconds: float
+    ledger: EffectLedger = field(init=False)
+    faults: FaultState = field(default_factory=FaultState)
+
+    def __post_init__(self) -> None:
+        self.ledger = EffectLedger(self.settings.run_dir / f"{self.name}_effects.db")
+
+
+def is_loopback(request: Request) -> bool:
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def perform(
+    provider: Provider,
+    operation_id: str,
+    idempotency_key: str | None,
+    request_body: dict[str, Any],
+    respond: Callable[[int], dict[str, Any]],
+) -> JSONResponse:
+    """Run one side-effecting call through the fault knobs and the effect ledger."""
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= IDEMPOTENCY_KEY_MAX:
+        raise HTTPException(422, f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} characters")
+    faults = provider.faults.current()
+    time.sleep(faults.latency_seconds)
+    refused = provider.faults.take_refusal()
+    if refused is not None:
+        return JSONResponse(refused.body, status_code=refused.status, headers=refused.headers)
+    time.sleep(provider.work_seconds)
+    try:
+        recorded = provider.ledger.record(
+            operation_id, idempotency_key, request_body, lambda effect_id: (201, respond(effect_id))
+        )
+    except IdempotencyConflict:
+        raise HTTPException(409, "Idempotency-Key reused with a different request body") from None
+    if not recorded.replayed:
+        # The effect is committed; the caller has not heard yet (unknown outcome window).
+        time.sleep(provider.faults.current().delay_after_effect_seconds)
+    headers = {"Idempotent-Replayed": "true"} if recorded.replayed else {}
+    return JSONResponse(recorded.effect.response, status_code=recorded.effect.status_code, headers=headers)
+
+
+def lookup(provider: Provider, operation_id: str) -> dict[str, Any]:
+    """What the provider did for an operation: lets a caller reconcile before replaying."""
+    effects = provider.ledger.for_operation(operation_id)
+    if not effects:
+        raise HTTPException(404, f"no effect for operation {operation_id}")
+    return {"operation_id": operation_id, "effects": len(effects), "response": effects[-1].response}
+
+
+def _require_admin(request: Request, token: str | None, provider: Provider) -> None:
+    if not is_loopback(request):
+        raise HTTPException(403, "admin API is loopback only")
+    if token != provider.settings.admin_token:
+        raise HTTPException(401, "bad or missing X-Admin-Token")
+
+
+def admin_router(provider: Provider) -> APIRouter:
+    router = APIRouter(prefix="/admin")
+
+    @router.get("/ledger")
+    def ledger(request: Request, x_admin_token: str | None = Header(None)) -> dict[str, Any]:
+        _require_admin(request, x_admin_token, provider)
+        effects = [effect.export() for effect in provider.ledger.all()]
+        return {"provider": provider.name, "exported_at": time.time(), "effects": effects}
+
+    @router.get("/faults")
+    def get_faults(request: Request, x_admin_token: str | None = Header(None)) -> dict[str, Any]:
+        _require_admin(request, x_admin_token, provider)
+        return provider.faults.as_dict()
+
+    @router.put("/faults")
+    def put_faults(
+        request: Request, knobs: dict[str, Any] = Body(...), x_admin_token: str | None = Header(None)
+    ) -> dict[str, Any]:
+        _require_admin(request, x_admin_token, provider)
+        try:
+            provider.faults.set(Faults(**knobs))
+        except (TypeError, ValueError) as exc:
+            raise HTTPException(422, str(exc)) from None
+        return provider.faults.as_dict()
+
+    @router.delete("/faults")
+    def delete_faults(request: Request, x_admin_token: str | None = Header(None)) -> dict[str, Any]:
+        _require_admin(request, x_admin_token, provider)
+        provider.faults.clear()
+        return provider.faults.as_dict()
+
+    return router

@@ -1,0 +1,83 @@
+"""Fake SMS gateway: ``python -m uvicorn stack.providers.sms:create_app --factory``.
+
+Like the seed's gateway it accepts traffic only from allow-listed source
+addresses (env ``PROCTOR_SMS_ALLOWLIST``, comma-separated CIDRs, default
+``127.0.0.1/32``): a replacement worker on another address gets 403.
+Each accepted message is one effect (a text the student receives).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import time
+from typing import Any, Mapping
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from stack.config import CASE_SMS_CALL_SECONDS, Settings, SettingsError, load_settings
+from stack.providers import Provider, admin_router, lookup, perform
+
+__all__ = ["ALLOWLIST_ENV", "MessageRequest", "create_app", "parse_allowlist"]
+
+ALLOWLIST_ENV = "PROCTOR_SMS_ALLOWLIST"
+DEFAULT_ALLOWLIST = "127.0.0.1/32"
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class MessageRequest(BaseModel):
+    operation_id: str = Field(min_length=1, max_length=128)
+    to: str = Field(min_length=1, max_length=64)
+    body: str = Field(min_length=1, max_length=1600)
+
+
+def parse_allowlist(raw: str) -> tuple[Network, ...]:
+    try:
+        return tuple(ipaddress.ip_network(part.strip()) for part in raw.split(",") if part.strip())
+    except ValueError as exc:
+        raise SettingsError(f"{ALLOWLIST_ENV}={raw!r}: {exc}") from None
+
+
+def _allowed(host: str, allowlist: tuple[Network, ...]) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return any(address in network for network in allowlist)
+
+
+def create_app(settings: Settings | None = None, environ: Mapping[str, str] | None = None) -> FastAPI:
+    settings = settings or load_settings()
+    environ = os.environ if environ is None else environ
+    allowlist = parse_allowlist(environ.get(ALLOWLIST_ENV) or DEFAULT_ALLOWLIST)
+    provider = Provider("sms", settings, work_seconds=settings.scaled(CASE_SMS_CALL_SECONDS))
+    app = FastAPI(title="Fake SMS gateway")
+    app.state.provider = provider
+    app.include_router(admin_router(provider))
+
+    def source_allowed(request: Request) -> None:
+        host = request.client.host if request.client else ""
+        if not _allowed(host, allowlist):
+            raise HTTPException(403, f"source address {host} is not on the gateway allow-list")
+
+    @app.post("/v1/messages", dependencies=[Depends(source_allowed)])
+    def send_message(body: MessageRequest, idempotency_key: str | None = Header(None)) -> JSONResponse:
+        def respond(effect_id: int) -> dict[str, Any]:
+            return {
+                "message_id": f"msg_{effect_id}",
+                "operation_id": body.operation_id,
+                "to": body.to,
+                "status": "accepted",
+                "created_at": time.time(),
+            }
+
+        return perform(provider, body.operation_id, idempotency_key, body.model_dump(), respond)
+
+    @app.get("/v1/messages/{operation_id}", dependencies=[Depends(source_allowed)])
+    def get_message(operation_id: str) -> dict[str, Any]:
+        return lookup(provider, operation_id)
+
+    return app
