@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,7 @@ class ExamClient:
         processes: ProcessIds,
         max_tries: int = 6,
         retry_delay: float = 0.1,
+        counts: Counter | None = None,
     ) -> None:
         self.http = http
         self.history = history
@@ -79,6 +81,7 @@ class ExamClient:
         self.max_tries = max_tries
         self.retry_delay = retry_delay
         self.retries = 0
+        self.counts: Counter = Counter() if counts is None else counts  # completions by type, for progress
 
     async def call(self, process: int, call: Call) -> CallResult:
         """Try until ok or fail, retrying info outcomes as a new process each time."""
@@ -109,6 +112,7 @@ class ExamClient:
         except httpx.HTTPError as exc:  # timeouts, resets, refused, TLS: indeterminate
             error = f"{type(exc).__name__}: {exc}"[:300]
         kind = classify(status)
+        self.counts[kind] += 1
         if kind != "ok" and error is None:
             error = str(body.get("detail", body))[:300] if body else f"HTTP {status}"
         self.history.append(

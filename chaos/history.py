@@ -19,6 +19,7 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -129,6 +130,7 @@ class History:
         self._fsync = fsync
         self._lock = threading.Lock()
         self._next_index = 0
+        self._type_counts: Counter[str] = Counter()
         self._processes = itertools.count()
         # Line-buffered append: each op reaches the OS as soon as it is written.
         self._file = open(self.path, "a", encoding="utf-8", buffering=1)
@@ -156,6 +158,8 @@ class History:
             if self._fsync:
                 os.fsync(self._file.fileno())
             self._next_index += 1
+            if op.is_client:
+                self._type_counts[type] += 1
         return op
 
     def invoke(self, process: int, f: str, value: Any = None) -> Op:
@@ -177,6 +181,11 @@ class History:
     def sample(self, value: dict[str, Any]) -> Op:
         """A monitor sample: {"lanes": {lane: {"depth": n, "oldest_age": s}}, "pending_outcomes": n}."""
         return self.append(process=MONITOR, type="info", f="sample", value=value)
+
+    def counts(self) -> dict[str, int]:
+        """Client ops written so far by type ({"invoke": n, "ok": n, ...}): for progress lines."""
+        with self._lock:
+            return dict(self._type_counts)
 
     def new_process(self) -> int:
         """A process number never handed out before by this writer (use one after an info)."""

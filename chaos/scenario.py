@@ -11,6 +11,7 @@ import asyncio
 import json
 import shlex
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -144,9 +145,10 @@ async def _load_and_faults(
     stop_monitor = asyncio.Event()
     monitor = asyncio.create_task(run_monitor(stack.urls["api"], history, 0.5, stop_monitor))
     schedule = asyncio.create_task(run_schedule(nemesis, faults, history, started))
-    ticker = asyncio.create_task(_tick(history, started, progress))
+    counts: Counter = Counter()
+    ticker = asyncio.create_task(_tick(counts, started, progress))
     try:
-        stats = await run_workload(stack.urls["api"], history, scenario.workload, seed)
+        stats = await run_workload(stack.urls["api"], history, scenario.workload, seed, counts)
         await schedule
         return stats
     finally:
@@ -156,11 +158,10 @@ async def _load_and_faults(
         await asyncio.gather(monitor, schedule, ticker, return_exceptions=True)
 
 
-async def _tick(history: History, started: float, progress: Progress) -> None:
+async def _tick(counts: Counter, started: float, progress: Progress) -> None:
     """A progress line every two seconds: long runs must show they are alive."""
     while True:
         await asyncio.sleep(2.0)
-        counts = history.counts()
         progress(f"t={time.monotonic() - started:5.1f}s ok={counts.get('ok', 0)} fail={counts.get('fail', 0)} "
                  f"info={counts.get('info', 0)}")
 

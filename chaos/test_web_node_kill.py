@@ -13,4 +13,4 @@ def test_web_node_kill_keeps_acknowledged_answers(run_chaos):
     answers = run.checker("answers")["counts"]
     assert answers["acknowledged"] > 0
     assert answers["lost"] == 0 and answers["duplicated"] == 0, answers
-    assert "client_retries" in run.checker("stats")["counts"]
+    assert "retries" in run.checker("stats")["counts"]

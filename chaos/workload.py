@@ -12,6 +12,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,7 +148,9 @@ async def _poll_merit_card(
         await asyncio.sleep(spec.poll_interval)
 
 
-async def run_workload(base_url: str, history: History, spec: WorkloadSpec, seed: int) -> WorkloadStats:
+async def run_workload(
+    base_url: str, history: History, spec: WorkloadSpec, seed: int, counts: Counter | None = None
+) -> WorkloadStats:
     """Drive students at ``spec.arrival_rate`` for ``spec.duration`` seconds, then wait for them."""
     rng = random.Random(seed)
     stats = WorkloadStats()
@@ -156,7 +159,7 @@ async def run_workload(base_url: str, history: History, spec: WorkloadSpec, seed
     limits = httpx.Limits(max_connections=spec.max_in_flight, max_keepalive_connections=spec.max_in_flight)
     timeout = httpx.Timeout(spec.request_timeout)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as http:
-        client = ExamClient(http, history, processes, max_tries=spec.max_tries)
+        client = ExamClient(http, history, processes, max_tries=spec.max_tries, counts=counts)
         tasks = [asyncio.create_task(_arrive(client, spec, gate, rng, i, stats))
                  for i in range(int(spec.arrival_rate * spec.duration))]
         stats.students = len(tasks)

@@ -56,12 +56,15 @@ class Result:
     notes: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, "Result"] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    """Names of the categories that made this result invalid (non-zero counts)."""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "name": self.name,
             "valid": self.valid,
             "counts": self.counts,
+            "violations": self.violations,
             "examples": self.examples,
             "notes": self.notes,
         }
@@ -100,8 +103,8 @@ def build_result(
         all_counts[category] = len(items)
         if items:
             examples[category] = list(items[:MAX_EXAMPLES])
-    valid = not any(bad.values())
-    return Result(name, valid, all_counts, examples, list(notes), dict(details or {}))
+    violations = [category for category, items in bad.items() if items]
+    return Result(name, not violations, all_counts, examples, list(notes), dict(details or {}), violations=violations)
 
 
 def merge_validity(verdicts: Iterable[Validity]) -> Validity:

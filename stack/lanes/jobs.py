@@ -32,6 +32,7 @@ __all__ = [
     "OPTIONS",
     "answer_key",
     "compute_merit_card",
+    "http_timeout",
     "job_timeout",
     "merit_of",
     "reset_process_state",

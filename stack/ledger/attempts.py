@@ -7,7 +7,6 @@ with all of its work recorded, never a finished attempt that owes nothing.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,15 +15,14 @@ from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
 from stack.lanes.queues import operation_id
-from stack.ledger import outbox
-from stack.ledger.schema import attempts, audit_log, exams, outcomes, students
+from stack.ledger import outbox, outcomes
+from stack.ledger.schema import attempts, exams, students
 
 __all__ = [
     "Attempt",
     "FinishResult",
     "OutcomeView",
     "StartKeyConflict",
-    "append_audit",
     "ensure_student",
     "finish_attempt",
     "get_attempt",
@@ -92,11 +90,6 @@ def get_attempt(conn: Connection, attempt_id: str, *, for_update: bool = False) 
         query = query.with_for_update()
     row = conn.execute(query).first()
     return None if row is None else _attempt(row)
-
-
-def append_audit(conn: Connection, actor: str, action: str, detail: dict, now: float | None = None) -> None:
-    now = time.time() if now is None else now
-    conn.execute(audit_log.insert().values(at=now, actor=actor, action=action, detail=json.dumps(detail, sort_keys=True)))
 
 
 def ensure_student(engine: Engine, student_id: str, now: float | None = None) -> None:
@@ -168,7 +161,7 @@ def finish_attempt(engine: Engine, attempt_id: str, node: str, now: float | None
         if moved != 1:
             return FinishResult(current, [])
         ops = outbox.create_rows(conn, attempt_id, now=now)
-        append_audit(
+        outcomes.audit(
             conn, current.student_id, "attempt.finish",
             {"attempt_id": attempt_id, "node": node, "operation_ids": ops}, now,
         )
@@ -180,14 +173,14 @@ def finish_attempt(engine: Engine, attempt_id: str, node: str, now: float | None
 def outcome_for(conn: Connection, attempt_id: str, kind: str) -> OutcomeView | None:
     """The honest status of one kind of work; None when the attempt owes none (not finished)."""
     op = operation_id(kind, attempt_id)
-    rows = conn.execute(select(outcomes).where(outcomes.c.operation_id == op).order_by(outcomes.c.id)).all()
+    rows = outcomes.find(conn, op)
     owed = outbox.get_row(conn, op)
     outbox_status = None if owed is None else owed["status"]
     # Prefer a ready outcome: a duplicate row must not hide a result the student already has.
     for wanted in ("ready", "failed_for_review"):
         for row in rows:
-            if row.status == wanted:
-                return OutcomeView(op, wanted, outbox_status, json.loads(row.payload), row.created_at)
+            if row["status"] == wanted:
+                return OutcomeView(op, wanted, outbox_status, row["payload"], row["created_at"])
     if owed is None:
         return None
     status = "failed_for_review" if outbox_status == "failed" else "pending"

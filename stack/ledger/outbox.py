@@ -25,7 +25,13 @@ __all__ = [
     "mark_done",
     "mark_reenqueued",
     "mark_failed",
+    "pending_for_attempt",
+    "unfinished_summary",
+    "NON_FINAL_STATUSES",
 ]
+
+NON_FINAL_STATUSES = ("pending", "enqueued")
+"""Rows whose outcome the student is still waiting for."""
 
 
 def create_rows(conn: Connection, attempt_id: str, now: float | None = None) -> list[str]:
@@ -112,11 +118,6 @@ def mark_failed(conn: Connection, op: str, previous_job: str, reason: str, now: 
         .values(status="failed", updated_at=now, last_error=reason)
     )
     return result.rowcount == 1
-
-
-def get_row(conn: Connection, op: str) -> dict | None:
-    row = conn.execute(select(outbox).where(outbox.c.operation_id == op)).first()
-    return None if row is None else dict(row._mapping)
 
 
 def pending_for_attempt(conn: Connection, attempt_id: str) -> list[dict]:

@@ -1,0 +1,159 @@
+"""Offline analysis of one run folder, and the ``proctor check RUN_DIR`` command.
+
+Reads ``scenario.json``, ``history.jsonl`` and ``ledgers/``; runs every checker
+with the scenario's options; writes ``report.json``, ``report.md`` and the PNG
+plots into the run folder. Needs no running stack, so any stored run can be
+re-checked (and a checker fix re-applied to old runs).
+
+Exit codes follow Jepsen: 0 valid, 1 an invariant was violated, 2 unknown (a
+ledger or the history could not be read, a checker crashed, a bad scenario file).
+Unknown must fail CI just like invalid: "could not tell" is not a pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from chaos.checkers import run_checkers
+from chaos.checkers.base import UNKNOWN, CheckOptions, Result, compose
+from chaos.history import HistoryFormatError, Op, load_history
+from chaos.ledgers import load_ledgers
+from chaos.plots import plot_run
+from chaos.report import REPORT_MD, build_report, verdict_word, write_report
+from stack.config import DEFAULT_TIME_SCALE
+
+__all__ = [
+    "EXIT_INVALID",
+    "EXIT_UNKNOWN",
+    "EXIT_VALID",
+    "HISTORY_FILE",
+    "SCENARIO_FILE",
+    "ScenarioError",
+    "analyze",
+    "check_command",
+    "check_main",
+    "exit_code",
+    "load_scenario",
+]
+
+SCENARIO_FILE = "scenario.json"
+HISTORY_FILE = "history.jsonl"
+EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN = 0, 1, 2
+
+
+class ScenarioError(ValueError):
+    """scenario.json is unreadable or holds an unusable value."""
+
+
+def load_scenario(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
+    """The scenario document and notes; a missing file means defaults (noted in the report)."""
+    path = run_dir / SCENARIO_FILE
+    if not path.is_file():
+        return {}, [f"{SCENARIO_FILE} not found: default options used"]
+    try:
+        scenario = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
+    if not isinstance(scenario, dict):
+        raise ScenarioError(f"{path}: expected a JSON object")
+    return scenario, []
+
+
+def _time_scale(scenario: dict[str, Any], notes: list[str]) -> float:
+    settings = scenario.get("settings") or {}
+    raw = scenario.get("time_scale", settings.get("TIME_SCALE", settings.get("time_scale")))
+    if raw is None:
+        notes.append(f"no time_scale in {SCENARIO_FILE}: assumed {DEFAULT_TIME_SCALE}")
+        return DEFAULT_TIME_SCALE
+    try:
+        scale = float(raw)
+    except (TypeError, ValueError):
+        raise ScenarioError(f"time_scale={raw!r}: expected a number") from None
+    if not scale > 0:
+        raise ScenarioError(f"time_scale={raw!r}: must be greater than 0")
+    return scale
+
+
+def _load_history(run_dir: Path) -> tuple[list[Op] | None, str | None]:
+    try:
+        return load_history(run_dir / HISTORY_FILE), None
+    except (OSError, HistoryFormatError) as exc:
+        return None, f"history could not be read: {type(exc).__name__}: {exc}"
+
+
+def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
+    """Check one run folder and write its report; returns the report (``report["valid"]``).
+
+    Raises ScenarioError / OptionsError for a bad scenario.json and FileNotFoundError
+    for a missing folder; an unreadable history or ledger becomes an unknown verdict.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run folder {run_dir} does not exist")
+    scenario, notes = load_scenario(run_dir)
+    options = CheckOptions.from_dict(scenario.get("options"))
+    time_scale = _time_scale(scenario, notes)
+    history, problem = _load_history(run_dir)
+    if history is None:
+        # Without the history nothing can be judged: an empty one would look vacuous or
+        # make every ledger row "unexpected", both wrong claims about the stack.
+        result = compose([Result.unknown("history", [problem or "history missing"])])
+    else:
+        result = run_checkers(history, load_ledgers(run_dir), options)
+    plot_names = _plots(history or [], run_dir, notes) if plots else []
+    report = build_report(scenario, result, options, time_scale, plot_names, notes)
+    write_report(run_dir, report)
+    return report
+
+
+def _plots(history: Sequence[Op], run_dir: Path, notes: list[str]) -> list[str]:
+    """Plots are evidence, not verdict: a plotting failure is noted, never fatal."""
+    try:
+        return [path.name for path in plot_run(history, run_dir)]
+    except Exception as exc:  # noqa: BLE001 - keep the verdict even if matplotlib breaks
+        notes.append(f"plots failed: {type(exc).__name__}: {exc}")
+        return []
+
+
+def exit_code(valid: Any) -> int:
+    if valid is True:
+        return EXIT_VALID
+    if valid is False:
+        return EXIT_INVALID
+    return EXIT_UNKNOWN
+
+
+def check_command(run_dir: str | Path, *, plots: bool = True) -> int:
+    """`proctor check RUN_DIR`: analyze, print a short verdict, return 0 / 1 / 2."""
+    try:
+        report = analyze(Path(run_dir), plots=plots)
+    except Exception as exc:  # noqa: BLE001 - any harness error must exit 2, not pass
+        print(f"proctor check: {run_dir}: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    print(_summary_line(report, Path(run_dir)))
+    return exit_code(report["valid"])
+
+
+def _summary_line(report: dict[str, Any], run_dir: Path) -> str:
+    problems = []
+    for name, check in report["checkers"].items():
+        if check["valid"] is False:
+            bad = [f"{k}={check['counts'][k]}" for k in check.get("violations", [])]
+            problems.append(f"{name} ({', '.join(bad)})" if bad else name)
+        elif check["valid"] == UNKNOWN:
+            problems.append(f"{name} (unknown: {'; '.join(check['notes'][:1])})")
+    detail = f": {'; '.join(problems)}" if problems else ""
+    return f"{verdict_word(report['valid'])}{detail}\nreport: {run_dir / REPORT_MD}"
+
+
+def check_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point for chaos.cli: ``proctor check RUN_DIR [--no-plots]``."""
+    parser = argparse.ArgumentParser(prog="proctor check", description="Re-run the checkers offline on a stored run folder.")
+    parser.add_argument("run_dir", type=Path, help="a run folder, e.g. results/runs/latest")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    return check_command(args.run_dir, plots=not args.no_plots)

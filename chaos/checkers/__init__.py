@@ -1,0 +1,57 @@
+"""Invariant checkers: pure functions (history, ledgers, options) -> Result.
+
+One checker per module; ``CHECKERS`` lists them in report order and
+``run_checkers`` runs them all (each crash-safe) and composes one verdict.
+What each proves: docs/checkers.md.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from chaos.checkers.answers import check_answers
+from chaos.checkers.base import (
+    UNKNOWN,
+    CheckOptions,
+    Checker,
+    OptionsError,
+    Result,
+    check_safe,
+    compose,
+)
+from chaos.checkers.effects import check_effects
+from chaos.checkers.jobs import check_jobs
+from chaos.checkers.latency import check_latency
+from chaos.checkers.stats import check_stats
+from chaos.history import Op
+from chaos.ledgers import Ledgers
+
+__all__ = [
+    "CHECKERS",
+    "CheckOptions",
+    "Checker",
+    "OptionsError",
+    "Result",
+    "UNKNOWN",
+    "check_answers",
+    "check_effects",
+    "check_jobs",
+    "check_latency",
+    "check_safe",
+    "check_stats",
+    "compose",
+    "run_checkers",
+]
+
+CHECKERS: dict[str, Checker] = {
+    "stats": check_stats,
+    "answers": check_answers,
+    "effects": check_effects,
+    "jobs": check_jobs,
+    "latency": check_latency,
+}
+
+
+def run_checkers(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+    """Every checker, each crash-safe, composed: false > unknown > true."""
+    return compose(check_safe(name, checker, history, ledgers, options) for name, checker in CHECKERS.items())

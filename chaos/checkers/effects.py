@@ -1,0 +1,153 @@
+"""Effects: every finished attempt got each outcome exactly once, and each side effect at most once.
+
+For every attempt the ledger shows ``finished``, per outbox kind (merit, narrative, sms):
+
+- exactly one outcome row for ``<kind>-<attempt_id>``, with status ``ready``; a
+  ``failed_for_review`` outcome is accepted only for kinds in
+  ``allow_failed_for_review``, and no outcome yet (outbox row still pending or
+  enqueued) only for kinds in ``allow_pending``; anything else is **missing_<kind>**,
+  reported with the outbox row's state so the reader sees where the work stopped;
+- at the providers' own ledgers (the ground truth for side effects): exactly one
+  SMS effect for ``sms-<attempt_id>`` when the sms outcome is ready, never more
+  than one; at most one AI effect for ``narrative-<attempt_id>``, and exactly one
+  when the narrative outcome is ready (a ready narrative is never template text).
+
+Duplicates are any operation id with more than one outcome row or more than one
+provider effect (count > 1; Jepsen's set-full ``duplicated`` reducer tests
+``< 1`` and never fires, so this checker's tests include failing histories).
+Outcomes or effects for attempts that never finished are **unexpected**; an ``ok``
+finish whose attempt is not finished in the ledger is **finish_lost**.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable, Mapping, Sequence
+
+from chaos.checkers.base import CheckOptions, Result, build_result
+from chaos.history import Op, pair_ops
+from chaos.ledgers import OUTBOX_KINDS, EffectRow, Ledgers, OutboxRow, OutcomeRow
+
+__all__ = ["NAME", "check_effects"]
+
+NAME = "effects"
+
+_PROVIDER_KIND = {"sms_effects": "sms", "ai_effects": "narrative"}
+"""Provider ledger -> the outbox kind whose operation ids it records."""
+
+
+def check_effects(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+    needed = ("attempts", "outbox", "outcomes", "sms_effects", "ai_effects")
+    if any(getattr(ledgers, table) is None for table in needed):
+        return Result.unknown(NAME, ledgers.missing(*needed) + ["cannot account for every effect"])
+    assert ledgers.attempts is not None and ledgers.outcomes is not None and ledgers.outbox is not None
+    finished = {a.attempt_id for a in ledgers.attempts if a.status == "finished"}
+    outcomes = _group(ledgers.outcomes)
+    outbox = {row.operation_id: row for row in ledgers.outbox}
+    effects = {table: _group(getattr(ledgers, table)) for table in _PROVIDER_KIND}
+
+    bad: dict[str, list[Any]] = {f"missing_{kind}": [] for kind in OUTBOX_KINDS}
+    info: dict[str, list[Any]] = {"pending_allowed": [], "failed_for_review_allowed": [], "effect_without_ready_outcome": []}
+    for attempt_id in sorted(finished):
+        for kind in OUTBOX_KINDS:
+            _judge_outcome(f"{kind}-{attempt_id}", kind, outcomes, outbox, options, bad, info)
+    bad.update(_effect_problems(finished, outcomes, effects, info))
+    bad["duplicated_outcomes"] = _duplicated(outcomes, lambda rows: {"statuses": [r.status for r in rows]})
+    bad["unexpected_outcomes"] = [
+        {"operation_id": op, "attempt_id": rows[0].attempt_id, "kind": rows[0].kind}
+        for op, rows in sorted(outcomes.items())
+        if rows[0].attempt_id not in finished or rows[0].kind not in OUTBOX_KINDS
+    ]
+    bad["finish_lost"] = _finish_lost(history, finished)
+    counts = {
+        "finished_attempts": len(finished),
+        "outcomes": len(ledgers.outcomes),
+        "sms_effects": sum(map(len, effects["sms_effects"].values())),
+        "ai_effects": sum(map(len, effects["ai_effects"].values())),
+        # Totals over the categories below, for callers that ask "anything twice / anything missing?"
+        "duplicated": sum(len(v) for k, v in bad.items() if k.startswith("duplicated_")),
+        "missing": sum(len(v) for k, v in bad.items() if k.startswith("missing_") or k.endswith("_effect_missing")),
+    }
+    return build_result(NAME, bad=bad, info=info, counts=counts)
+
+
+def _group(rows: Iterable[OutcomeRow | EffectRow]) -> dict[str, list[Any]]:
+    grouped: dict[str, list[Any]] = defaultdict(list)
+    for row in rows:
+        grouped[row.operation_id].append(row)
+    return dict(grouped)
+
+
+def _judge_outcome(
+    op: str,
+    kind: str,
+    outcomes: Mapping[str, list[OutcomeRow]],
+    outbox: Mapping[str, OutboxRow],
+    options: CheckOptions,
+    bad: dict[str, list[Any]],
+    info: dict[str, list[Any]],
+) -> None:
+    statuses = [row.status for row in outcomes.get(op, [])]
+    row = outbox.get(op)
+    example = {"operation_id": op, "outcomes": statuses, **_outbox_state(row)}
+    if "ready" in statuses:
+        return
+    if "failed_for_review" in statuses and kind in options.allow_failed_for_review:
+        info["failed_for_review_allowed"].append(example)
+    elif not statuses and kind in options.allow_pending and row is not None and row.status in ("pending", "enqueued"):
+        info["pending_allowed"].append(example)
+    else:
+        bad[f"missing_{kind}"].append(example)
+
+
+def _outbox_state(row: OutboxRow | None) -> dict[str, Any]:
+    if row is None:
+        return {"outbox_status": "no outbox row"}
+    return {"outbox_status": row.status, "job_attempts": row.attempts, "last_error": row.last_error}
+
+
+def _effect_problems(
+    finished: set[str],
+    outcomes: Mapping[str, list[OutcomeRow]],
+    effects: Mapping[str, Mapping[str, list[EffectRow]]],
+    info: dict[str, list[Any]],
+) -> dict[str, list[Any]]:
+    """Per provider: duplicated effects, effects missing for a ready outcome, unexpected effects."""
+    bad: dict[str, list[Any]] = {}
+    for table, kind in _PROVIDER_KIND.items():
+        provider = table.removesuffix("_effects")
+        by_op = effects[table]
+        bad[f"duplicated_{provider}_effects"] = _duplicated(by_op, _effect_example)
+        missing: list[Any] = []
+        for attempt_id in sorted(finished):
+            op = f"{kind}-{attempt_id}"
+            ready = any(r.status == "ready" for r in outcomes.get(op, []))
+            if ready and op not in by_op:
+                missing.append({"operation_id": op})
+            elif op in by_op and not ready:
+                info["effect_without_ready_outcome"].append({"operation_id": op, "provider": provider})
+        bad[f"{provider}_effect_missing"] = missing
+        expected = {f"{kind}-{attempt_id}" for attempt_id in finished}
+        bad[f"unexpected_{provider}_effects"] = [{"operation_id": op, **_effect_example(rows)} for op, rows in sorted(by_op.items()) if op not in expected]
+    return bad
+
+
+def _effect_example(rows: list[EffectRow]) -> dict[str, Any]:
+    return {"effect_ids": [r.id for r in rows], "idempotency_keys": [r.idempotency_key for r in rows]}
+
+
+def _duplicated(grouped: Mapping[str, list[Any]], describe: Any) -> list[dict[str, Any]]:
+    """Operation ids recorded more than once (frequency > 1 is a duplicate)."""
+    return [{"operation_id": op, "count": len(rows), **describe(rows)} for op, rows in sorted(grouped.items()) if len(rows) > 1]
+
+
+def _finish_lost(history: Sequence[Op], finished: set[str]) -> list[dict[str, Any]]:
+    """Acknowledged finishes the ledger does not show: the finish itself was lost."""
+    lost: dict[str, dict[str, Any]] = {}
+    for invoked, done in pair_ops(history):
+        if invoked.f != "finish" or done is None or done.type != "ok" or not isinstance(invoked.value, dict):
+            continue
+        attempt_id = invoked.value.get("attempt_id")
+        if attempt_id is not None and str(attempt_id) not in finished:
+            lost.setdefault(str(attempt_id), {"attempt_id": str(attempt_id), "index": done.index})
+    return [lost[key] for key in sorted(lost)]

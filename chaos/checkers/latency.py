@@ -1,0 +1,124 @@
+"""Latency: how long clients and lanes waited, compared with the scenario's SLOs.
+
+Measured (all real seconds):
+
+- per client ``f``: invoke -> completion, over every completed try (ok, fail and
+  info alike: a timeout is what the student waited). Tries that never completed
+  have no duration and are only counted (``incomplete``);
+- per lane (merit, ai, sms) from the outbox: queue wait ``done_at - enqueued_at``
+  (from the last enqueue) and completion ``done_at - created_at`` (from finish);
+- per lane from monitor samples: the largest oldest-job age seen. The seed's point:
+  watch the oldest job, not only CPU or a zero failed-job count.
+
+``options.slo`` maps a series to thresholds, e.g. ``{"answer": {"p99": 0.5},
+"merit": {"p99": 0.6, "oldest_age": 2.0}}``. A key names a lane if it is one of
+merit/ai/sms (or is written ``lane:<lane>``), else a client f (or ``op:<f>``).
+Lane p50/p95/p99/max thresholds apply to completion time. A threshold exceeded
+is an **slo_violation** (invalid); an SLO on a series with no data is unknown.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Mapping, Sequence
+
+from chaos.checkers.base import UNKNOWN, CheckOptions, Result, build_result, summarize
+from chaos.history import Op, monitor_samples, pair_ops
+from chaos.ledgers import LANE_OF_KIND, Ledgers, OutboxRow
+
+__all__ = ["LANES", "NAME", "check_latency", "op_latencies", "resolve_slo_key"]
+
+NAME = "latency"
+
+LANES = ("merit", "ai", "sms")
+"""Mirrors stack.lanes.queues.LANES."""
+
+
+def check_latency(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+    ops, incomplete = op_latencies(history)
+    op_summary = {f: summarize(values) for f, values in sorted(ops.items())}
+    lanes = _lane_summaries(ledgers.outbox, history)
+    violations: list[dict[str, Any]] = []
+    unknowns: list[str] = []
+    for key, limits in sorted(options.slo.items()):
+        kind, name = resolve_slo_key(key)
+        series = lanes.get(name) if kind == "lane" else op_summary.get(name)
+        _compare(key, kind, series, limits, violations, unknowns)
+    details = {"ops": op_summary, "incomplete": dict(sorted(incomplete.items())), "lanes": lanes, "slo": {k: dict(v) for k, v in options.slo.items()}}
+    notes = ledgers.missing("outbox") if ledgers.outbox is None else []
+    result = build_result(NAME, bad={"slo_violations": violations}, counts={"slos": len(options.slo)}, notes=notes + unknowns, details=details)
+    if result.valid is True and unknowns:
+        result.valid = UNKNOWN
+    return result
+
+
+def resolve_slo_key(key: str) -> tuple[str, str]:
+    """("lane", name) or ("op", f) for an slo key."""
+    prefix, sep, rest = key.partition(":")
+    if sep and prefix in ("lane", "op"):
+        return prefix, rest
+    return ("lane", key) if key in LANES else ("op", key)
+
+
+def op_latencies(history: Sequence[Op]) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Per f: durations of completed tries; and how many tries never completed."""
+    latencies: dict[str, list[float]] = defaultdict(list)
+    incomplete: dict[str, int] = defaultdict(int)
+    for invoked, done in pair_ops(history):
+        if done is None:
+            incomplete[invoked.f] += 1
+            continue
+        duration = done.latency if done.latency is not None else done.time - invoked.time
+        latencies[invoked.f].append(round(float(duration), 6))
+    return dict(latencies), dict(incomplete)
+
+
+def _lane_summaries(outbox: Sequence[OutboxRow] | None, history: Sequence[Op]) -> dict[str, dict[str, Any]]:
+    waits: dict[str, list[float]] = defaultdict(list)
+    completions: dict[str, list[float]] = defaultdict(list)
+    for row in outbox or ():
+        lane = LANE_OF_KIND.get(row.kind, row.kind)
+        if row.status != "done" or row.done_at is None:
+            continue
+        if row.enqueued_at is not None:
+            waits[lane].append(round(row.done_at - row.enqueued_at, 6))
+        if row.created_at is not None:
+            completions[lane].append(round(row.done_at - row.created_at, 6))
+    oldest = _oldest_ages(history)
+    lanes: dict[str, dict[str, Any]] = {}
+    for lane in sorted(set(LANES) | set(waits) | set(completions) | set(oldest)):
+        summary: dict[str, Any] = summarize(completions[lane]) if outbox is not None else {"count": 0}
+        summary["wait"] = summarize(waits[lane])
+        summary["oldest_age"] = oldest.get(lane)
+        lanes[lane] = summary
+    return lanes
+
+
+def _oldest_ages(history: Sequence[Op]) -> dict[str, float]:
+    """Largest oldest-job age per lane over all monitor samples."""
+    oldest: dict[str, float] = {}
+    for sample in monitor_samples(history):
+        for lane, stats in (sample.value.get("lanes") or {}).items():
+            age = stats.get("oldest_age") if isinstance(stats, Mapping) else None
+            if isinstance(age, (int, float)):
+                oldest[lane] = max(oldest.get(lane, 0.0), float(age))
+    return oldest
+
+
+def _compare(
+    key: str,
+    kind: str,
+    series: Mapping[str, Any] | None,
+    limits: Mapping[str, float],
+    violations: list[dict[str, Any]],
+    unknowns: list[str],
+) -> None:
+    for threshold, limit in sorted(limits.items()):
+        if threshold == "oldest_age" and kind != "lane":
+            unknowns.append(f"slo {key}: oldest_age applies to lanes only")
+            continue
+        observed = series.get(threshold) if series else None
+        if observed is None:
+            unknowns.append(f"slo {key}.{threshold}: no data to compare with {limit} s")
+        elif observed > limit:
+            violations.append({"slo": key, "threshold": threshold, "limit": limit, "observed": observed})

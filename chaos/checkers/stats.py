@@ -1,0 +1,68 @@
+"""Stats: did the run exercise anything? No vacuous pass.
+
+A run where every answer failed "loses nothing" and would pass every other
+checker. So every f in ``options.expect_ops`` must have at least one ``ok``
+(Jepsen's ``stats`` checker); a missing one is **vacuous_ops** and the run is
+invalid, as is a history with no client op at all.
+
+Also counted: ok/fail/info per f (an invoke with no completion counts as info),
+client retries (an idempotency key invoked more than once: each extra invoke is a
+retry), faults injected and faults never healed (a note: the final read may have
+run during a fault).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any, Sequence
+
+from chaos.checkers.base import CheckOptions, Result, build_result
+from chaos.history import NEMESIS, Op, fault_windows, pair_ops
+from chaos.ledgers import Ledgers
+
+__all__ = ["NAME", "check_stats", "outcome_counts"]
+
+NAME = "stats"
+
+
+def check_stats(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+    per_f = outcome_counts(history)
+    vacuous = [{"f": f, **per_f.get(f, {"ok": 0, "fail": 0, "info": 0})} for f in options.expect_ops if not per_f.get(f, {}).get("ok")]
+    no_ops = [] if per_f else [{"reason": "the history has no client op"}]
+    keys = _invokes_per_key(history)
+    repeated = {key: n for key, n in keys.items() if n > 1}
+    windows = fault_windows(history)
+    unhealed = [w for w in windows if w.end is None]
+    counts = {
+        "ops": sum(sum(c.values()) for c in per_f.values()),
+        "ok": sum(c["ok"] for c in per_f.values()),
+        "fail": sum(c["fail"] for c in per_f.values()),
+        "info": sum(c["info"] for c in per_f.values()),
+        "idempotency_keys": len(keys),
+        "retried_keys": len(repeated),
+        "retries": sum(n - 1 for n in repeated.values()),
+        "faults": len(windows),
+        "faults_unhealed": len(unhealed),
+    }
+    notes = [f"fault {w.fault_id} ({w.kind} {w.target}) has no fault-end: never healed" for w in unhealed]
+    details = {"by_f": per_f, "expect_ops": list(options.expect_ops)}
+    examples = {"retried_keys": [{"idempotency_key": k, "invokes": n} for k, n in sorted(repeated.items())]}
+    return build_result(NAME, bad={"vacuous_ops": vacuous, "no_client_ops": no_ops}, info=examples, counts=counts, notes=notes, details=details)
+
+
+def outcome_counts(history: Sequence[Op]) -> dict[str, dict[str, int]]:
+    """{f: {"ok": n, "fail": n, "info": n}} over client tries."""
+    per_f: dict[str, Counter[str]] = defaultdict(Counter)
+    for invoked, done in pair_ops(history):
+        per_f[invoked.f][done.type if done is not None else "info"] += 1
+    return {f: {t: counts[t] for t in ("ok", "fail", "info")} for f, counts in sorted(per_f.items())}
+
+
+def _invokes_per_key(history: Sequence[Op]) -> dict[str, int]:
+    keys: Counter[str] = Counter()
+    for op in history:
+        if op.type == "invoke" and op.process != NEMESIS and isinstance(op.value, dict):
+            key: Any = op.value.get("idempotency_key")
+            if key:
+                keys[str(key)] += 1
+    return dict(keys)

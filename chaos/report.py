@@ -1,0 +1,203 @@
+"""The run report: ``report.json`` for machines, ``report.md`` for people.
+
+Both carry the verdict, every checker's counts and examples, the settings, and the
+command that reproduces the run. Every duration taken from the incident (the
+``CASE_*`` constants of stack/config.py) is shown in case time *and* in the real
+time the run used (case x TIME_SCALE), so "a 10 s AI call" in the story and
+"0.1 s" in the run are never confused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+import stack.config as stack_config
+from chaos.checkers.base import CheckOptions, Result
+
+__all__ = [
+    "REPORT_JSON",
+    "REPORT_MD",
+    "build_report",
+    "case_durations",
+    "format_seconds",
+    "render_markdown",
+    "verdict_word",
+    "write_report",
+]
+
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+_EXAMPLE_CHARS = 400
+
+
+def verdict_word(valid: Any) -> str:
+    return {True: "VALID", False: "INVALID"}.get(valid, "UNKNOWN") if isinstance(valid, bool) else "UNKNOWN"
+
+
+def format_seconds(seconds: float | None) -> str:
+    """A duration a person can read: 3.4 ms, 0.34 s, 7.5 min, 12 h."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.3g} ms"
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"
+
+
+def case_durations(time_scale: float) -> list[dict[str, Any]]:
+    """Every CASE_* duration of the seed, in case seconds and in this run's real seconds."""
+    rows = []
+    for name in sorted(vars(stack_config)):
+        value = getattr(stack_config, name)
+        if name.startswith("CASE_") and name.endswith("_SECONDS") and isinstance(value, (int, float)):
+            rows.append({"name": name, "case_seconds": float(value), "real_seconds": float(value) * time_scale})
+    rate = getattr(stack_config, "CASE_PROVIDER_CALLS_PER_MINUTE", None)
+    if isinstance(rate, (int, float)) and rate > 0:
+        # A rate scales as its interval: 8 calls per case minute = one per 7.5 case seconds.
+        interval = 60.0 / rate
+        rows.append({"name": "CASE_PROVIDER_CALLS_PER_MINUTE (interval)", "case_seconds": interval, "real_seconds": interval * time_scale})
+    return rows
+
+
+def build_report(
+    scenario: Mapping[str, Any],
+    result: Result,
+    options: CheckOptions,
+    time_scale: float,
+    plots: list[str],
+    harness_notes: list[str],
+) -> dict[str, Any]:
+    """The report document; ``checkers`` maps each checker name to its Result as a dict."""
+    composed = result.to_dict()
+    return {
+        "verdict": verdict_word(result.valid),
+        "valid": result.valid,
+        "summary": composed["counts"],
+        "notes": composed["notes"],
+        "name": scenario.get("name"),
+        "description": scenario.get("description"),
+        "seed": scenario.get("seed"),
+        "time_scale": time_scale,
+        "started_at": scenario.get("started_at"),
+        "ended_at": scenario.get("ended_at"),
+        "reproduce": scenario.get("reproduce"),
+        "checkers": composed.get("checks", {}),
+        "settings": dict(scenario.get("settings") or {}),
+        "options": options.to_dict(),
+        "case_durations": case_durations(time_scale),
+        "harness_notes": harness_notes,
+        "plots": plots,
+    }
+
+
+def write_report(run_dir: Path, report: Mapping[str, Any]) -> tuple[Path, Path]:
+    json_path, md_path = run_dir / REPORT_JSON, run_dir / REPORT_MD
+    json_path.write_text(json.dumps(report, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    md_path.write_text(render_markdown(report), encoding="utf-8")
+    return json_path, md_path
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    lines = [f"# Proctor run report: {report.get('name') or '(unnamed)'}", ""]
+    lines += _verdict_section(report)
+    for name, check in report["checkers"].items():
+        lines += _checker_section(name, check)
+    lines += _settings_section(report)
+    lines += [f"![{Path(p).stem}]({p})" for p in report.get("plots", [])]
+    text = "\n".join(lines).rstrip() + "\n"
+    while "\n\n\n" in text:  # sections end with a blank line; never stack two
+        text = text.replace("\n\n\n", "\n\n")
+    return text
+
+
+def _verdict_section(report: Mapping[str, Any]) -> list[str]:
+    counts = report["summary"]
+    lines = [
+        f"**Verdict: {report['verdict']}** ({counts.get('valid', 0)} valid, "
+        f"{counts.get('invalid', 0)} invalid, {counts.get('unknown', 0)} unknown)",
+        "",
+        *([str(report["description"]), ""] if report.get("description") else []),
+        f"Seed `{report.get('seed')}`, started {_when(report.get('started_at'))}, ended {_when(report.get('ended_at'))}.",
+        "",
+        "Reproduce:",
+        "",
+        "```",
+        str(report.get("reproduce") or "(scenario.json has no reproduce command)"),
+        "```",
+        "",
+    ]
+    notes = list(report.get("harness_notes", [])) + list(report.get("notes", []))
+    lines += [f"- {note}" for note in notes] + ([""] if notes else [])
+    lines += ["| checker | verdict | problems |", "|---|---|---|"]
+    for name, check in report["checkers"].items():
+        problems = ", ".join(f"{k} {check['counts'].get(k)}" for k in check.get("violations", [])) or "-"
+        lines.append(f"| {name} | {verdict_word(check['valid'])} | {problems} |")
+    return lines + [""]
+
+
+def _checker_section(name: str, check: Mapping[str, Any]) -> list[str]:
+    lines = [f"## {name}: {verdict_word(check['valid'])}", ""]
+    counts = check.get("counts", {})
+    if counts:
+        lines += [", ".join(f"{key} **{value}**" for key, value in counts.items()), ""]
+    lines += [f"- {note}" for note in check.get("notes", [])]
+    for category, examples in check.get("examples", {}).items():
+        lines += ["", f"{category} (first {len(examples)} of {counts.get(category, len(examples))}):", ""]
+        lines += [f"- `{_clip(json.dumps(example, default=str))}`" for example in examples]
+    if name == "latency":
+        lines += _latency_table(check.get("details", {}))
+    return lines + [""]
+
+
+def _latency_table(details: Mapping[str, Any]) -> list[str]:
+    lines = ["", "| series | count | p50 | p95 | p99 | max | queue wait p99 | oldest job |", "|---|---|---|---|---|---|---|---|"]
+    for f, s in details.get("ops", {}).items():
+        lines.append(f"| op {f} | {s['count']} | " + " | ".join(format_seconds(s[q]) for q in ("p50", "p95", "p99", "max")) + " | | |")
+    for lane, s in details.get("lanes", {}).items():
+        cells = " | ".join(format_seconds(s.get(q)) for q in ("p50", "p95", "p99", "max"))
+        wait = format_seconds((s.get("wait") or {}).get("p99"))
+        lines.append(f"| lane {lane} (finish to done) | {s.get('count', 0)} | {cells} | {wait} | {format_seconds(s.get('oldest_age'))} |")
+    return lines
+
+
+def _settings_section(report: Mapping[str, Any]) -> list[str]:
+    scale = report["time_scale"]
+    lines = ["## Settings", "", f"TIME_SCALE = {scale} (real seconds per case second)", ""]
+    settings = report.get("settings", {})
+    if settings:
+        lines += ["| setting | value |", "|---|---|"] + [f"| {k} | `{v}` |" for k, v in sorted(settings.items())] + [""]
+    lines += ["| seed duration | case time | real time in this run |", "|---|---|---|"]
+    lines += [f"| {d['name']} | {format_seconds(d['case_seconds'])} | {format_seconds(d['real_seconds'])} |" for d in report["case_durations"]]
+    lines += ["", "Checker options (real seconds; case time = real / TIME_SCALE):", ""]
+    options = report["options"]
+    deadline = options.get("outcome_deadline_seconds")
+    lines.append(f"- outcome_deadline_seconds: {_both(deadline, scale)}")
+    for key, limits in options.get("slo", {}).items():
+        lines.append(f"- slo {key}: " + ", ".join(f"{t} {_both(v, scale)}" for t, v in limits.items()))
+    for key in ("allow_pending", "allow_failed_for_review", "expect_ops"):
+        lines.append(f"- {key}: {', '.join(options.get(key, [])) or '(none)'}")
+    return lines + [""]
+
+
+def _both(real: float | None, scale: float) -> str:
+    if real is None:
+        return "none"
+    return f"{format_seconds(real)} real = {format_seconds(real / scale)} case"
+
+
+def _when(value: Any) -> str:
+    """Epoch seconds (what the runner writes) as UTC ISO 8601; strings pass through."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, tz=timezone.utc).isoformat(timespec="seconds")
+    return str(value) if value is not None else "-"
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _EXAMPLE_CHARS else text[: _EXAMPLE_CHARS - 3] + "..."

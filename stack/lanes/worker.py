@@ -1,0 +1,160 @@
+"""``python -m stack.lanes.worker <lane> [--name NAME] [--burst]``: one RQ worker, one queue.
+
+A real forking ``rq.Worker`` (the horse runs each job in its own process group)
+on exactly one queue, so dequeue is an atomic BLMOVE reservation. Its name is
+``<component>.<pid>``. A daemon thread in this (parent) process refreshes
+``proctor:alive:<name>`` with ``PX liveness_ttl*1000`` every ``liveness_ttl/3`` s:
+the relay treats a started job whose worker key is gone as abandoned, in seconds
+rather than RQ's ~90 s + up to 600 s. The thread uses its own client, so the
+horse never inherits a pool the thread might be holding at fork time.
+
+Exit status: 0 after a requested stop or a finished burst, 1 on Valkey trouble or
+any other unhandled error; the supervisor restarts the worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue, Worker
+
+from stack.config import Settings, load_settings
+from stack.lanes.connection import valkey_client
+from stack.lanes.queues import LANES
+
+__all__ = [
+    "LIVENESS_PREFIX",
+    "MAINTENANCE_INTERVAL",
+    "WORKER_TTL",
+    "LaneWorker",
+    "LivenessBeat",
+    "liveness_key",
+    "main",
+    "worker_name",
+]
+
+LIVENESS_PREFIX = "proctor:alive:"
+MAINTENANCE_INTERVAL = 30
+"""RQ cleans its registries every 30 s instead of the default 600 s."""
+
+WORKER_TTL = 40
+"""RQ blocks ``worker_ttl - 15`` = 25 s per dequeue with a 35 s socket timeout (default: 405/415 s),
+so a wedged Valkey is noticed in about half a minute."""
+
+log = logging.getLogger("proctor.worker")
+
+
+def liveness_key(name: str) -> str:
+    return f"{LIVENESS_PREFIX}{name}"
+
+
+def worker_name(component: str, pid: int | None = None) -> str:
+    return f"{component}.{os.getpid() if pid is None else pid}"
+
+
+class LivenessBeat(threading.Thread):
+    """Refreshes the liveness key; reports Valkey lost after a whole TTL without success."""
+
+    def __init__(self, connection: Redis, name: str, ttl_seconds: float, on_lost: Callable[[], None]) -> None:
+        super().__init__(name="proctor-liveness", daemon=True)
+        self.connection = connection
+        self.key = liveness_key(name)
+        self.ttl_ms = max(1, int(ttl_seconds * 1000))
+        self.interval = ttl_seconds / 3
+        self.on_lost = on_lost
+        self.stopped = threading.Event()
+
+    def beat(self) -> None:
+        self.connection.set(self.key, str(os.getpid()), px=self.ttl_ms)
+
+    def run(self) -> None:
+        last_ok = time.monotonic()
+        while not self.stopped.wait(self.interval):
+            try:
+                self.beat()
+                last_ok = time.monotonic()
+            except RedisError as exc:
+                log.warning("liveness refresh of %s failed: %s", self.key, exc)
+                if time.monotonic() - last_ok > self.ttl_ms / 1000:
+                    self.on_lost()
+                    return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        try:
+            self.connection.delete(self.key)
+        except RedisError:
+            pass  # the key expires on its own
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m stack.lanes.worker")
+    parser.add_argument("lane", choices=LANES)
+    parser.add_argument("--name", default=None, help="component name (default: $PROCTOR_COMPONENT or worker_<lane>)")
+    parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    return parser.parse_args(argv)
+
+
+class LaneWorker(Worker):
+    """rq.Worker that remembers whether a stop was asked for, to choose the exit status."""
+
+    stop_signalled = False
+
+    def request_stop(self, signum: Any, frame: Any) -> None:
+        self.stop_signalled = True
+        super().request_stop(signum, frame)
+
+
+def build_worker(settings: Settings, lane: str, component: str) -> LaneWorker:
+    connection = valkey_client(settings, "queue")
+    return LaneWorker(
+        [Queue(lane, connection=connection)],
+        name=worker_name(component),
+        connection=connection,
+        maintenance_interval=MAINTENANCE_INTERVAL,
+        worker_ttl=WORKER_TTL,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = load_settings()
+    component = args.name or os.environ.get("PROCTOR_COMPONENT") or f"worker_{args.lane}"
+    worker = build_worker(settings, args.lane, component)
+    valkey_lost = threading.Event()
+
+    def lost() -> None:
+        # RQ retries a lost connection forever while idle; we would rather be restarted
+        # clean by the supervisor. SIGTERM = RQ's warm shutdown: a running horse finishes.
+        log.error("worker %s: Valkey unreachable for a whole liveness TTL; stopping", worker.name)
+        valkey_lost.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    beat = LivenessBeat(valkey_client(settings, "probe"), worker.name, settings.liveness_ttl, lost)
+    try:
+        beat.beat()  # before the first dequeue, so a job never starts without a key
+        beat.start()
+        worker.work(burst=args.burst, logging_level="INFO")
+    except RedisError as exc:
+        log.error("worker %s: Valkey error: %s", worker.name, exc)
+        return 1
+    finally:
+        beat.stop()
+    if valkey_lost.is_set():
+        return 1
+    # Without a stop request or --burst, work() only returns after giving up on an error.
+    return 0 if worker.stop_signalled or args.burst else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""``python -m stack.relay``: the outbox relay and reconciler.
+
+Every ``relay_interval`` seconds:
+
+1. pending rows -> enqueue a fresh job ``<operation_id>-<n>`` -> row ``enqueued``.
+2. if the reconciler is on, each enqueued row's job is inspected in Valkey:
+   - hash gone (Valkey restarted empty / flushed), or failed / stopped / canceled,
+   - or ``started`` by a worker whose ``proctor:alive:<name>`` key is gone,
+   and is re-enqueued as job ``n+1``; once ``n`` reached ``max_job_attempts`` the row
+   is ``failed`` with a ``failed_for_review`` outcome and an audit record instead.
+
+Valkey is a queue, never the truth: the outbox row says what is owed, so losing
+Valkey's data costs a re-enqueue, never the work. With the reconciler off only
+step 1 runs: the negative control where a killed job stays lost.
+
+Re-enqueues go to Valkey before the row moves: a crash in between costs at most a
+duplicate run of an idempotent job, never a row pointing at a job that was never sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.job import Job, JobStatus
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from stack.config import Settings, load_settings
+from stack.lanes.connection import valkey_client
+from stack.lanes.jobs import job_timeout
+from stack.lanes.queues import JOB_FUNCTION, job_id, queue_for
+from stack.lanes.worker import liveness_key
+from stack.ledger import outbox, outcomes
+from stack.ledger.engine import make_engine
+
+__all__ = ["FAILURE_TTL", "PassReport", "Relay", "Verdict", "enqueue_operation", "inspect_job", "main"]
+
+FAILURE_TTL = 7 * 86400
+"""Keep RQ's failed-job evidence a week, not RQ's default year of Valkey memory."""
+
+_BACKOFF_MAX = 5.0
+_DEAD_STATUSES = {JobStatus.FAILED.value, JobStatus.STOPPED.value, JobStatus.CANCELED.value}
+
+log = logging.getLogger("proctor.relay")
+
+
+def enqueue_operation(redis: Redis, settings: Settings, kind: str, op: str, number: int) -> str:
+    """Enqueue enqueue-number ``number`` of an operation; a job id that already exists counts as sent.
+
+    ``unique=True`` makes a repeat (the web node's best-effort enqueue, or a resent
+    command after a timeout) a no-op instead of a second copy of the id in the list.
+    No ``ttl``: an expiring job hash is a silently dropped job.
+    """
+    jid = job_id(op, number)
+    try:
+        queue_for(kind, redis).enqueue(
+            JOB_FUNCTION[kind],
+            op,
+            job_id=jid,
+            job_timeout=job_timeout(kind, settings),
+            failure_ttl=FAILURE_TTL,
+            description=jid,
+            unique=True,
+        )
+    except DuplicateJobError:
+        log.info("job %s already in Valkey; recording it", jid)
+    return jid
+
+
+class Verdict(NamedTuple):
+    reason: str
+    abandoned: bool  # started by a dead worker: still sits in RQ's started registry
+
+
+def inspect_job(redis: Redis, jid: str) -> Verdict | None:
+    """Why the job needs replacing, or None while it is queued, running or finished.
+
+    Reads two hash fields instead of ``Job.fetch`` and never lists the started
+    registry: listing it runs RQ's abandoned-job cleanup in this process.
+    """
+    status, worker = (
+        None if value is None else value.decode() for value in redis.hmget(Job.key_for(jid), "status", "worker_name")
+    )
+    if status is None:
+        return Verdict("job vanished from Valkey", abandoned=False)
+    if status in _DEAD_STATUSES:
+        return Verdict(f"job {status}", abandoned=False)
+    if status == JobStatus.STARTED.value and not (worker and redis.exists(liveness_key(worker))):
+        return Verdict(f"worker {worker or '?'} lost (liveness key gone)", abandoned=True)
+    return None
+
+
+@dataclass
+class PassReport:
+    enqueued: list[str] = field(default_factory=list)
+    reenqueued: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+class Relay:
+    def __init__(self, settings: Settings, engine: Engine, redis: Redis) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.redis = redis
+
+    def run_once(self) -> PassReport:
+        report = PassReport()
+        self.enqueue_pending(report)
+        if self.settings.reconciler_enabled:
+            self.reconcile(report)
+        return report
+
+    def enqueue_pending(self, report: PassReport) -> None:
+        with self.engine.begin() as conn:
+            rows = outbox.rows_with_status(conn, "pending")
+        for row in rows:
+            number = row["attempts"] + 1
+            jid = enqueue_operation(self.redis, self.settings, row["kind"], row["operation_id"], number)
+            with self.engine.begin() as conn:
+                moved = outbox.mark_enqueued(conn, row["operation_id"], number, jid)
+            if moved:
+                log.info("enqueued %s as %s", row["operation_id"], jid)
+                report.enqueued.append(row["operation_id"])
+
+    def reconcile(self, report: PassReport) -> None:
+        with self.engine.begin() as conn:
+            rows = outbox.rows_with_status(conn, "enqueued", limit=5000)
+        for row in rows:
+            verdict = inspect_job(self.redis, row["job_id"])
+            if verdict is None:
+                continue
+            if verdict.abandoned:
+                self._forget(row["job_id"])
+            if row["attempts"] >= self.settings.max_job_attempts:
+                self._give_up(row, verdict.reason, report)
+            else:
+                self._reenqueue(row, verdict.reason, report)
+
+    def _forget(self, jid: str) -> None:
+        """Drop an abandoned started job from RQ's registries so RQ's own cleanup never acts on it."""
+        try:
+            Job.fetch(jid, connection=self.redis).delete()
+        except NoSuchJobError:
+            pass
+
+    def _reenqueue(self, row: dict[str, Any], reason: str, report: PassReport) -> None:
+        op, previous = row["operation_id"], row["job_id"]
+        number = row["attempts"] + 1
+        jid = enqueue_operation(self.redis, self.settings, row["kind"], op, number)
+        with self.engine.begin() as conn:
+            moved = outbox.mark_reenqueued(conn, op, previous, number, jid, f"{previous}: {reason}")
+            if moved:
+                outcomes.audit(conn, "relay", "reenqueue", {"operation_id": op, "from": previous, "to": jid, "reason": reason})
+        if moved:
+            log.warning("re-enqueued %s as %s: %s was %s", op, jid, previous, reason)
+            report.reenqueued.append(op)
+
+    def _give_up(self, row: dict[str, Any], reason: str, report: PassReport) -> None:
+        op, previous = row["operation_id"], row["job_id"]
+        detail = {
+            "operation_id": op,
+            "reason": reason,
+            "attempts": row["attempts"],
+            "last_job_id": previous,
+            "max_job_attempts": self.settings.max_job_attempts,
+        }
+        with self.engine.begin() as conn:
+            moved = outbox.mark_failed(conn, op, previous, f"{previous}: {reason}; gave up after {row['attempts']} attempts")
+            if moved:
+                outcomes.write_failed_for_review(conn, op, row["attempt_id"], row["kind"], detail)
+                outcomes.audit(conn, "relay", "failed_for_review", detail)
+        if moved:
+            log.error("gave up on %s after %d attempts: %s", op, row["attempts"], reason)
+            report.failed.append(op)
+
+    def run_forever(self, stop: threading.Event) -> None:
+        backoff = self.settings.relay_interval
+        log.info("relay started (interval %.2fs, reconciler %s)", backoff, "on" if self.settings.reconciler_enabled else "off")
+        while not stop.is_set():
+            try:
+                self.run_once()
+                backoff = self.settings.relay_interval
+            except (RedisError, SQLAlchemyError) as exc:
+                # Valkey down or the ledger busy: keep looping, slower, until it is back.
+                backoff = min(max(backoff * 2, self.settings.relay_interval), _BACKOFF_MAX)
+                log.error("relay pass failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, backoff)
+            except Exception:
+                backoff = min(max(backoff * 2, self.settings.relay_interval), _BACKOFF_MAX)
+                log.exception("relay pass crashed; retrying in %.1fs", backoff)
+            stop.wait(backoff)
+        log.info("relay stopped")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = load_settings()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    engine = make_engine(settings)
+    redis = valkey_client(settings, "queue")
+    try:
+        Relay(settings, engine, redis).run_forever(stop)
+    finally:
+        redis.close()
+        engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

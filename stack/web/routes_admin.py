@@ -1,0 +1,41 @@
+"""Admin routes (loopback + X-Admin-Token): drain the node, export the ledger."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Literal
+
+from fastapi import APIRouter, Depends
+
+from stack.ledger.outcomes import audit
+from stack.ledger.exports import export_rows
+from stack.web.routes_common import StateDep, require_admin
+
+__all__ = ["router"]
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+
+ExportTable = Literal["attempts", "answers", "outbox", "outcomes"]
+
+
+@router.post("/drain")
+def drain(state: StateDep) -> dict:
+    """readyz turns 503 so the load balancer stops routing here; in-flight work continues."""
+    already = state.draining.is_set()
+    state.draining.set()
+    if not already:
+        log.warning("node %s draining on admin request", state.settings.node_name)
+        with state.engine.begin() as conn:
+            audit(conn, "admin", "node.drain", {"node": state.settings.node_name})
+    return {"node": state.settings.node_name, "draining": True}
+
+
+@router.get("/export/{table}")
+def export(table: ExportTable, state: StateDep) -> dict:
+    exported_at = time.time()
+    with state.engine.connect() as conn:
+        rows = export_rows(conn, table)
+    return {"table": table, "exported_at": exported_at, "rows": rows}

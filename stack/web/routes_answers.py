@@ -1,0 +1,62 @@
+"""PUT an answer: committed to the ledger before the reply; Valkey plays no part."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Header, HTTPException, Response
+from pydantic import BaseModel
+
+from stack.ledger.answers import AnswerRejected, submit_answer
+from stack.ledger.attempts import Attempt
+from stack.web.routes_common import AttemptDep, StateDep
+
+__all__ = ["AnswerBody", "router"]
+
+router = APIRouter()
+
+_QUESTION = re.compile(r"q([1-9][0-9]*)")
+
+_REJECTION_STATUS = {AnswerRejected.UNKNOWN_ATTEMPT: 404}
+_REJECTION_TEXT = {
+    AnswerRejected.UNKNOWN_ATTEMPT: "unknown attempt",
+    AnswerRejected.FINISHED: "attempt is finished",
+    AnswerRejected.KEY_OTHER_BODY: "Idempotency-Key already used with a different body",
+    AnswerRejected.KEY_OTHER_QUESTION: "Idempotency-Key already used for another question",
+    AnswerRejected.QUESTION_ANSWERED: "question already answered under another Idempotency-Key",
+}
+
+
+class AnswerBody(BaseModel):
+    content: str
+
+
+def _check_question(attempt: Attempt, question: str, count: int | None) -> None:
+    match = _QUESTION.fullmatch(question)
+    if count is None or match is None or int(match.group(1)) > count:
+        raise HTTPException(status_code=404, detail=f"unknown question {question!r} for exam {attempt.exam_code}")
+
+
+@router.put("/v1/attempts/{attempt_id}/answers/{question}")
+def put_answer(
+    question: str,
+    body: AnswerBody,
+    attempt: AttemptDep,
+    state: StateDep,
+    response: Response,
+    key: Annotated[str, Header(alias="Idempotency-Key", min_length=1, max_length=255)],
+) -> dict:
+    _check_question(attempt, question, state.question_count(attempt.exam_code))
+    try:
+        receipt = submit_answer(state.engine, attempt.id, question, body.content, key, state.settings.node_name)
+    except AnswerRejected as exc:
+        status = _REJECTION_STATUS.get(exc.reason, 409)
+        raise HTTPException(status_code=status, detail=_REJECTION_TEXT[exc.reason]) from None
+    response.status_code = 200 if receipt.replayed else 201
+    return {
+        "receipt_id": receipt.receipt_id,
+        "attempt_id": receipt.attempt_id,
+        "question": receipt.question,
+        "replayed": receipt.replayed,
+    }

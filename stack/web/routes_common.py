@@ -1,0 +1,200 @@
+"""What every route shares: the node's state, the ownership and admin checks, the
+request guard (node header, body limit, request counting) and the 422 shape."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import Engine
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from stack.config import Settings
+from stack.ledger.attempts import Attempt, get_attempt, question_count
+from stack.web.auth import Principal, bearer_principal
+from stack.web.dispatch import Dispatcher, ValkeyClients
+from stack.web.metrics import RequestCounters
+
+__all__ = [
+    "AttemptDep",
+    "NODE_HEADER",
+    "PrincipalDep",
+    "RequestGuard",
+    "StateDep",
+    "WebState",
+    "attempt_links",
+    "get_state",
+    "owned_attempt",
+    "require_admin",
+    "validation_error_handler",
+]
+
+log = logging.getLogger(__name__)
+
+NODE_HEADER = "X-Proctor-Node"
+
+
+@dataclass
+class WebState:
+    settings: Settings
+    engine: Engine
+    clients: ValkeyClients
+    dispatcher: Dispatcher
+    counters: RequestCounters = field(default_factory=RequestCounters)
+    draining: threading.Event = field(default_factory=threading.Event)
+    _exams: dict[str, int] = field(default_factory=dict)
+
+    def question_count(self, exam_code: str) -> int | None:
+        """Questions of an exam, or None if unknown. Cached: exam rows are written once by
+        init_ledger and never change, and the answer path should not pay a read for them."""
+        count = self._exams.get(exam_code)
+        if count is None:
+            with self.engine.connect() as conn:
+                count = question_count(conn, exam_code)
+            if count is not None:
+                self._exams[exam_code] = count
+        return count
+
+
+def get_state(request: Request) -> WebState:
+    return request.app.state.proctor  # type: ignore[no-any-return]
+
+
+StateDep = Annotated[WebState, Depends(get_state)]
+PrincipalDep = Annotated[Principal, Depends(bearer_principal)]
+
+
+def owned_attempt(attempt_id: str, principal: PrincipalDep, state: StateDep) -> Attempt:
+    """The attempt named in the path if the token's student owns it: 404 unknown, 403 not theirs."""
+    with state.engine.connect() as conn:
+        attempt = get_attempt(conn, attempt_id)
+    if attempt is None:
+        raise HTTPException(status_code=404, detail="unknown attempt")
+    if attempt.student_id != principal.student_id:
+        raise HTTPException(status_code=403, detail="attempt belongs to another student")
+    return attempt
+
+
+AttemptDep = Annotated[Attempt, Depends(owned_attempt)]
+
+
+def attempt_links(attempt_id: str) -> dict[str, str]:
+    base = f"/v1/attempts/{attempt_id}"
+    return {
+        "answers": f"{base}/answers/{{question}}",
+        "finish": f"{base}/finish",
+        "merit_card": f"{base}/merit-card",
+        "narrative": f"{base}/narrative",
+    }
+
+
+def _is_loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def require_admin(request: Request, state: StateDep) -> None:
+    """Admin routes: loopback clients with the admin token only (403 otherwise)."""
+    client = request.client.host if request.client else None
+    token = request.headers.get("x-admin-token", "")
+    if not _is_loopback(client) or not hmac.compare_digest(token.encode(), state.settings.admin_token.encode()):
+        raise HTTPException(status_code=403, detail="admin routes need X-Admin-Token from loopback")
+
+
+async def validation_error_handler(_request: Request, exc: Exception) -> JSONResponse:
+    """422 naming the field; without pydantic's ``input`` echo, which would leak answers and tokens."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in errors]
+    return JSONResponse(status_code=422, content={"detail": detail})
+
+
+class RequestGuard:
+    """Pure ASGI middleware around every HTTP request.
+
+    - stamps ``X-Proctor-Node`` on every response, including 413 and 500;
+    - refuses a body over ``max_body_bytes`` with 413 before anything parses it: by the
+      declared Content-Length, and by counting what actually arrives (chunked bodies);
+    - counts requests and 5xx for /metrics, and turns an unhandled error into a 500
+      that still names the node.
+    """
+
+    def __init__(self, app: ASGIApp, settings: Settings, counters: RequestCounters) -> None:
+        self.app = app
+        self.node = settings.node_name
+        self.limit = settings.max_body_bytes
+        self.counters = counters
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = {"code": 500, "started": False}
+
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)[NODE_HEADER] = self.node
+                status.update(code=message["status"], started=True)
+            await send(message)
+
+        try:
+            body = await self._read_body(scope, receive)
+            if body is None:
+                await self._reply(stamped, 413, {"detail": f"request body over {self.limit} bytes"})
+            else:
+                await self.app(scope, _replay(body, receive), stamped)
+        except Exception:  # noqa: BLE001 - the last line of defence: log, answer 500 if we still can
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            if not status["started"]:
+                await self._reply(stamped, 500, {"detail": "internal error"})
+        finally:
+            self.counters.record(int(status["code"]))
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body, or None when it is over the limit (declared or actual)."""
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return None
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # client went away; the app will see the disconnect on its next receive
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return None
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return b"".join(chunks)
+
+    @staticmethod
+    async def _reply(send: Send, code: int, content: dict) -> None:
+        payload = json.dumps(content).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": code, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the app the buffered body once, then defers to the real one."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

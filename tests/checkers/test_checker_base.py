@@ -1,0 +1,122 @@
+"""Result, compose, check_safe, options; and every checker module's __all__."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from chaos.checkers import CHECKERS, run_checkers
+from chaos.checkers.base import (
+    UNKNOWN,
+    CheckOptions,
+    OptionsError,
+    Result,
+    build_result,
+    check_safe,
+    compose,
+    merge_validity,
+    summarize,
+)
+from chaos.ledgers import Ledgers
+
+
+def test_compose_ranks_false_over_unknown_over_true() -> None:
+    ok, unsure, bad = Result("a", True), Result("b", UNKNOWN), Result("c", False)
+    assert compose([ok, unsure, bad]).valid is False
+    assert compose([ok, unsure]).valid == UNKNOWN
+    assert compose([ok]).valid is True
+    composed = compose([ok, unsure, bad]).to_dict()
+    assert composed["counts"] == {"valid": 1, "invalid": 1, "unknown": 1}
+    assert composed["notes"] == ["b: unknown", "c: invalid"]
+    assert list(composed["checks"]) == ["a", "b", "c"]
+
+
+def test_nothing_checked_is_unknown() -> None:
+    assert merge_validity([]) == UNKNOWN
+    assert compose([]).notes == ["no checker ran"]
+
+
+def test_check_safe_turns_a_crash_into_unknown() -> None:
+    def broken(history, ledgers, options):  # type: ignore[no-untyped-def]
+        raise KeyError("attempt_id")
+
+    result = check_safe("broken", broken, [], Ledgers(), CheckOptions())
+    assert result.valid == UNKNOWN
+    assert result.notes == ["checker crashed: KeyError: 'attempt_id'"]
+    assert "KeyError" in result.details["traceback"]
+
+
+def test_build_result_counts_every_category_and_bounds_examples() -> None:
+    result = build_result("x", bad={"lost": list(range(10)), "dup": []}, info={"recovered": [1]}, counts={"seen": 3})
+    assert result.valid is False
+    assert result.counts == {"seen": 3, "lost": 10, "dup": 0, "recovered": 1}
+    assert result.examples == {"lost": list(range(8)), "recovered": [1]}
+    assert result.violations == ["lost"]
+
+
+def test_summarize_nearest_rank() -> None:
+    assert summarize([]) == {"count": 0, "p50": None, "p95": None, "p99": None, "max": None}
+    assert summarize([3.0, 1.0, 2.0]) == {"count": 3, "p50": 2.0, "p95": 3.0, "p99": 3.0, "max": 3.0}
+
+
+def test_options_defaults_are_strict() -> None:
+    assert CheckOptions.from_dict(None).to_dict() == {
+        "allow_pending": [],
+        "allow_failed_for_review": [],
+        "outcome_deadline_seconds": None,
+        "slo": {},
+        "expect_ops": ["answer", "finish"],
+    }
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"allow_pendng": []}, "unknown keys"),
+        ({"allow_pending": ["ai"]}, "not outbox kinds"),
+        ({"allow_pending": "narrative"}, "list of strings"),
+        ({"outcome_deadline_seconds": 0}, "outcome_deadline_seconds"),
+        ({"outcome_deadline_seconds": True}, "outcome_deadline_seconds"),
+    ],
+)
+def test_bad_options_name_the_key(options: dict, match: str) -> None:
+    with pytest.raises(OptionsError, match=match):
+        CheckOptions.from_dict(options)
+
+
+def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
+    result = run_checkers([], Ledgers(), CheckOptions())
+    assert list(result.checks) == list(CHECKERS)
+    assert result.valid is False  # stats: vacuous
+    assert {n: c.valid for n, c in result.checks.items()} == {
+        "stats": False,
+        "answers": UNKNOWN,
+        "effects": UNKNOWN,
+        "jobs": UNKNOWN,
+        "latency": True,
+    }
+
+
+EXPORTS = {
+    "chaos.checkers": [
+        "CHECKERS", "CheckOptions", "Checker", "OptionsError", "Result", "UNKNOWN", "check_answers", "check_effects",
+        "check_jobs", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
+    ],
+    "chaos.checkers.base": [
+        "CheckOptions", "Checker", "MAX_EXAMPLES", "OptionsError", "Result", "UNKNOWN", "Validity", "build_result",
+        "check_safe", "compose", "merge_validity", "summarize",
+    ],
+    "chaos.checkers.answers": ["NAME", "check_answers"],
+    "chaos.checkers.effects": ["NAME", "check_effects"],
+    "chaos.checkers.jobs": ["NAME", "check_jobs", "completion_seconds"],
+    "chaos.checkers.latency": ["LANES", "NAME", "check_latency", "op_latencies", "resolve_slo_key"],
+    "chaos.checkers.stats": ["NAME", "check_stats", "outcome_counts"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(EXPORTS))
+def test_all_is_exact(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == sorted(EXPORTS[module])
+    assert all(hasattr(mod, name) for name in mod.__all__)

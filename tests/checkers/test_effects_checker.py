@@ -1,0 +1,195 @@
+"""effects checker: exactly one outcome per finished attempt and kind, side effects at most once."""
+
+from __future__ import annotations
+
+import pytest
+from checker_builders import HistoryBuilder, attempt_row, effect, good_exports, ledgers_from, outbox_rows, outcome_rows
+
+from chaos.checkers.base import CheckOptions
+from chaos.checkers.effects import check_effects
+from chaos.ledgers import Ledgers
+
+BAD = (
+    "missing_merit",
+    "missing_narrative",
+    "missing_sms",
+    "duplicated_sms_effects",
+    "sms_effect_missing",
+    "unexpected_sms_effects",
+    "duplicated_ai_effects",
+    "ai_effect_missing",
+    "unexpected_ai_effects",
+    "duplicated_outcomes",
+    "unexpected_outcomes",
+    "finish_lost",
+)
+INFO = ("pending_allowed", "failed_for_review_allowed", "effect_without_ready_outcome")
+
+
+def counts(finished: int = 1, outcomes: int = 3, sms: int = 1, ai: int = 1, **problems: int) -> dict:
+    base = {"finished_attempts": finished, "outcomes": outcomes, "sms_effects": sms, "ai_effects": ai}
+    totals = {
+        "duplicated": sum(n for k, n in problems.items() if k.startswith("duplicated_")),
+        "missing": sum(n for k, n in problems.items() if k.startswith("missing_") or k.endswith("_effect_missing")),
+    }
+    return {**base, **totals, **{k: 0 for k in BAD + INFO}, **problems}
+
+
+def run(exports: dict, history: HistoryBuilder | None = None, **options) -> dict:
+    result = check_effects((history or HistoryBuilder()).ops, ledgers_from(exports), CheckOptions.from_dict(options))
+    return result.to_dict()
+
+
+def test_every_effect_exactly_once_is_valid() -> None:
+    result = run(good_exports("a1", "a2"))
+    assert result == {
+        "name": "effects",
+        "valid": True,
+        "counts": counts(finished=2, outcomes=6, sms=2, ai=2),
+        "violations": [],
+        "examples": {},
+        "notes": [],
+    }
+
+
+def test_missing_merit_card_reports_the_outbox_state() -> None:
+    exports = good_exports("a1")
+    exports["outcomes"] = outcome_rows("a1", kinds=("narrative", "sms"))
+    exports["outbox"] = outbox_rows("a1", kinds=("narrative", "sms")) + outbox_rows("a1", status="enqueued", kinds=("merit",))
+    result = run(exports)
+    assert result["valid"] is False
+    assert result["counts"] == counts(outcomes=2, missing_merit=1)
+    assert (result["counts"]["duplicated"], result["counts"]["missing"]) == (0, 1)
+    assert result["violations"] == ["missing_merit"]
+    assert result["examples"] == {
+        "missing_merit": [
+            {"operation_id": "merit-a1", "outcomes": [], "outbox_status": "enqueued", "job_attempts": 1, "last_error": None}
+        ]
+    }
+
+
+def test_missing_outcome_without_outbox_row_says_so() -> None:
+    exports = good_exports("a1")
+    exports["outcomes"] = outcome_rows("a1", kinds=("merit", "narrative"))
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "narrative"))
+    exports["sms_effects"] = []
+    result = run(exports)
+    assert result["violations"] == ["missing_sms"]
+    assert result["examples"]["missing_sms"] == [{"operation_id": "sms-a1", "outcomes": [], "outbox_status": "no outbox row"}]
+
+
+def test_duplicate_merit_outcome_is_invalid() -> None:
+    exports = good_exports("a1")
+    exports["outcomes"] += outcome_rows("a1", kinds=("merit",))
+    result = run(exports)
+    assert result["valid"] is False
+    assert result["counts"] == counts(outcomes=4, duplicated_outcomes=1)
+    assert result["examples"] == {"duplicated_outcomes": [{"operation_id": "merit-a1", "count": 2, "statuses": ["ready", "ready"]}]}
+
+
+def test_duplicate_sms_at_gateway_is_invalid() -> None:
+    exports = good_exports("a1")
+    exports["sms_effects"].append({**effect("sms-a1", 2), "idempotency_key": None})
+    result = run(exports)
+    assert result["valid"] is False
+    assert result["counts"] == counts(sms=2, duplicated_sms_effects=1)
+    assert (result["counts"]["duplicated"], result["counts"]["missing"]) == (1, 0)
+    assert result["examples"] == {
+        "duplicated_sms_effects": [{"operation_id": "sms-a1", "count": 2, "effect_ids": [1, 2], "idempotency_keys": ["sms-a1", None]}]
+    }
+
+
+def test_ai_charged_twice_is_invalid() -> None:
+    exports = good_exports("a1")
+    exports["ai_effects"].append(effect("narrative-a1", 7))
+    result = run(exports)
+    assert result["valid"] is False
+    assert result["violations"] == ["duplicated_ai_effects"]
+    assert result["examples"]["duplicated_ai_effects"][0]["count"] == 2
+
+
+def test_ready_sms_outcome_without_gateway_effect_is_invalid() -> None:
+    result = run({**good_exports("a1"), "sms_effects": []})
+    assert result["valid"] is False
+    assert result["counts"] == counts(sms=0, sms_effect_missing=1)
+    assert result["examples"] == {"sms_effect_missing": [{"operation_id": "sms-a1"}]}
+
+
+def test_effect_for_attempt_that_never_finished_is_unexpected() -> None:
+    exports = good_exports("a1")
+    exports["attempts"].append(attempt_row("a2", status="open"))
+    exports["sms_effects"].append(effect("sms-a2", 2))
+    exports["outcomes"] += outcome_rows("a2", kinds=("merit",))
+    result = run(exports)
+    assert result["violations"] == ["unexpected_sms_effects", "unexpected_outcomes"]
+    assert result["examples"]["unexpected_sms_effects"] == [{"operation_id": "sms-a2", "effect_ids": [2], "idempotency_keys": ["sms-a2"]}]
+    assert result["examples"]["unexpected_outcomes"] == [{"operation_id": "merit-a2", "attempt_id": "a2", "kind": "merit"}]
+
+
+def test_acknowledged_finish_not_in_ledger_is_lost() -> None:
+    h = HistoryBuilder()
+    h.call(1, "finish", {"attempt_id": "a2"}, status=202)
+    h.call(1, "finish", {"attempt_id": "a2"}, status=202)  # a replay: still one lost finish
+    result = run(good_exports("a1"), h)
+    assert result["violations"] == ["finish_lost"]
+    assert result["examples"]["finish_lost"] == [{"attempt_id": "a2", "index": 1}]
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_pending_narrative_is_accounted_for_only_when_allowed(allowed: bool) -> None:
+    exports = good_exports("a1")
+    exports["outcomes"] = outcome_rows("a1", kinds=("merit", "sms"))
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "sms")) + outbox_rows("a1", status="pending", kinds=("narrative",))
+    exports["ai_effects"] = []
+    result = run(exports, allow_pending=["narrative"] if allowed else [])
+    example = {"operation_id": "narrative-a1", "outcomes": [], "outbox_status": "pending", "job_attempts": 1, "last_error": None}
+    if allowed:
+        assert result["valid"] is True
+        assert result["counts"] == counts(outcomes=2, ai=0, pending_allowed=1)
+        assert result["examples"] == {"pending_allowed": [example]}
+    else:
+        assert result["valid"] is False
+        assert result["counts"] == counts(outcomes=2, ai=0, missing_narrative=1)
+        assert result["examples"] == {"missing_narrative": [example]}
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_failed_for_review_is_accounted_for_only_when_allowed(allowed: bool) -> None:
+    exports = good_exports("a1")
+    exports["outcomes"] = outcome_rows("a1", kinds=("merit", "narrative")) + outcome_rows("a1", status="failed_for_review", kinds=("sms",))
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "narrative")) + outbox_rows("a1", status="failed", kinds=("sms",))
+    result = run(exports, allow_failed_for_review=["sms"] if allowed else [])
+    # The gateway did send once (say, the reply was lost): reported, never a duplicate.
+    assert result["examples"]["effect_without_ready_outcome"] == [{"operation_id": "sms-a1", "provider": "sms"}]
+    assert result["valid"] is allowed
+    assert result["violations"] == ([] if allowed else ["missing_sms"])
+    assert result["counts"]["failed_for_review_allowed"] == (1 if allowed else 0)
+
+
+def test_any_unread_ledger_makes_it_unknown() -> None:
+    exports = good_exports("a1")
+    del exports["ai_effects"]
+    result = check_effects([], Ledgers.from_exports(**exports), CheckOptions()).to_dict()
+    assert result["valid"] == "unknown"
+    assert result["counts"] == {}
+    assert result["notes"] == ["ledger ai_effects was not read: not exported", "cannot account for every effect"]
+
+
+def test_ready_narrative_without_ai_call_is_invalid() -> None:
+    result = run({**good_exports("a1"), "ai_effects": []})
+    assert result["valid"] is False
+    assert result["counts"] == counts(ai=0, ai_effect_missing=1)
+    assert result["examples"] == {"ai_effect_missing": [{"operation_id": "narrative-a1"}]}
+
+
+def test_ai_effect_nobody_owes_is_unexpected() -> None:
+    exports = good_exports("a1")
+    exports["ai_effects"].append(effect("narrative-zz", 9))
+    exports["ai_effects"].append(effect("merit-a1", 10))  # wrong provider for this kind
+    result = run(exports)
+    assert result["violations"] == ["unexpected_ai_effects"]
+    assert result["examples"]["unexpected_ai_effects"] == [
+        {"operation_id": "merit-a1", "effect_ids": [10], "idempotency_keys": ["merit-a1"]},
+        {"operation_id": "narrative-zz", "effect_ids": [9], "idempotency_keys": ["narrative-zz"]},
+    ]
+

@@ -1,0 +1,137 @@
+"""jobs checker: every outbox row final (or allowed pending), rows complete, deadline kept."""
+
+from __future__ import annotations
+
+from checker_builders import attempt_row, good_exports, outbox_rows, outcome_rows
+
+from chaos.checkers.base import CheckOptions
+from chaos.checkers.jobs import check_jobs
+from chaos.ledgers import Ledgers
+
+BAD = ("stuck", "failed_without_review", "invalid_status", "missing_rows", "duplicated_rows", "orphan_rows", "deadline_exceeded")
+
+
+def counts(rows: int = 3, done: int = 3, failed: int = 0, finished: int = 1, **problems: int) -> dict:
+    base = {"rows": rows, "done": done, "failed": failed, "finished_attempts": finished}
+    return {**base, **{k: 0 for k in BAD}, "pending_allowed": 0, **problems}
+
+
+def run(exports: dict, exported_at: float | None = None, **options) -> dict:
+    docs = dict(exports)
+    if exported_at is not None:
+        docs["outbox"] = {"table": "outbox", "exported_at": exported_at, "rows": exports["outbox"]}
+    return check_jobs([], Ledgers.from_exports(**docs), CheckOptions.from_dict(options)).to_dict()
+
+
+def summary(count: int, value: float | None) -> dict:
+    return {"count": count, "p50": value, "p95": value, "p99": value, "max": value}
+
+
+def test_all_done_is_valid_and_measures_completion_per_kind() -> None:
+    result = run(good_exports("a1", "a2"))
+    assert result == {
+        "name": "jobs",
+        "valid": True,
+        "counts": counts(rows=6, done=6, finished=2),
+        "violations": [],
+        "examples": {},
+        "notes": [],
+        "details": {"completion_seconds": {"merit": summary(2, 0.5), "narrative": summary(2, 0.5), "sms": summary(2, 0.5)}},
+    }
+
+
+def test_job_still_enqueued_after_quiet_period_is_stuck() -> None:
+    exports = good_exports("a1")
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "sms")) + outbox_rows("a1", status="enqueued", kinds=("narrative",))
+    result = run(exports, exported_at=160.0)
+    assert result["valid"] is False
+    assert result["counts"] == counts(done=2, stuck=1)
+    assert result["examples"] == {
+        "stuck": [
+            {
+                "operation_id": "narrative-a1",
+                "status": "enqueued",
+                "job_attempts": 1,
+                "job_id": "narrative-a1-1",
+                "last_error": None,
+                "age_at_export": 60.0,
+            }
+        ]
+    }
+
+
+def test_allowed_pending_kind_is_accounted_for() -> None:
+    exports = good_exports("a1")
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "sms")) + outbox_rows("a1", status="pending", kinds=("narrative",))
+    result = run(exports, allow_pending=["narrative"])
+    assert result["valid"] is True
+    assert result["counts"] == counts(done=2, pending_allowed=1)
+    assert [e["operation_id"] for e in result["examples"]["pending_allowed"]] == ["narrative-a1"]
+
+
+def test_failed_row_needs_a_failed_for_review_outcome() -> None:
+    exports = good_exports("a1", "a2")
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "narrative")) + outbox_rows("a1", status="failed", kinds=("sms",))
+    exports["outbox"] += outbox_rows("a2", kinds=("merit", "narrative")) + outbox_rows("a2", status="failed", kinds=("sms",))
+    exports["outcomes"] = outcome_rows("a1", kinds=("merit", "narrative")) + outcome_rows("a1", status="failed_for_review", kinds=("sms",))
+    exports["outcomes"] += outcome_rows("a2", kinds=("merit", "narrative"))
+    result = run(exports)
+    assert result["valid"] is False
+    assert result["counts"] == counts(rows=6, done=4, failed=2, finished=2, failed_without_review=1)
+    assert [e["operation_id"] for e in result["examples"]["failed_without_review"]] == ["sms-a2"]
+
+
+def test_finished_attempt_without_its_three_rows_is_invalid() -> None:
+    exports = good_exports("a1")
+    exports["outbox"] = outbox_rows("a1", kinds=("merit",))
+    result = run(exports)
+    assert result["valid"] is False
+    assert result["counts"] == counts(rows=1, done=1, missing_rows=1)
+    assert result["examples"] == {"missing_rows": [{"attempt_id": "a1", "missing_kinds": ["narrative", "sms"]}]}
+
+
+def test_rows_for_unfinished_attempt_and_double_rows_are_invalid() -> None:
+    exports = good_exports("a1")
+    exports["attempts"].append(attempt_row("a2", status="open"))
+    exports["outbox"] += outbox_rows("a2", kinds=("merit",)) + outbox_rows("a1", kinds=("sms",))
+    result = run(exports)
+    assert result["violations"] == ["duplicated_rows", "orphan_rows"]
+    assert result["examples"] == {
+        "duplicated_rows": [{"attempt_id": "a1", "kind": "sms", "rows": 2}],
+        "orphan_rows": [{"attempt_id": "a2", "kinds": ["merit"]}],
+    }
+
+
+def test_unknown_status_is_invalid() -> None:
+    exports = good_exports("a1")
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "narrative")) + outbox_rows("a1", status="lost", kinds=("sms",))
+    result = run(exports)
+    assert result["violations"] == ["invalid_status"]
+
+
+def test_outcome_later_than_deadline_is_invalid() -> None:
+    exports = good_exports("a1")
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "sms")) + outbox_rows("a1", kinds=("narrative",), took=12.0)
+    result = run(exports, outcome_deadline_seconds=10)
+    assert result["valid"] is False
+    assert result["counts"] == counts(deadline_exceeded=1)
+    assert result["examples"] == {"deadline_exceeded": [{"operation_id": "narrative-a1", "status": "done", "seconds": 12.0, "deadline": 10.0}]}
+    assert result["details"]["outcome_deadline_seconds"] == 10.0
+    assert result["details"]["completion_seconds"]["narrative"] == summary(1, 12.0)
+
+
+def test_failed_for_review_counts_as_final_at_its_outcome_time() -> None:
+    exports = good_exports("a1")
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "narrative")) + outbox_rows("a1", status="failed", kinds=("sms",))
+    exports["outcomes"] = outcome_rows("a1", kinds=("merit", "narrative")) + outcome_rows("a1", "failed_for_review", ("sms",), at=109.0)
+    assert run(exports, outcome_deadline_seconds=10)["valid"] is True
+    late = run(exports, outcome_deadline_seconds=5)
+    assert late["examples"] == {"deadline_exceeded": [{"operation_id": "sms-a1", "status": "failed", "seconds": 9.0, "deadline": 5.0}]}
+
+
+def test_unread_outbox_is_unknown() -> None:
+    exports = good_exports("a1")
+    del exports["outbox"]
+    result = check_jobs([], Ledgers.from_exports(**exports), CheckOptions()).to_dict()
+    assert result["valid"] == "unknown"
+    assert result["notes"] == ["ledger outbox was not read: not exported", "cannot tell finished work from vanished work"]

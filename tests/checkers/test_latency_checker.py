@@ -1,0 +1,95 @@
+"""latency checker: quantiles per f and per lane, SLO comparison, unknown without data."""
+
+from __future__ import annotations
+
+import pytest
+from checker_builders import HistoryBuilder, answer, good_exports, ledgers_from, outbox_rows
+
+from chaos.checkers.base import CheckOptions, OptionsError
+from chaos.checkers.latency import check_latency, resolve_slo_key
+
+
+def history(latencies: list[float]) -> HistoryBuilder:
+    h = HistoryBuilder()
+    for n, latency in enumerate(latencies):
+        h.call(n, "answer", answer("a1", f"q{n}", "B"), latency=latency)
+    return h
+
+
+def run(h: HistoryBuilder, exports: dict | None = None, **options) -> dict:
+    ledgers = ledgers_from(exports if exports is not None else good_exports("a1"))
+    return check_latency(h.ops, ledgers, CheckOptions.from_dict(options)).to_dict()
+
+
+def test_quantiles_per_f_by_nearest_rank() -> None:
+    h = history([i / 100 for i in range(1, 101)])  # 0.01 .. 1.00
+    h.call(200, "finish", {"attempt_id": "a1"}, outcome=None)
+    result = run(h)
+    assert result["valid"] is True
+    assert result["details"]["ops"] == {"answer": {"count": 100, "p50": 0.5, "p95": 0.95, "p99": 0.99, "max": 1.0}}
+    assert result["details"]["incomplete"] == {"finish": 1}
+
+
+def test_lanes_from_outbox_and_oldest_age_from_samples() -> None:
+    h = history([0.1])
+    h.sample(1.0, merit=(3, 0.2), ai=(40, 5.0))
+    h.sample(2.0, merit=(0, 0.0), ai=(10, 7.5))
+    result = run(h)
+    lanes = result["details"]["lanes"]
+    assert lanes["merit"] == {"count": 1, "p50": 0.5, "p95": 0.5, "p99": 0.5, "max": 0.5, "wait": {"count": 1, "p50": 0.4, "p95": 0.4, "p99": 0.4, "max": 0.4}, "oldest_age": 0.2}
+    assert lanes["ai"]["oldest_age"] == 7.5
+    assert lanes["sms"]["oldest_age"] is None
+
+
+def test_op_slo_violated_is_invalid() -> None:
+    result = run(history([0.1] * 98 + [0.9, 2.0]), slo={"answer": {"p99": 0.5, "p50": 0.2}})
+    assert result["valid"] is False
+    assert result["counts"] == {"slos": 1, "slo_violations": 1}
+    assert result["violations"] == ["slo_violations"]
+    assert result["examples"] == {"slo_violations": [{"slo": "answer", "threshold": "p99", "limit": 0.5, "observed": 0.9}]}
+
+
+def test_lane_slo_on_completion_and_oldest_age() -> None:
+    h = history([0.1])
+    h.sample(1.0, merit=(5, 3.0))
+    exports = good_exports("a1")
+    exports["outbox"] = outbox_rows("a1", kinds=("narrative", "sms")) + outbox_rows("a1", kinds=("merit",), took=70.0)
+    result = run(h, exports, slo={"merit": {"p99": 60, "oldest_age": 2}})
+    assert result["valid"] is False
+    assert result["examples"]["slo_violations"] == [
+        {"slo": "merit", "threshold": "oldest_age", "limit": 2.0, "observed": 3.0},
+        {"slo": "merit", "threshold": "p99", "limit": 60.0, "observed": 70.0},
+    ]
+
+
+def test_slo_met_is_valid() -> None:
+    result = run(history([0.1, 0.2]), slo={"op:answer": {"max": 0.5}, "lane:ai": {"p95": 1}})
+    assert result["valid"] is True
+    assert result["counts"] == {"slos": 2, "slo_violations": 0}
+
+
+def test_slo_without_data_is_unknown() -> None:
+    result = run(history([0.1]), slo={"finish": {"p99": 1}})
+    assert result["valid"] == "unknown"
+    assert result["notes"] == ["slo finish.p99: no data to compare with 1.0 s"]
+
+
+def test_lane_slo_without_outbox_is_unknown() -> None:
+    exports = good_exports("a1")
+    del exports["outbox"]
+    result = run(history([0.1]), exports, slo={"merit": {"p99": 1}})
+    assert result["valid"] == "unknown"
+    assert result["notes"] == ["ledger outbox was not read: not exported", "slo merit.p99: no data to compare with 1.0 s"]
+
+
+def test_slo_key_resolution() -> None:
+    assert resolve_slo_key("merit") == ("lane", "merit")
+    assert resolve_slo_key("narrative") == ("op", "narrative")  # the GET; its lane is "ai"
+    assert resolve_slo_key("lane:ai") == ("lane", "ai")
+    assert resolve_slo_key("op:answer") == ("op", "answer")
+
+
+@pytest.mark.parametrize("slo", [{"answer": {"p42": 1}}, {"answer": {"p99": -1}}, {"answer": {}}, {"answer": 3}])
+def test_bad_slo_options_are_rejected(slo: dict) -> None:
+    with pytest.raises(OptionsError, match="options.slo"):
+        CheckOptions.from_dict({"slo": slo})

@@ -1,0 +1,209 @@
+"""analyze() end to end on run folders built here, and check_command's exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chaos.analyze as analyze_module
+import chaos.plots as plots_module
+import chaos.report as report_module
+from chaos.analyze import analyze, check_command, check_main
+from chaos.history import History
+from chaos.report import format_seconds
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REPRODUCE = "proctor run kill-merit-worker --seed 7 --time-scale 0.01"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def export(table: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"table": table, "exported_at": 200.0, "rows": rows}
+
+
+def build_run(folder: Path, *, lose_answer: bool = False, options: dict[str, Any] | None = None) -> Path:
+    """A small finished exam: one attempt, two answers, a merit-worker kill and its heal."""
+    clock = Clock()
+    with History(folder / "history.jsonl", clock=clock) as history:
+        for n, (f, value) in enumerate(
+            [
+                ("answer", {"attempt_id": "a1", "question": "q1", "content": "B", "idempotency_key": "k1"}),
+                ("answer", {"attempt_id": "a1", "question": "q2", "content": "C", "idempotency_key": "k2"}),
+                ("finish", {"attempt_id": "a1", "idempotency_key": "f1"}),
+            ]
+        ):
+            clock.now += 0.5
+            invoked = history.invoke(1, f, value)
+            clock.now += 0.05
+            history.complete(invoked, "ok", status=201, node="web_1", receipt_id=f"r{n}")
+            if n == 0:
+                history.nemesis("fault-start", {"fault_id": 1, "kind": "kill", "target": "worker_merit_1"})
+                history.sample({"lanes": {"merit": {"depth": 1, "oldest_age": 0.3}, "ai": {"depth": 0, "oldest_age": 0}}})
+        clock.now += 1
+        history.nemesis("fault-end", {"fault_id": 1, "kind": "kill", "target": "worker_merit_1"})
+        history.sample({"lanes": {"merit": {"depth": 0, "oldest_age": 0}, "ai": {"depth": 0, "oldest_age": 0}}})
+    answers = [
+        {"receipt_id": f"r{n}", "attempt_id": "a1", "student_id": "s1", "question": q, "content": c,
+         "idempotency_key": f"k{n + 1}", "node": "web_1", "created_at": 100.0}
+        for n, (q, c) in enumerate([("q1", "B"), ("q2", "C")])
+    ]
+    kinds = ("merit", "narrative", "sms")
+    ledgers = {
+        "attempts": export("attempts", [{"attempt_id": "a1", "student_id": "s1", "exam_code": "NOVA-101", "status": "finished", "started_at": 99.0, "finished_at": 101.0}]),
+        "answers": export("answers", answers[1:] if lose_answer else answers),
+        "outbox": export("outbox", [
+            {"operation_id": f"{k}-a1", "attempt_id": "a1", "kind": k, "status": "done", "attempts": 1, "job_id": f"{k}-a1-1",
+             "last_error": None, "created_at": 101.0, "enqueued_at": 101.1, "done_at": 101.5} for k in kinds
+        ]),
+        "outcomes": export("outcomes", [
+            {"id": i, "operation_id": f"{k}-a1", "attempt_id": "a1", "kind": k, "status": "ready", "payload": {}, "created_at": 101.5}
+            for i, k in enumerate(kinds)
+        ]),
+        "ai_effects": {"provider": "ai", "exported_at": 200.0, "effects": [{"id": 1, "operation_id": "narrative-a1", "idempotency_key": "narrative-a1", "created_at": 101.3, "request": {}}]},
+        "sms_effects": {"provider": "sms", "exported_at": 200.0, "effects": [{"id": 1, "operation_id": "sms-a1", "idempotency_key": "sms-a1", "created_at": 101.4, "request": {}}]},
+    }
+    (folder / "ledgers").mkdir()
+    for table, document in ledgers.items():
+        (folder / "ledgers" / f"{table}.json").write_text(json.dumps(document))
+    scenario = {
+        "name": "kill-merit-worker",
+        "seed": 7,
+        "time_scale": 0.01,
+        "settings": {"TIME_SCALE": "0.01", "PROCTOR_MAX_JOB_ATTEMPTS": "5"},
+        "options": options if options is not None else {"outcome_deadline_seconds": 5, "slo": {"answer": {"p99": 1.0}}},
+        "description": "SIGKILL the merit worker mid-job",
+        "started_at": 1800000000.0,  # the runner writes epoch seconds
+        "ended_at": "2027-01-15T08:00:05+00:00",
+        "workload": {"arrival_rate": 2},  # extra keys are the runner's business: ignored
+        "reproduce": REPRODUCE,
+    }
+    (folder / "scenario.json").write_text(json.dumps(scenario))
+    return folder
+
+
+def test_all_is_exact() -> None:
+    assert sorted(analyze_module.__all__) == sorted(
+        ["EXIT_INVALID", "EXIT_UNKNOWN", "EXIT_VALID", "HISTORY_FILE", "SCENARIO_FILE", "ScenarioError", "analyze",
+         "check_command", "check_main", "exit_code", "load_scenario"]
+    )
+    assert sorted(report_module.__all__) == sorted(
+        ["REPORT_JSON", "REPORT_MD", "build_report", "case_durations", "format_seconds", "render_markdown",
+         "verdict_word", "write_report"]
+    )
+    assert sorted(plots_module.__all__) == sorted(["PLOT_FILES", "plot_latency", "plot_queues", "plot_run", "plot_throughput"])
+
+
+def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = build_run(tmp_path)
+    assert check_command(run) == 0
+    assert capsys.readouterr().out == f"VALID\nreport: {run / 'report.md'}\n"
+    report = json.loads((run / "report.json").read_text())
+    assert (report["verdict"], report["valid"], report["name"], report["seed"], report["reproduce"]) == ("VALID", True, "kill-merit-worker", 7, REPRODUCE)
+    assert report["summary"] == {"valid": 5, "invalid": 0, "unknown": 0}
+    assert {n: c["valid"] for n, c in report["checkers"].items()} == dict.fromkeys(["stats", "answers", "effects", "jobs", "latency"], True)
+    assert report["checkers"]["answers"]["counts"]["acknowledged"] == 2
+    assert report["checkers"]["stats"]["counts"]["faults"] == 1
+    assert report["options"]["outcome_deadline_seconds"] == 5.0
+    assert report["plots"] == ["throughput.png", "latency.png", "queues.png"]
+    for name in report["plots"]:
+        assert (run / name).read_bytes()[:8] == PNG_MAGIC
+    ai_call = next(d for d in report["case_durations"] if d["name"] == "CASE_AI_CALL_SECONDS")
+    assert ai_call == {"name": "CASE_AI_CALL_SECONDS", "case_seconds": 10.0, "real_seconds": 0.1}
+
+
+def test_report_md_shows_verdict_settings_both_times_and_reproduce(tmp_path: Path) -> None:
+    run = build_run(tmp_path)
+    analyze(run, plots=False)
+    md = (run / "report.md").read_text()
+    assert "**Verdict: VALID** (5 valid, 0 invalid, 0 unknown)" in md
+    assert REPRODUCE in md
+    assert "SIGKILL the merit worker mid-job\n\nSeed `7`, started 2027-01-15T08:00:00+00:00, ended 2027-01-15T08:00:05+00:00." in md
+    assert "TIME_SCALE = 0.01 (real seconds per case second)" in md
+    assert "| CASE_AI_CALL_SECONDS | 10 s | 100 ms |" in md
+    assert "| CASE_RETRY_WINDOW_SECONDS | 12 h | 7.2 min |" in md
+    assert "| PROCTOR_MAX_JOB_ATTEMPTS | `5` |" in md
+    assert "- outcome_deadline_seconds: 5 s real = 8.33 min case" in md
+    assert "- slo answer: p99 1 s real = 100 s case" in md
+    assert "| op answer | 2 | 50 ms | 50 ms | 50 ms | 50 ms | | |" in md
+    assert "| lane merit (finish to done) | 1 | 500 ms | 500 ms | 500 ms | 500 ms | 400 ms | 300 ms |" in md
+    assert "\n\n\n" not in md
+
+
+def test_lost_answer_exits_1_and_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = build_run(tmp_path, lose_answer=True)
+    assert check_command(run, plots=False) == 1
+    assert capsys.readouterr().out.splitlines()[0] == "INVALID: answers (lost=1)"
+    report = json.loads((run / "report.json").read_text())
+    answers = report["checkers"]["answers"]
+    assert answers["examples"]["lost"] == [{"attempt_id": "a1", "question": "q1", "content": "B"}]
+    assert "| answers | INVALID | lost 1 |" in (run / "report.md").read_text()
+
+
+def test_unread_ledger_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = build_run(tmp_path)
+    (run / "ledgers" / "sms_effects.json").unlink()
+    assert check_command(run, plots=False) == 2
+    assert capsys.readouterr().out.splitlines()[0].startswith("UNKNOWN: effects (unknown: ledger sms_effects was not read")
+
+
+def test_missing_history_is_unknown_not_vacuous(tmp_path: Path) -> None:
+    run = build_run(tmp_path)
+    (run / "history.jsonl").unlink()
+    report = analyze(run)  # plots on: an empty history must still plot
+    assert report["valid"] == "unknown"
+    assert list(report["checkers"]) == ["history"]
+    assert report["checkers"]["history"]["notes"][0].startswith("history could not be read: FileNotFoundError")
+    assert all((run / name).read_bytes()[:8] == PNG_MAGIC for name in report["plots"])
+
+
+def test_empty_history_is_invalid_and_plots_do_not_crash(tmp_path: Path) -> None:
+    run = build_run(tmp_path)
+    (run / "history.jsonl").write_text("")
+    report = analyze(run)
+    assert report["valid"] is False
+    assert report["checkers"]["stats"]["violations"] == ["vacuous_ops", "no_client_ops"]
+    assert len(report["plots"]) == 3
+
+
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (lambda run: (run / "scenario.json").write_text('{"options": {"allow_pending": ["ai"]}}'), "OptionsError"),
+        (lambda run: (run / "scenario.json").write_text("{"), "ScenarioError"),
+        (lambda run: (run / "scenario.json").write_text('{"time_scale": 0}'), "ScenarioError"),
+    ],
+)
+def test_harness_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], breakage: Any, message: str) -> None:
+    run = build_run(tmp_path)
+    breakage(run)
+    assert check_command(run, plots=False) == 2
+    assert f"harness error: {message}" in capsys.readouterr().err
+
+
+def test_missing_run_folder_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check_main([str(tmp_path / "nope"), "--no-plots"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_missing_scenario_uses_defaults_and_says_so(tmp_path: Path) -> None:
+    run = build_run(tmp_path)
+    (run / "scenario.json").unlink()
+    report = analyze(run, plots=False)
+    assert report["valid"] is True
+    assert report["harness_notes"] == ["scenario.json not found: default options used", "no time_scale in scenario.json: assumed 0.01"]
+    assert "(scenario.json has no reproduce command)" in (run / "report.md").read_text()
+
+
+@pytest.mark.parametrize("seconds, text", [(0.0034, "3.4 ms"), (0.34, "340 ms"), (10, "10 s"), (450, "7.5 min"), (43200, "12 h"), (None, "-")])
+def test_format_seconds(seconds: float | None, text: str) -> None:
+    assert format_seconds(seconds) == text

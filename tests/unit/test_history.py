@@ -1,0 +1,150 @@
+"""chaos.history: the JSONL writer, loading (crash-tolerant), and pairing helpers."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+import chaos.history as history_module
+from chaos.history import (
+    FaultWindow,
+    History,
+    HistoryFormatError,
+    Op,
+    fault_windows,
+    load_history,
+    monitor_samples,
+    pair_ops,
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_all_is_exact() -> None:
+    assert sorted(history_module.__all__) == sorted(
+        [
+            "COMPLETION_TYPES", "FaultWindow", "History", "HistoryFormatError", "NEMESIS", "MONITOR", "Op",
+            "client_ops", "fault_windows", "load_history", "monitor_samples", "pair_ops",
+        ]
+    )
+
+
+def test_writes_one_json_object_per_line_in_the_documented_format(tmp_path: Path) -> None:
+    clock = FakeClock()
+    path = tmp_path / "run" / "history.jsonl"
+    with History(path, clock=clock) as history:
+        clock.now += 1.2345
+        history.append(process=3, type="invoke", f="answer", value={"attempt_id": "a1", "question": "q1"})
+        clock.now += 0.0266
+        history.append(
+            process=3, type="ok", f="answer", value={"attempt_id": "a1"}, status=201, node="web_2",
+            receipt_id="r1", latency=0.0266, error=None, key="extra-field",
+        )
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [
+        {"index": 0, "time": 1.2345, "process": 3, "type": "invoke", "f": "answer", "value": {"attempt_id": "a1", "question": "q1"}},
+        {
+            "index": 1, "time": 1.2611, "process": 3, "type": "ok", "f": "answer", "value": {"attempt_id": "a1"},
+            "status": 201, "node": "web_2", "receipt_id": "r1", "latency": 0.0266, "key": "extra-field",
+        },
+    ]
+    loaded = load_history(path)
+    assert loaded[1].extra == {"key": "extra-field"}
+    assert [op.to_dict() for op in loaded] == lines
+
+
+def test_each_line_is_on_disk_before_close(tmp_path: Path) -> None:
+    history = History(tmp_path / "h.jsonl")
+    history.invoke(1, "finish", {"attempt_id": "a1"})
+    assert len(load_history(tmp_path / "h.jsonl")) == 1  # a crash now would keep it
+    history.close()
+    with pytest.raises(ValueError, match="closed"):
+        history.invoke(1, "finish")
+
+
+def test_complete_keeps_process_and_f_and_measures_latency(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with History(tmp_path / "h.jsonl", clock=clock) as history:
+        invoked = history.invoke(7, "answer", {"q": 1})
+        clock.now += 0.25
+        done = history.complete(invoked, "info", error="ReadTimeout")
+        faults = history.nemesis("fault-start", {"fault_id": 1, "kind": "kill", "target": "web_1"})
+        sample = history.sample({"lanes": {}})
+    assert (done.process, done.f, done.value, done.latency, done.error) == (7, "answer", {"q": 1}, 0.25, "ReadTimeout")
+    assert (faults.process, faults.type, sample.process, sample.f) == ("nemesis", "info", "monitor", "sample")
+    assert history.counts() == {"invoke": 1, "info": 1}  # client ops only
+    with History(tmp_path / "x.jsonl") as other, pytest.raises(ValueError, match="completion type"):
+        other.complete(invoked, "invoke")
+
+
+def test_concurrent_appends_get_dense_unique_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    with History(path) as history:
+        def worker(process: int) -> None:
+            for _ in range(200):
+                history.append(process=process, type="invoke", f="answer", value={"pad": "x" * 50})
+
+        threads = [threading.Thread(target=worker, args=(p,)) for p in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    ops = load_history(path)
+    assert [op.index for op in ops] == list(range(1600))
+    times = [op.time for op in ops]
+    assert times == sorted(times)  # index order and time order agree
+    assert len({history.new_process() for _ in range(5)}) == 5
+
+
+def test_torn_last_line_is_skipped_but_a_bad_middle_line_raises(tmp_path: Path) -> None:
+    good = json.dumps({"index": 0, "time": 0.1, "process": 1, "type": "invoke", "f": "answer", "value": None})
+    path = tmp_path / "h.jsonl"
+    path.write_text(good + "\n" + '{"index": 1, "ti')
+    assert [op.index for op in load_history(path)] == [0]
+    path.write_text('{"index": 1, "ti\n' + good + "\n")
+    with pytest.raises(HistoryFormatError, match=r"h.jsonl:1"):
+        load_history(path)
+    path.write_text(json.dumps({"index": 0, "time": 0, "process": 1, "type": "maybe", "f": "x"}) + "\n" + good + "\n")
+    with pytest.raises(HistoryFormatError, match="maybe"):
+        load_history(path)
+
+
+def op(index: int, process: int | str, type: str, f: str = "answer", time: float | None = None, value: object = None) -> Op:
+    return Op(index=index, time=index / 10 if time is None else time, process=process, type=type, f=f, value=value)
+
+
+def test_pair_ops_pairs_per_process_and_leaves_unfinished_invokes_open() -> None:
+    ops = [
+        op(0, 1, "invoke"),
+        op(1, 2, "invoke", "finish"),
+        op(2, "monitor", "info", "sample", value={"lanes": {}}),
+        op(3, 2, "ok", "finish"),
+        op(4, 1, "info"),
+        op(5, 3, "invoke"),
+    ]
+    pairs = [(a.index, b.index if b else None) for a, b in pair_ops(ops)]
+    assert pairs == [(0, 4), (1, 3), (5, None)]
+
+
+def test_a_second_invoke_on_a_busy_process_leaves_the_first_unpaired() -> None:
+    ops = [op(0, 1, "invoke"), op(1, 1, "invoke"), op(2, 1, "ok")]
+    assert [(a.index, b.index if b else None) for a, b in pair_ops(ops)] == [(0, None), (1, 2)]
+
+
+def test_fault_windows_pair_by_fault_id_and_keep_unhealed_faults() -> None:
+    ops = [
+        op(0, "nemesis", "info", "fault-start", value={"fault_id": 1, "kind": "kill", "target": "web_1"}),
+        op(1, "nemesis", "info", "fault-start", value={"fault_id": 2, "kind": "pause", "target": "relay"}),
+        op(2, "nemesis", "info", "fault-end", value={"fault_id": 1, "kind": "kill", "target": "web_1"}),
+    ]
+    assert fault_windows(ops) == [FaultWindow(1, "kill", "web_1", 0.0, 0.2), FaultWindow(2, "pause", "relay", 0.1, None)]
+    assert monitor_samples(ops) == []

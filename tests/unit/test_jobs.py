@@ -1,0 +1,219 @@
+"""Job functions against a real SQLite ledger and real fake providers (uvicorn threads).
+
+Jobs read their settings from the environment, as they do in a worker's horse.
+The unknown-outcome case runs the job in a subprocess and kills it after the
+gateway recorded the effect but before it answered.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from stack.config import Settings
+from stack.lanes import jobs
+from stack.ledger import outbox, outcomes
+from stack.ledger.engine import init_ledger, make_engine
+from stack.ledger.schema import answers, attempts, students
+from stack.providers import ai, sms
+from stack.providers.ledger import EffectLedger
+
+ADMIN = {"X-Admin-Token": "proctor-admin"}
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServedApp:
+    def __init__(self, app: FastAPI, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "ServedApp":
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    current = Settings(
+        run_dir=tmp_path,
+        time_scale=0.001,
+        ai_url=f"http://127.0.0.1:{free_port()}",
+        sms_url=f"http://127.0.0.1:{free_port()}",
+        exams={"NOVA-101": 4},
+    )
+    init_ledger(make_engine(current), current)
+    yield current
+    jobs.reset_process_state()
+
+
+def use(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put settings where jobs read them: the environment."""
+    for name, value in settings.to_env().items():
+        monkeypatch.setenv(name, value)
+    jobs.reset_process_state()
+
+
+@pytest.fixture
+def providers(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    use(settings, monkeypatch)
+    with ServedApp(ai.create_app(settings), int(settings.ai_url.rsplit(":", 1)[1])):
+        with ServedApp(sms.create_app(settings, environ={}), int(settings.sms_url.rsplit(":", 1)[1])):
+            yield settings
+
+
+def seed_attempt(settings: Settings, attempt_id: str, contents: dict[str, str]) -> None:
+    """A finished attempt with its answers and its three pending outbox rows."""
+    now = time.time()
+    with make_engine(settings).begin() as conn:
+        conn.execute(students.insert().prefix_with("OR IGNORE").values(id="s-" + attempt_id, created_at=now))
+        conn.execute(
+            attempts.insert().values(
+                id=attempt_id, student_id="s-" + attempt_id, exam_code="NOVA-101", status="finished", started_at=now, finished_at=now
+            )
+        )
+        for question, content in contents.items():
+            conn.execute(
+                answers.insert().values(
+                    receipt_id=f"r-{attempt_id}-{question}", attempt_id=attempt_id, question=question, content=content,
+                    idempotency_key=f"k-{attempt_id}-{question}", body_sha256="0" * 64, node="web_1", created_at=now,
+                )
+            )
+        outbox.create_rows(conn, attempt_id, now)
+
+
+def all_correct() -> dict[str, str]:
+    return {f"q{n}": jobs.answer_key("NOVA-101", f"q{n}") for n in range(1, 5)}
+
+
+def all_wrong() -> dict[str, str]:
+    return {q: next(o for o in jobs.OPTIONS if o != right) for q, right in all_correct().items()}
+
+
+def ledger_state(settings: Settings, op: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    with make_engine(settings).begin() as conn:
+        row = outbox.get_row(conn, op)
+        assert row is not None
+        return outcomes.find(conn, op), row
+
+
+def gateway_effects(settings: Settings, provider: str, op: str) -> int:
+    return len(EffectLedger(settings.run_dir / f"{provider}_effects.db").for_operation(op))
+
+
+def test_answer_key_is_deterministic_and_an_option() -> None:
+    assert jobs.answer_key("NOVA-101", "q1") == jobs.answer_key("NOVA-101", "q1")
+    assert {jobs.answer_key("NOVA-101", f"q{n}") for n in range(1, 40)} <= set(jobs.OPTIONS)
+
+
+def test_merit_twice_writes_one_outcome_and_marks_done(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    use(settings, monkeypatch)
+    seed_attempt(settings, "a1", all_correct())
+    first = jobs.compute_merit_card("merit-a1")
+    second = jobs.compute_merit_card("merit-a1")
+    rows, row = ledger_state(settings, "merit-a1")
+    assert [r["status"] for r in rows] == ["ready"]
+    assert rows[0]["payload"]["score"] == 4 and rows[0]["payload"]["max_score"] == 4
+    assert first["payload"]["score"] == 4 and second == {"operation_id": "merit-a1", "status": "ready", "replayed": True}
+    assert row["status"] == "done" and row["done_at"] is not None
+
+
+def test_merit_position_ranks_among_finished_attempts(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    use(settings, monkeypatch)
+    seed_attempt(settings, "best", all_correct())
+    seed_attempt(settings, "worst", all_wrong())
+    assert jobs.compute_merit_card("merit-worst")["payload"]["position"] == 2
+    card = jobs.compute_merit_card("merit-best")["payload"]
+    assert (card["score"], card["position"], card["finished_attempts"]) == (4, 1, 2)
+
+
+def test_concurrent_merit_runs_write_once(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    use(settings, monkeypatch)
+    seed_attempt(settings, "a1", all_correct())
+    threads = [threading.Thread(target=jobs.compute_merit_card, args=("merit-a1",)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    rows, _ = ledger_state(settings, "merit-a1")
+    assert len(rows) == 1
+
+
+def test_narrative_calls_the_provider_once_with_the_operation_as_key(providers: Settings) -> None:
+    seed_attempt(providers, "a1", all_correct())
+    jobs.write_narrative("narrative-a1")
+    jobs.write_narrative("narrative-a1")
+    rows, row = ledger_state(providers, "narrative-a1")
+    assert [r["status"] for r in rows] == ["ready"] and "scored 4" in rows[0]["payload"]["text"]
+    assert row["status"] == "done"
+    effects = EffectLedger(providers.run_dir / "ai_effects.db").all()
+    assert [(e.operation_id, e.idempotency_key) for e in effects] == [("narrative-a1", "narrative-a1")]
+
+
+def test_provider_refusal_fails_the_job_without_an_outcome(providers: Settings) -> None:
+    seed_attempt(providers, "a1", all_correct())
+    httpx.put(f"{providers.ai_url}/admin/faults", json={"status": 402}, headers=ADMIN)
+    with pytest.raises(httpx.HTTPStatusError):
+        jobs.write_narrative("narrative-a1")
+    rows, row = ledger_state(providers, "narrative-a1")
+    assert rows == [] and row["status"] == "pending"
+
+
+def run_killed_after_effect(settings: Settings, op: str) -> None:
+    """Run the sms job in a child; kill it once the gateway recorded the effect, before it answered."""
+    httpx.put(f"{settings.sms_url}/admin/faults", json={"delay_after_effect_seconds": 3}, headers=ADMIN)
+    env = {**os.environ, **settings.to_env(), "PYTHONPATH": str(REPO)}
+    code = f"from stack.lanes.jobs import send_result_sms; send_result_sms({op!r})"
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 15
+        while gateway_effects(settings, "sms", op) == 0:
+            assert time.monotonic() < deadline and child.poll() is None, "the gateway never saw the call"
+            time.sleep(0.02)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    httpx.delete(f"{settings.sms_url}/admin/faults", headers=ADMIN)
+
+
+@pytest.mark.parametrize("idempotency, expected_effects", [(True, 1), (False, 2)])
+def test_sms_rerun_after_unknown_outcome(
+    providers: Settings, monkeypatch: pytest.MonkeyPatch, idempotency: bool, expected_effects: int
+) -> None:
+    current = providers.with_overrides(sms_idempotency=idempotency)
+    use(current, monkeypatch)
+    seed_attempt(current, "a1", all_correct())
+    run_killed_after_effect(current, "sms-a1")
+    rows, _ = ledger_state(current, "sms-a1")
+    assert rows == []  # the worker died before it could record the send
+    jobs.send_result_sms("sms-a1")  # the re-run the reconciler would start
+    jobs.send_result_sms("sms-a1")  # and a duplicate delivery of it: ready outcome -> no call
+    rows, row = ledger_state(current, "sms-a1")
+    assert len(rows) == 1 and row["status"] == "done"
+    assert gateway_effects(current, "sms", "sms-a1") == expected_effects

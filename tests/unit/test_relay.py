@@ -1,0 +1,288 @@
+"""Relay and reconciler against a real plaintext valkey-server and real RQ workers.
+
+The worker-loss case runs ``python -m stack.lanes.worker`` as a subprocess and
+SIGKILLs both the worker and its horse (which RQ puts in its own process group),
+the way a container kill would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from redis import Redis
+from rq import Queue
+from rq.job import Job
+from rq.registry import StartedJobRegistry
+from sqlalchemy import select
+
+from stack.config import Settings
+from stack.lanes.connection import valkey_client
+from stack.lanes.jobs import answer_key
+from stack.lanes.worker import liveness_key
+from stack.ledger import outbox, outcomes
+from stack.ledger.engine import init_ledger, make_engine
+from stack.ledger.schema import answers, attempts, audit_log, students
+from stack.relay import Relay
+
+REPO = Path(__file__).resolve().parents[2]
+OPS = ("merit-a1", "narrative-a1", "sms-a1")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def valkey_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("valkey")
+    server = subprocess.Popen(
+        ["valkey-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+    )
+    client = Redis(host="127.0.0.1", port=port)
+    try:
+        wait_for(lambda: ping(client), "valkey-server did not start")
+        yield port
+    finally:
+        client.close()
+        os.kill(server.pid, signal.SIGTERM)
+        server.wait(timeout=10)
+
+
+def ping(client: Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+
+
+def wait_for(condition: Callable[[], bool], message: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, message
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def valkey(valkey_port: int) -> Iterator[Redis]:
+    client = Redis(host="127.0.0.1", port=valkey_port)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, valkey_port: int) -> Settings:
+    current = Settings(
+        run_dir=tmp_path,
+        valkey_url=f"redis://127.0.0.1:{valkey_port}/0",
+        time_scale=0.001,
+        ai_url=f"http://127.0.0.1:{free_port()}",  # nothing listens: AI jobs fail
+        relay_interval=0.1,
+        liveness_ttl=1.0,
+        exams={"NOVA-101": 2},
+    )
+    engine = make_engine(current)
+    init_ledger(engine, current)
+    seed_attempt(current, "a1")
+    return current
+
+
+def seed_attempt(settings: Settings, attempt_id: str) -> None:
+    now = time.time()
+    with make_engine(settings).begin() as conn:
+        conn.execute(students.insert().values(id="s1", created_at=now))
+        conn.execute(
+            attempts.insert().values(
+                id=attempt_id, student_id="s1", exam_code="NOVA-101", status="finished", started_at=now, finished_at=now
+            )
+        )
+        conn.execute(
+            answers.insert().values(
+                receipt_id="r1", attempt_id=attempt_id, question="q1", content=answer_key("NOVA-101", "q1"),
+                idempotency_key="k1", body_sha256="0" * 64, node="web_1", created_at=now,
+            )
+        )
+        outbox.create_rows(conn, attempt_id, now)
+
+
+def relay(settings: Settings, valkey: Redis) -> Relay:
+    return Relay(settings, make_engine(settings), valkey)
+
+
+def row(settings: Settings, op: str) -> dict:
+    with make_engine(settings).begin() as conn:
+        found = outbox.get_row(conn, op)
+    assert found is not None
+    return found
+
+
+def start_worker(settings: Settings, lane: str, *args: str) -> subprocess.Popen[bytes]:
+    """The worker logs to <run_dir>/worker_<lane>.log (read it when a test fails)."""
+    env = {**os.environ, **settings.to_env(), "PYTHONPATH": str(REPO), "PROCTOR_COMPONENT": f"worker_{lane}_1"}
+    with open(settings.run_dir / f"worker_{lane}.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "stack.lanes.worker", lane, *args], env=env, cwd=REPO, stdout=log, stderr=log
+        )
+
+
+def worker_log(settings: Settings, lane: str) -> str:
+    return (settings.run_dir / f"worker_{lane}.log").read_text()
+
+
+def job_field(valkey: Redis, jid: str, name: str) -> str | None:
+    value = valkey.hget(Job.key_for(jid), name)
+    return None if value is None else value.decode()
+
+
+def test_pending_rows_are_enqueued_once_with_fresh_job_ids(settings: Settings, valkey: Redis) -> None:
+    first = relay(settings, valkey).run_once()
+    second = relay(settings, valkey).run_once()
+    assert sorted(first.enqueued) == sorted(OPS) and second.enqueued == second.reenqueued == []
+    for op, lane in zip(OPS, ("merit", "ai", "sms")):
+        current = row(settings, op)
+        assert (current["status"], current["attempts"], current["job_id"]) == ("enqueued", 1, f"{op}-1")
+        assert Queue(lane, connection=valkey).job_ids == [f"{op}-1"]
+        assert valkey.ttl(Job.key_for(f"{op}-1")) == -1  # no ttl: a job hash never silently expires
+
+
+def test_worker_entry_point_runs_a_merit_job_to_done(settings: Settings, valkey: Redis) -> None:
+    relay(settings, valkey).run_once()
+    worker = start_worker(settings, "merit", "--burst")
+    assert worker.wait(timeout=30) == 0, worker_log(settings, "merit")
+    assert row(settings, "merit-a1")["status"] == "done"
+    assert job_field(valkey, "merit-a1-1", "worker_name").startswith("worker_merit_1.")  # type: ignore[union-attr]
+    with make_engine(settings).begin() as conn:
+        assert [o["payload"]["score"] for o in outcomes.find(conn, "merit-a1")] == [1]
+
+
+@pytest.mark.parametrize("reconciler", [True, False])
+def test_flushed_valkey_is_reenqueued_only_by_the_reconciler(settings: Settings, valkey: Redis, reconciler: bool) -> None:
+    current = settings.with_overrides(reconciler_enabled=reconciler)
+    relay(current, valkey).run_once()
+    valkey.flushall()
+    report = relay(current, valkey).run_once()
+    merit = row(current, "merit-a1")
+    if reconciler:
+        assert sorted(report.reenqueued) == sorted(OPS)
+        assert (merit["attempts"], merit["job_id"]) == (2, "merit-a1-2")
+        assert "vanished" in merit["last_error"]
+        assert Queue("merit", connection=valkey).job_ids == ["merit-a1-2"]
+    else:
+        assert report.reenqueued == [] and (merit["attempts"], merit["job_id"]) == (1, "merit-a1-1")
+        assert Queue("merit", connection=valkey).job_ids == []  # lost: the negative control
+
+
+def test_failed_job_is_reenqueued(settings: Settings, valkey: Redis) -> None:
+    relay(settings, valkey).run_once()
+    worker = start_worker(settings, "ai", "--burst")  # the AI provider is down: the job fails
+    worker.wait(timeout=30)
+    assert job_field(valkey, "narrative-a1-1", "status") == "failed"
+    report = relay(settings, valkey).run_once()
+    assert report.reenqueued == ["narrative-a1"]
+    assert row(settings, "narrative-a1")["job_id"] == "narrative-a1-2"
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a worker and its horse; the horse has its own process group, so kill it by pid too."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    os.kill(pid, signal.SIGKILL)
+    for child in children:
+        os.kill(int(child), signal.SIGKILL)
+
+
+def test_started_job_of_a_killed_worker(settings: Settings, valkey: Redis) -> None:
+    slow = settings.with_overrides(time_scale=20.0)  # merit burns 6.8 s of CPU: time to kill it mid-job
+    relay(slow, valkey).run_once()
+    worker = start_worker(slow, "merit")
+    try:
+        wait_for(lambda: job_field(valkey, "merit-a1-1", "status") == "started", "the merit job never started")
+        name = job_field(valkey, "merit-a1-1", "worker_name")
+        assert name and valkey.exists(liveness_key(name))
+    finally:
+        kill_tree(worker.pid)
+        worker.wait()
+    wait_for(lambda: not valkey.exists(liveness_key(name)), "the liveness key outlived its worker", timeout=5)
+
+    off = relay(slow.with_overrides(reconciler_enabled=False), valkey).run_once()
+    assert off.reenqueued == [] and row(slow, "merit-a1")["job_id"] == "merit-a1-1"
+    assert job_field(valkey, "merit-a1-1", "status") == "started"  # stuck: RQ alone waits ~90 s + 600 s
+
+    on = relay(slow, valkey).run_once()
+    assert on.reenqueued == ["merit-a1"]
+    assert (row(slow, "merit-a1")["attempts"], Queue("merit", connection=valkey).job_ids) == (2, ["merit-a1-2"])
+    assert not valkey.exists(Job.key_for("merit-a1-1"))
+    assert valkey.zcard(StartedJobRegistry("merit", connection=valkey).key) == 0
+
+
+def test_max_attempts_fail_the_row_for_review(settings: Settings, valkey: Redis) -> None:
+    current = settings.with_overrides(max_job_attempts=2)
+    relay(current, valkey).run_once()
+    for _ in range(2):
+        valkey.flushall()
+        report = relay(current, valkey).run_once()
+    assert sorted(report.failed) == sorted(OPS)
+    merit = row(current, "merit-a1")
+    assert (merit["status"], merit["attempts"]) == ("failed", 2)
+    with make_engine(current).begin() as conn:
+        found = outcomes.find(conn, "merit-a1")
+        audits = conn.execute(select(audit_log.c.action)).scalars().all()
+    assert [(o["status"], o["payload"]["attempts"]) for o in found] == [("failed_for_review", 2)]
+    assert audits.count("failed_for_review") == 3
+    assert relay(current, valkey).run_once().failed == []  # failed rows stay failed, reviewable
+
+
+def test_relay_keeps_looping_while_valkey_is_down(settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    dead = valkey_client(settings.with_overrides(valkey_url=f"redis://127.0.0.1:{free_port()}/0"), "queue")
+    stop = threading.Event()
+    thread = threading.Thread(target=Relay(settings, make_engine(settings), dead).run_forever, args=(stop,))
+    with caplog.at_level(logging.ERROR, logger="proctor.relay"):
+        thread.start()
+        time.sleep(0.8)
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert sum("relay pass failed" in r.message for r in caplog.records) >= 2
+    dead.close()
+
+
+def test_relay_process_stops_cleanly_on_sigterm(settings: Settings, valkey: Redis) -> None:
+    env = {**os.environ, **settings.to_env(), "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "stack.relay"], env=env, cwd=REPO, stderr=subprocess.PIPE)
+    wait_for(lambda: row(settings, "merit-a1")["status"] == "enqueued", "the relay never enqueued")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=10)
+    assert process.returncode == 0, stderr.decode()
+    assert "relay stopped" in stderr.decode()
+
+
+def test_worker_keeps_a_liveness_key_and_stops_cleanly_on_sigterm(settings: Settings, valkey: Redis) -> None:
+    worker = start_worker(settings, "sms")
+    key = liveness_key(f"worker_sms_1.{worker.pid}")
+    try:
+        wait_for(lambda: bool(valkey.exists(key)), "no liveness key")
+        assert 0 < valkey.pttl(key) <= 1000
+        time.sleep(1.2)  # longer than the TTL: only refreshing keeps it
+        assert valkey.exists(key)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=15) == 0, worker_log(settings, "sms")
+    assert not valkey.exists(key)
+
+
+def test_worker_exits_non_zero_without_valkey(settings: Settings) -> None:
+    worker = start_worker(settings.with_overrides(valkey_url=f"redis://127.0.0.1:{free_port()}/0"), "merit")
+    assert worker.wait(timeout=30) == 1

@@ -1,0 +1,128 @@
+"""Admin exports and drain, health, readiness and metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sqlalchemy import Engine
+
+from stack.config import Settings
+from stack.ledger.schema import outcomes
+from stack.web.app import create_app
+from test_web_support import (  # noqa: F401 - fixtures are used by name
+    ADMIN,
+    TestClient,
+    answer,
+    app_client,
+    auth,
+    dispatcher,
+    ledger,
+    settings,
+    start,
+    token_for,
+)
+
+EXPORT_FIELDS = {
+    "attempts": ["attempt_id", "student_id", "exam_code", "status", "started_at", "finished_at"],
+    "answers": ["receipt_id", "attempt_id", "student_id", "question", "content", "idempotency_key", "node", "created_at"],
+    "outbox": ["operation_id", "attempt_id", "kind", "status", "attempts", "job_id", "last_error",
+               "created_at", "enqueued_at", "done_at"],
+    "outcomes": ["id", "operation_id", "attempt_id", "kind", "status", "payload", "created_at"],
+}
+SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-z_]+=\"[^\"]*\"(,[a-z_]+=\"[^\"]*\")*\})? (NaN|[-+]?[0-9.e+-]+)$")
+
+
+def _run_one_attempt(client: TestClient, ledger: Engine) -> str:
+    token = token_for(client, "s-7")
+    attempt = start(client, token)
+    answer(client, token, attempt, "q1", "B", key="k1")
+    client.post(f"/v1/attempts/{attempt}/finish", headers=auth(token))
+    with ledger.begin() as conn:
+        conn.execute(outcomes.insert().values(operation_id=f"merit-{attempt}", attempt_id=attempt, kind="merit",
+                                              status="ready", payload='{"score": 1}', created_at=1.0))
+    return attempt
+
+
+def test_exports_follow_the_contract(app_client: TestClient, ledger: Engine) -> None:
+    attempt = _run_one_attempt(app_client, ledger)
+    for table, fields in EXPORT_FIELDS.items():
+        response = app_client.get(f"/admin/export/{table}", headers={"X-Admin-Token": ADMIN})
+        assert response.status_code == 200, table
+        body = response.json()
+        assert body["table"] == table and isinstance(body["exported_at"], float)
+        assert body["rows"] and all(list(row) == fields for row in body["rows"]), table
+    answers = app_client.get("/admin/export/answers", headers={"X-Admin-Token": ADMIN}).json()["rows"]
+    assert (answers[0]["student_id"], answers[0]["content"], answers[0]["node"]) == ("s-7", "B", "web_test")
+    rows = app_client.get("/admin/export/outcomes", headers={"X-Admin-Token": ADMIN}).json()["rows"]
+    assert rows[0]["payload"] == {"score": 1} and rows[0]["attempt_id"] == attempt
+
+
+def test_admin_needs_the_token_and_loopback(app_client: TestClient, settings: Settings, ledger: Engine) -> None:
+    assert app_client.get("/admin/export/attempts").status_code == 403
+    assert app_client.get("/admin/export/attempts", headers={"X-Admin-Token": "wrong"}).status_code == 403
+    assert app_client.post("/admin/drain").status_code == 403
+    with TestClient(create_app(settings), client=("203.0.113.9", 4000)) as remote:
+        assert remote.get("/admin/export/attempts", headers={"X-Admin-Token": ADMIN}).status_code == 403
+        assert remote.post("/admin/drain", headers={"X-Admin-Token": ADMIN}).status_code == 403
+        assert remote.get("/readyz").status_code == 200
+    with TestClient(create_app(settings), client=("::1", 4000)) as local_v6:
+        assert local_v6.get("/admin/export/attempts", headers={"X-Admin-Token": ADMIN}).status_code == 200
+    assert app_client.get("/admin/export/students", headers={"X-Admin-Token": ADMIN}).status_code == 422
+
+
+def test_readyz_is_503_while_draining_and_healthz_stays_up(app_client: TestClient) -> None:
+    assert app_client.get("/readyz").status_code == 200
+    drained = app_client.post("/admin/drain", headers={"X-Admin-Token": ADMIN})
+    assert drained.status_code == 200 and drained.json()["draining"] is True
+    assert app_client.get("/readyz").status_code == 503
+    assert app_client.get("/healthz").status_code == 200
+    export = app_client.get("/admin/export/attempts", headers={"X-Admin-Token": ADMIN})
+    assert export.status_code == 200  # draining stops new routing, not service
+
+
+def test_shutdown_marks_the_node_draining(settings: Settings, ledger: Engine) -> None:
+    app = create_app(settings)
+    with TestClient(app):
+        assert not app.state.proctor.draining.is_set()
+    assert app.state.proctor.draining.is_set()
+
+
+def _parse(text: str) -> dict[str, float]:
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            assert re.match(r"^# (HELP|TYPE) [a-z_0-9]+ .+$", line), line
+            continue
+        assert SAMPLE.match(line), line
+        name, value = line.rsplit(" ", 1)
+        samples[name] = float(value)
+    return samples
+
+
+def test_metrics_parse_and_report_valkey_down(app_client: TestClient, ledger: Engine) -> None:
+    _run_one_attempt(app_client, ledger)
+    response = app_client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples = _parse(response.text)
+    assert samples['proctor_valkey_up{node="web_test"}'] == 0
+    assert samples['proctor_ledger_up{node="web_test"}'] == 1
+    assert samples["proctor_pending_outcomes"] == 3  # the merit outcome row alone does not finish its outbox row
+    assert samples["proctor_outbox_lag_seconds"] >= 0
+    assert samples['proctor_http_requests_total{node="web_test"}'] == 4  # the scrape itself counts after it replies
+    assert samples['proctor_http_5xx_total{node="web_test"}'] == 0
+    assert not any(name.startswith("proctor_lane_") for name in samples)
+
+
+def test_metrics_count_5xx(app_client: TestClient, ledger: Engine) -> None:
+    from sqlalchemy import text
+
+    with ledger.begin() as conn:  # break the ledger under the node: the next write is a 500
+        conn.execute(text("DROP TABLE audit_log"))
+    token = token_for(app_client)
+    attempt = start(app_client, token)
+    assert app_client.post(f"/v1/attempts/{attempt}/finish", headers=auth(token)).status_code == 500
+    samples = _parse(app_client.get("/metrics").text)
+    assert samples['proctor_http_5xx_total{node="web_test"}'] == 1
+    assert json.loads(app_client.get("/healthz").text)["status"] == "ok"

@@ -1,0 +1,118 @@
+"""Best-effort dispatch against a real (throwaway, plain TCP) valkey-server, and the
+module surface of the web package."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+from redis import Redis
+from rq import Queue
+from rq.job import Job
+from sqlalchemy import Engine, select, update
+
+from stack.config import Settings
+from stack.ledger.schema import outbox
+from stack.web.app import create_app
+from stack.web.dispatch import dispatch_pending
+from stack.web.metrics import lane_samples
+from test_web_support import (  # noqa: F401 - fixtures are used by name
+    TestClient,
+    auth,
+    closed_port,
+    ledger,
+    settings,
+    start,
+    token_for,
+    valkey_server,
+)
+
+
+def _finish(client: TestClient) -> str:
+    token = token_for(client)
+    attempt = start(client, token)
+    assert client.post(f"/v1/attempts/{attempt}/finish", headers=auth(token)).status_code == 202
+    return attempt
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["pooled", "fresh-connections"])
+def test_finish_enqueues_one_job_per_lane_without_ttl(
+    settings: Settings, ledger: Engine, valkey_server: str, fresh: bool
+) -> None:
+    settings = settings.with_overrides(valkey_url=valkey_server, valkey_fresh_connections=fresh)
+    app = create_app(settings)
+    with TestClient(app) as client:
+        attempt = _finish(client)
+        assert app.state.proctor.dispatcher.wait_idle(10)
+        metrics = client.get("/metrics").text
+    with ledger.connect() as conn:
+        rows = {r.kind: r for r in conn.execute(select(outbox))}
+    assert {k: (r.status, r.attempts, r.job_id) for k, r in rows.items()} == {
+        kind: ("enqueued", 1, f"{kind}-{attempt}-1") for kind in ("merit", "narrative", "sms")
+    }
+    redis = Redis.from_url(valkey_server)
+    try:
+        for lane, kind in (("merit", "merit"), ("ai", "narrative"), ("sms", "sms")):
+            assert Queue(lane, connection=redis).job_ids == [f"{kind}-{attempt}-1"]
+            assert redis.ttl(Job.key_for(f"{kind}-{attempt}-1")) == -1  # no expiry on a must-run job
+        samples = lane_samples(redis)
+        assert all(s.depth == 1 and 0 <= s.oldest_age < 60 for s in samples.values())
+    finally:
+        redis.close()
+    assert 'proctor_valkey_up{node="web_test"} 1' in metrics
+    assert 'proctor_lane_depth{lane="ai"} 1' in metrics
+
+
+def test_a_second_enqueue_of_the_same_job_pushes_nothing(settings: Settings, ledger: Engine, valkey_server: str) -> None:
+    """The relay and the web node may both see the row pending: one job id in the list."""
+    settings = settings.with_overrides(valkey_url=valkey_server)
+    app = create_app(settings)
+    with TestClient(app) as client:
+        attempt = _finish(client)
+        assert app.state.proctor.dispatcher.wait_idle(10)
+    with ledger.begin() as conn:  # as if our mark_enqueued had been lost
+        conn.execute(update(outbox).values(status="pending", attempts=0, job_id=None))
+    redis = Redis.from_url(valkey_server)
+    try:
+        assert dispatch_pending(ledger, redis, settings, attempt) == 3
+        assert Queue("merit", connection=redis).count == 1
+    finally:
+        redis.close()
+
+
+def test_dispatch_with_valkey_down_swallows_the_error(settings: Settings, ledger: Engine) -> None:
+    app = create_app(settings)
+    with TestClient(app) as client:
+        attempt = _finish(client)
+        assert app.state.proctor.dispatcher.wait_idle(10)
+    redis = Redis.from_url(f"redis://127.0.0.1:{closed_port()}/0")
+    try:
+        assert dispatch_pending(ledger, redis, settings, attempt) == 0
+    finally:
+        redis.close()
+    with ledger.connect() as conn:
+        assert set(conn.execute(select(outbox.c.status)).scalars()) == {"pending"}
+
+
+MODULES = [
+    "stack.web.app", "stack.web.auth", "stack.web.dispatch", "stack.web.metrics", "stack.web.routes_common",
+    "stack.web.routes_sessions", "stack.web.routes_attempts", "stack.web.routes_answers",
+    "stack.web.routes_outcomes", "stack.web.routes_admin", "stack.web.routes_health",
+    "stack.ledger.attempts", "stack.ledger.answers", "stack.ledger.exports",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_all_is_exact(name: str) -> None:
+    module = importlib.import_module(name)
+    declared = set(module.__all__)
+    router = getattr(module, "router", None)
+    endpoints = {route.endpoint for route in router.routes} if router is not None else set()  # exported via router
+    defined_here = {
+        attr for attr, value in vars(module).items()
+        if not attr.startswith("_") and (inspect.isclass(value) or inspect.isfunction(value))
+        and getattr(value, "__module__", None) == name and value not in endpoints
+    }
+    assert declared >= defined_here, f"public but not exported: {sorted(defined_here - declared)}"
+    assert all(hasattr(module, attr) for attr in declared)
