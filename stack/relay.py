@@ -29,51 +29,25 @@ from typing import Any, NamedTuple
 
 from redis import Redis
 from redis.exceptions import RedisError
-from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from stack.config import Settings, load_settings
 from stack.lanes.connection import valkey_client
-from stack.lanes.jobs import job_timeout
-from stack.lanes.queues import JOB_FUNCTION, job_id, queue_for
+from stack.lanes.enqueue import enqueue_operation
+from stack.lanes.queues import job_id
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine
 
-__all__ = ["FAILURE_TTL", "PassReport", "Relay", "Verdict", "enqueue_operation", "inspect_job", "main"]
-
-FAILURE_TTL = 7 * 86400
-"""Keep RQ's failed-job evidence a week, not RQ's default year of Valkey memory."""
+__all__ = ["PassReport", "Relay", "Verdict", "inspect_job", "main"]
 
 _BACKOFF_MAX = 5.0
 _DEAD_STATUSES = {JobStatus.FAILED.value, JobStatus.STOPPED.value, JobStatus.CANCELED.value}
 
 log = logging.getLogger("proctor.relay")
-
-
-def enqueue_operation(redis: Redis, settings: Settings, kind: str, op: str, number: int) -> str:
-    """Enqueue enqueue-number ``number`` of an operation; a job id that already exists counts as sent.
-
-    ``unique=True`` makes a repeat (the web node's best-effort enqueue, or a resent
-    command after a timeout) a no-op instead of a second copy of the id in the list.
-    No ``ttl``: an expiring job hash is a silently dropped job.
-    """
-    jid = job_id(op, number)
-    try:
-        queue_for(kind, redis).enqueue(
-            JOB_FUNCTION[kind],
-            op,
-            job_id=jid,
-            job_timeout=job_timeout(kind, settings),
-            failure_ttl=FAILURE_TTL,
-            description=jid,
-            unique=True,
-        )
-    except DuplicateJobError:
-        log.info("job %s already in Valkey; recording it", jid)
-    return jid
 
 
 class Verdict(NamedTuple):

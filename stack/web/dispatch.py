@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 from stack.config import Settings
 from stack.lanes.connection import valkey_client
 from stack.ledger import outbox
-from stack.relay import enqueue_operation
+from stack.lanes.enqueue import enqueue_operation
 
 __all__ = ["Dispatcher", "ValkeyClients", "ValkeyDispatcher", "dispatch_pending", "enqueue_row"]
 
@@ -72,7 +72,7 @@ class ValkeyClients:
 def enqueue_row(client: Redis, settings: Settings, row: dict) -> tuple[str, int]:
     """Enqueue one pending outbox row as its next RQ job; returns (job id, enqueue number).
 
-    The relay's ``enqueue_operation`` is the one place job options live (no ``ttl``,
+    ``stack.lanes.enqueue.enqueue_operation`` is the one place job options live (no ``ttl``,
     ``unique=True``, job timeout, failure TTL), so a job sent from here and one sent
     by the relay are the same job: whichever arrives second is a no-op.
     """
