@@ -47,6 +47,25 @@ def _delay_sms_after_effect(stack) -> None:  # noqa: ANN001 - EmbeddedStack
     response.raise_for_status()
 
 
+def _sms_kill_after_accept(name: str, idempotency: bool) -> Scenario:
+    """Kill the SMS worker after the gateway recorded the send but before it answered.
+
+    With the Idempotency-Key the re-run is a replay; without it (the negative
+    control) the re-run is a second SMS, which the effects checker must report.
+    """
+    what = "exactly one SMS" if idempotency else "negative control: must show up as a duplicate SMS"
+    return Scenario(
+        name=name,
+        description=f"SMS worker killed after the gateway accepted, Idempotency-Key {'on' if idempotency else 'off'}: {what}",
+        workload=WorkloadSpec(arrival_rate=1.0, duration=4.0, questions=2, poll_deadline=10.0),
+        settings={} if idempotency else {"sms_idempotency": False},
+        faults=_one_busy_kill("worker_sms_1", after_busy=0.5),
+        prepare=_delay_sms_after_effect,
+        options={**_WORKER_KILL_OPTIONS, "outcome_deadline_seconds": None},
+        expect_valid=idempotency,
+    )
+
+
 _WORKER_KILL_OPTIONS = {
     "expect_ops": ["session", "start", "answer", "finish", "merit_card"],
     "outcome_deadline_seconds": 30.0,
@@ -72,25 +91,8 @@ SCENARIOS: dict[str, Scenario] = {
             quiet_timeout=8.0,
             expect_valid=False,
         ),
-        Scenario(
-            name="sms_no_idempotency",
-            description="negative control: SMS sent without Idempotency-Key; a kill after the gateway "
-                        "accepted must show up as a duplicate SMS",
-            workload=WorkloadSpec(arrival_rate=1.0, duration=4.0, questions=2, poll_deadline=10.0),
-            settings={"sms_idempotency": False},
-            faults=_one_busy_kill("worker_sms_1", after_busy=0.5),
-            prepare=_delay_sms_after_effect,
-            options={**_WORKER_KILL_OPTIONS, "outcome_deadline_seconds": None},
-            expect_valid=False,
-        ),
-        Scenario(
-            name="sms_kill_after_accept",
-            description="the same kill after the gateway accepted, with the Idempotency-Key on: exactly one SMS",
-            workload=WorkloadSpec(arrival_rate=1.0, duration=4.0, questions=2, poll_deadline=10.0),
-            faults=_one_busy_kill("worker_sms_1", after_busy=0.5),
-            prepare=_delay_sms_after_effect,
-            options={**_WORKER_KILL_OPTIONS, "outcome_deadline_seconds": None},
-        ),
+        _sms_kill_after_accept("sms_no_idempotency", idempotency=False),
+        _sms_kill_after_accept("sms_kill_after_accept", idempotency=True),
         Scenario(
             name="demo",
             description="make demo: a short exam on 2 web nodes while merit, sms and ai workers are killed",
