@@ -1,0 +1,291 @@
+"""``proctor up / status / down`` for the embedded stack; each returns an exit code.
+
+``up`` without ``--foreground`` re-runs itself as a detached supervisor
+(``python -m stack.embedded.cli up --foreground --run-dir D``, new session, output
+in ``D/logs/supervisor.log``) and waits until ``D/manifest.json`` says ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from stack.embedded import StackError
+from stack.embedded.manifest import MANIFEST_NAME, RUNS_DIR, read_manifest
+from stack.embedded.watchdog import is_alive, signal_tree
+
+__all__ = ["up", "status", "down", "main"]
+
+_POLL = 0.2
+
+
+class _Stopped(BaseException):
+    """Raised in the main thread by SIGTERM/SIGINT so that `finally` stops the stack."""
+
+    def __str__(self) -> str:
+        return f"stopped by {signal.Signals(self.args[0]).name}"
+
+
+# ---------------------------------------------------------------- up
+def _up_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="proctor up", description="Start the embedded stack on 127.0.0.1.")
+    p.add_argument("--web", type=int, default=2, help="web nodes behind haproxy (default 2)")
+    p.add_argument("--merit-workers", type=int, default=1)
+    p.add_argument("--ai-workers", type=int, default=1)
+    p.add_argument("--sms-workers", type=int, default=1)
+    p.add_argument("--time-scale", type=float, default=None, help="real seconds per case second (TIME_SCALE)")
+    p.add_argument("--name", default="stack", help="run name, part of the run folder name")
+    p.add_argument("--run-dir", type=Path, default=None, help="default: results/runs/<UTC timestamp>-<name>/")
+    p.add_argument("--components", type=Path, default=None,
+                   help="JSON file {kind: [argv template]} overriding component commands (tests)")
+    p.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for readiness")
+    p.add_argument("--foreground", action="store_true", help="stay attached until Ctrl-C/SIGTERM")
+    return p
+
+
+def _spec_from_args(args: argparse.Namespace) -> Any:
+    from stack.embedded.stack import StackSpec
+
+    overrides: dict[str, Any] = {}
+    if args.time_scale is not None:
+        overrides["time_scale"] = args.time_scale
+    commands = json.loads(args.components.read_text()) if args.components else {}
+    return StackSpec(name=args.name, web=args.web, merit_workers=args.merit_workers, ai_workers=args.ai_workers,
+                     sms_workers=args.sms_workers, settings_overrides=overrides, run_dir=args.run_dir,
+                     commands=commands, ready_timeout=min(args.ready_timeout, 30.0))
+
+
+def _print_ready(manifest: dict[str, Any]) -> None:
+    print(f"stack ready in {manifest.get('startup_seconds') or 0:.1f}s: {manifest['run_dir']}")
+    for key, url in manifest["urls"].items():
+        print(f"  {key:<16} {url}")
+    print(f"  logs             {manifest['run_dir']}/logs/")
+    print(f"  stop with        proctor down {manifest['run_dir']}")
+
+
+def _raise_stopped(signum: int, _frame: object) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the stop
+    raise _Stopped(signum)
+
+
+def _up_foreground(args: argparse.Namespace) -> int:
+    from stack.embedded.stack import EmbeddedStack
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _raise_stopped)
+    stack = EmbeddedStack(_spec_from_args(args))
+    ready = False
+    try:
+        stack.start()
+        ready = True
+        _print_ready(read_manifest(stack.run_dir))
+        sys.stdout.flush()
+        while True:
+            time.sleep(3600)
+    except _Stopped as stop:
+        print(f"{stop}{'' if ready else ' during start-up'}; stopping...", flush=True)
+        return 0 if ready else 1
+    except StackError as exc:
+        print(f"proctor up: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop()
+
+
+def _child_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
+    argv = [sys.executable, "-m", "stack.embedded.cli", "up", "--foreground", "--run-dir", str(run_dir),
+            "--web", str(args.web), "--merit-workers", str(args.merit_workers), "--ai-workers", str(args.ai_workers),
+            "--sms-workers", str(args.sms_workers), "--name", args.name, "--ready-timeout", str(args.ready_timeout)]
+    if args.time_scale is not None:
+        argv += ["--time-scale", str(args.time_scale)]
+    if args.components:
+        argv += ["--components", str(args.components.resolve())]
+    return argv
+
+
+def _up_detached(args: argparse.Namespace) -> int:
+    from stack.embedded.stack import default_run_dir
+    from stack.embedded.supervisor import PROJECT_ROOT
+
+    _spec_from_args(args).validate()  # report a bad option here, not in the detached child's log
+    run_dir = (args.run_dir or default_run_dir(args.name)).resolve()
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / "logs" / "supervisor.log"
+    with open(log_path, "ab") as out:
+        child = subprocess.Popen(_child_argv(args, run_dir), stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_ROOT)
+    deadline = time.monotonic() + args.ready_timeout
+    while time.monotonic() < deadline:
+        if (run_dir / MANIFEST_NAME).exists():
+            manifest = read_manifest(run_dir)
+            if manifest["status"] == "ready" and manifest.get("supervisor_pid") == child.pid:
+                _print_ready(manifest)
+                return 0
+        if child.poll() is not None:
+            print(f"proctor up: the supervisor exited with code {child.returncode}; log {log_path}:\n"
+                  f"{_tail(log_path)}", file=sys.stderr)
+            return 1
+        time.sleep(_POLL)
+    print(f"proctor up: not ready after {args.ready_timeout:.0f}s; stopping it. Log {log_path}:\n{_tail(log_path)}",
+          file=sys.stderr)
+    child.terminate()
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+    return 1
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def up(argv: Sequence[str] | None = None) -> int:
+    args = _up_parser().parse_args(argv)
+    try:
+        return _up_foreground(args) if args.foreground else _up_detached(args)
+    except (StackError, OSError, ValueError) as exc:
+        print(f"proctor up: {exc}", file=sys.stderr)
+        return 1
+
+
+# ---------------------------------------------------------------- status / down
+def _run_dir_arg(prog: str, argv: Sequence[str] | None, extra: bool = False) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("run_dir", nargs="?", type=Path, default=RUNS_DIR / "latest",
+                   help="run folder (default results/runs/latest)")
+    if extra:
+        p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait before SIGKILL")
+    return p.parse_args(argv)
+
+
+def _ident(pid: Any, ticks: Any) -> tuple[int, int] | None:
+    return (int(pid), int(ticks)) if pid and ticks else None
+
+
+def _health(entry: dict[str, Any]) -> str:
+    from stack.embedded.stack import http_probe
+    from stack.embedded.valkey import tls_ping
+
+    spec = entry.get("health") or {}
+    if "http" in spec:
+        return "ok" if http_probe(spec["http"], accept=spec.get("accept", "200")) else "FAIL"
+    if "valkey" in spec:
+        return "ok" if tls_ping(spec["valkey"], spec["ca"]) else "FAIL"
+    return "-"
+
+
+def status(argv: Sequence[str] | None = None) -> int:
+
+    args = _run_dir_arg("proctor status", argv)
+    try:
+        manifest = read_manifest(args.run_dir)
+    except StackError as exc:
+        print(f"proctor status: {exc}", file=sys.stderr)
+        return 2
+    sup = _ident(manifest.get("supervisor_pid"), manifest.get("supervisor_start_ticks"))
+    sup_alive = bool(sup and is_alive(sup))
+    print(f"run      {manifest['run_dir']}\nstatus   {manifest['status']}\n"
+          f"supervisor pid {manifest.get('supervisor_pid')} {'alive' if sup_alive else 'GONE'}")
+    print(f"{'component':<18} {'pid':>7} {'alive':<6} {'health':<7} restarts")
+    healthy = (sup_alive and manifest["status"] == "ready") or manifest["status"] == "detached"
+    for name, entry in manifest.get("components", {}).items():
+        ident = _ident(entry.get("pid"), entry.get("start_ticks"))
+        alive = bool(ident and is_alive(ident))
+        health = _health(entry) if alive else "-"
+        healthy = healthy and alive and health != "FAIL"
+        print(f"{name:<18} {entry.get('pid') or '-':>7} {'yes' if alive else 'NO':<6} {health:<7} {entry.get('restarts', 0)}")
+    return 0 if healthy else 1
+
+
+def _manifest_identities(manifest: dict[str, Any]) -> set[tuple[int, int]]:
+    idents = set()
+    sup = _ident(manifest.get("supervisor_pid"), manifest.get("supervisor_start_ticks"))
+    if sup:
+        idents.add(sup)
+    for entry in manifest.get("components", {}).values():
+        ident = _ident(entry.get("pid"), entry.get("start_ticks"))
+        if ident:
+            idents.add(ident)
+        idents.update((int(p), int(t)) for p, t in entry.get("tree", []))
+    return idents
+
+
+def down(argv: Sequence[str] | None = None) -> int:
+    args = _run_dir_arg("proctor down", argv, extra=True)
+    try:
+        manifest = read_manifest(args.run_dir)
+    except StackError as exc:
+        print(f"proctor down: {exc}", file=sys.stderr)
+        return 2
+    idents = _manifest_identities(manifest)
+    watchdog = _ident(manifest.get("watchdog_pid"), manifest.get("watchdog_start_ticks"))
+    sup = _ident(manifest.get("supervisor_pid"), manifest.get("supervisor_start_ticks"))
+    if sup and is_alive(sup):
+        os.kill(sup[0], signal.SIGTERM)  # it stops its components in order, then exits
+        first = {sup}
+        print(f"sent SIGTERM to supervisor {sup[0]}; waiting up to {args.timeout:.0f}s")
+        _wait_gone(first, args.timeout)
+    else:
+        print("supervisor is not running (detached or dead): stopping the components in order")
+        _stop_in_stages(manifest, args.timeout)
+    left = {i for i in idents if is_alive(i)}  # e.g. an RQ horse in its own group
+    if left:
+        print(f"SIGKILL to the trees of {sorted(p for p, _ in left)}")
+        signal_tree(left, signal.SIGKILL)
+        left = _wait_gone(left, 5.0)
+    if watchdog and is_alive(watchdog):
+        _wait_gone({watchdog}, 5.0)  # it exits by itself once the supervisor is gone
+    if left:
+        print(f"proctor down: still running: {sorted(p for p, _ in left)}", file=sys.stderr)
+        return 1
+    print(f"stopped: {manifest['run_dir']}")
+    return 0
+
+
+_LATE_KINDS = {"ai_provider": 1, "sms_gateway": 1, "valkey": 2}  # every other kind stops in stage 0
+
+
+def _stop_in_stages(manifest: dict[str, Any], timeout: float) -> None:
+    """What the supervisor would do: front first, then providers, valkey last (SIGTERM per group)."""
+    entries = list(manifest.get("components", {}).values())
+    for stage in range(3):
+        chosen = [e for e in entries if _LATE_KINDS.get(e.get("kind", ""), 0) == stage]
+        mains = {i for i in (_ident(e.get("pid"), e.get("start_ticks")) for e in chosen) if i and is_alive(i)}
+        for pid, _ in mains:  # each main process leads its own group
+            os.killpg(pid, signal.SIGTERM)
+        _wait_gone(mains, timeout / 3)
+
+
+def _wait_gone(idents: set[tuple[int, int]], timeout: float) -> set[tuple[int, int]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {i for i in idents if is_alive(i)}
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(_POLL)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"up": up, "status": status, "down": down}
+    if not argv or argv[0] not in commands:
+        print("usage: python -m stack.embedded.cli {up,status,down} [...]", file=sys.stderr)
+        return 2
+    return commands[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,525 @@
+"""``EmbeddedStack``: the reference stack as supervised local processes on 127.0.0.1.
+
+Start-up order: certs -> valkey (TLS) -> init_ledger once -> ai_provider, sms_gateway
+-> web_1..N -> haproxy -> relay -> workers. Each stage is started in parallel and
+must be ready before the next one starts. Stop order is the reverse in three stages
+(front, providers, valkey); see ``Supervisor.stop_all``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import httpx
+from redis import Redis
+from sqlalchemy import Engine
+
+from stack.config import ENV_NAMES, Settings, load_settings
+from stack.embedded import StackError
+from stack.embedded import haproxy as hap
+from stack.embedded import valkey as vk
+from stack.embedded.binaries import Binary, find_haproxy, find_valkey
+from stack.embedded.certs import CertPaths, make_certs
+from stack.embedded.manifest import RUNS_DIR, package_versions, update_latest_link, write_manifest
+from stack.embedded.ports import HOST, free_port
+from stack.embedded.supervisor import ProcessSpec, Supervisor
+from stack.embedded.watchdog import identity
+from stack.ledger.engine import init_ledger, make_engine
+
+__all__ = [
+    "EmbeddedStack",
+    "StackSpec",
+    "DEFAULT_COMMANDS",
+    "COMPONENT_MODULES",
+    "SCALABLE",
+    "missing_component_modules",
+    "default_run_dir",
+    "http_probe",
+]
+
+_UVICORN = ("--factory", "--host", HOST, "--port", "{port}", "--no-access-log", "--log-level", "warning",
+            "--timeout-graceful-shutdown", "2")
+
+DEFAULT_COMMANDS: dict[str, tuple[str, ...]] = {
+    "ai_provider": ("{python}", "-m", "uvicorn", "stack.providers.ai:create_app", *_UVICORN),
+    "sms_gateway": ("{python}", "-m", "uvicorn", "stack.providers.sms:create_app", *_UVICORN),
+    "web": ("{python}", "-m", "uvicorn", "stack.web.app:create_app", *_UVICORN),
+    "relay": ("{python}", "-m", "stack.relay"),
+    "worker": ("{python}", "-m", "stack.lanes.worker", "{lane}", "--name", "{name}"),
+}
+"""argv templates per component kind; placeholders {python} {port} {name} {lane} {run_dir}."""
+
+COMPONENT_MODULES: dict[str, str] = {
+    "ai_provider": "stack.providers.ai",
+    "sms_gateway": "stack.providers.sms",
+    "web": "stack.web.app",
+    "relay": "stack.relay",
+    "worker": "stack.lanes.worker",
+}
+
+SCALABLE = {"web": "web", "merit": "merit", "ai": "ai", "sms": "sms"}
+_LANES = ("merit", "ai", "sms")
+_STAGE_FRONT, _STAGE_PROVIDERS, _STAGE_VALKEY = 0, 1, 2
+_BIND_FAILURE = re.compile(r"address already in use", re.IGNORECASE)
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+
+
+@dataclass
+class StackSpec:
+    name: str = "stack"
+    web: int = 1
+    merit_workers: int = 1
+    ai_workers: int = 1
+    sms_workers: int = 1
+    settings_overrides: Mapping[str, Any] = field(default_factory=dict)
+    run_dir: Path | str | None = None  # None: results/runs/<UTC timestamp>-<name>/
+    commands: Mapping[str, Sequence[str]] = field(default_factory=dict)  # per-kind overrides of DEFAULT_COMMANDS
+    ready_timeout: float = 30.0
+    stop_grace: float = 5.0
+    worker_settle: float = 1.0  # workers/relay count as ready once alive this long
+    maxmemory: str = vk.DEFAULT_MAXMEMORY
+
+    def validate(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise StackError(f"StackSpec.name={self.name!r}: letters, digits, '_', '.', '-' (max 40)")
+        if self.web < 1:
+            raise StackError(f"StackSpec.web={self.web}: at least one web node")
+        for lane in _LANES:
+            if getattr(self, f"{lane}_workers") < 0:
+                raise StackError(f"StackSpec.{lane}_workers must be >= 0")
+        unknown = set(self.settings_overrides) - set(ENV_NAMES)
+        if unknown:
+            raise StackError(f"unknown settings_overrides {sorted(unknown)}; known: {sorted(ENV_NAMES)}")
+        bad_kinds = set(self.commands) - set(DEFAULT_COMMANDS)
+        if bad_kinds:
+            raise StackError(f"unknown component kinds in commands {sorted(bad_kinds)}; known: {sorted(DEFAULT_COMMANDS)}")
+
+    def command(self, kind: str) -> Sequence[str]:
+        return self.commands.get(kind, DEFAULT_COMMANDS[kind])
+
+    def worker_count(self, lane: str) -> int:
+        return int(getattr(self, f"{lane}_workers"))
+
+
+def missing_component_modules(commands: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """Modules of the default component commands that cannot be found (not written yet)."""
+    missing = []
+    for kind, module in COMPONENT_MODULES.items():
+        if commands and kind in commands:
+            continue
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(module)
+    return missing
+
+
+def http_probe(url: str, timeout: float = 1.0, accept: str = "200") -> bool:
+    """GET ``url``; ``accept`` is "200", "not5xx" (the app answers) or "any" (the port speaks HTTP)."""
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False) as client:
+            status = client.get(url).status_code
+    except httpx.HTTPError:
+        return False
+    return {"200": status == 200, "not5xx": status < 500, "any": True}[accept]
+
+
+def default_run_dir(name: str) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = RUNS_DIR / f"{stamp}-{name}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+class EmbeddedStack:
+    """Start with ``with EmbeddedStack(spec) as stack:``; everything is stopped on exit."""
+
+    def __init__(self, spec: StackSpec | None = None) -> None:
+        self.spec = spec or StackSpec()
+        self.spec.validate()
+        raw = self.spec.run_dir
+        self.run_dir = (Path(raw) if raw is not None else default_run_dir(self.spec.name)).resolve()
+        self.settings: Settings = Settings()
+        self.startup_seconds: float | None = None
+        self._urls: dict[str, str] = {}
+        self._ports: dict[str, int] = {}
+        self._kinds: dict[str, str] = {}
+        self._health: dict[str, dict[str, str]] = {}
+        self._sup: Supervisor | None = None
+        self._certs: CertPaths | None = None
+        self._binaries: dict[str, Binary] = {}
+        self._engine: Engine | None = None
+        self._clients: list[Redis] = []
+        self._status = "new"
+        self._error: str | None = None
+        self._manifest_lock = threading.Lock()
+        self._t0 = 0.0
+        self._package_versions = package_versions()
+        self._self_ticks = (identity(os.getpid()) or (0, 0))[1]
+        self._watchdog_ident: tuple[int, int] | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "EmbeddedStack":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> "EmbeddedStack":
+        if self._status != "new":
+            raise StackError(f"stack already {self._status}")
+        self._t0 = time.monotonic()
+        missing = [] if set(COMPONENT_MODULES) <= set(self.spec.commands) else missing_component_modules(self.spec.commands)
+        if missing:
+            raise StackError(f"component modules not found: {', '.join(missing)} (see docs/architecture.md)")
+        self._binaries = {"valkey": find_valkey(), "haproxy": find_haproxy()}
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._status = "starting"
+        try:
+            self._start_all()
+        except BaseException as exc:
+            self._error = str(exc)
+            self._shutdown("failed")
+            raise
+        self.startup_seconds = time.monotonic() - self._t0
+        self._status = "ready"
+        self._write_manifest()
+        update_latest_link(self.run_dir)
+        return self
+
+    def stop(self) -> None:
+        if self._status in ("new", "stopped", "failed", "detached"):
+            return
+        self._shutdown("stopped")
+
+    def detach(self) -> None:
+        """Leave the stack running after this process exits: no more autorestart and no
+        orphan protection. Stop it later with ``proctor down <run_dir>``."""
+        sup = self._supervisor()
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
+        sup.detach()
+        self._status = "detached"
+        self._write_manifest()
+
+    def _shutdown(self, final_status: str) -> None:
+        self._status = "stopping"
+        self._write_manifest()
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+        if self._sup is not None:
+            self._sup.stop_all(self.spec.stop_grace)
+        self._status = final_status
+        self._write_manifest()
+
+    def _start_all(self) -> None:
+        self._certs = make_certs(self.run_dir / "tls")
+        self._allocate_ports()
+        self.settings = self._make_settings()
+        self._sup = Supervisor(self.run_dir, on_change=self._write_manifest)
+        self._watchdog_ident = self._sup.watchdog_identity  # kept after detach, for `proctor down`
+        self._write_manifest()
+        self._start_stage([self._valkey_spec()])
+        init_ledger(self.engine, self.settings)  # once, so components never race to create tables
+        self._start_stage([self._python_spec("ai_provider", "ai_provider"), self._python_spec("sms_gateway", "sms_gateway")])
+        self._start_stage([self._web_spec(i) for i in range(1, self.spec.web + 1)])
+        self._start_stage([self._haproxy_spec()])
+        self._start_stage([self._python_spec("relay", "relay")])
+        self._start_stage([self._worker_spec(lane, i) for lane in _LANES for i in range(1, self.spec.worker_count(lane) + 1)])
+
+    def _start_stage(self, specs: list[ProcessSpec]) -> None:
+        sup = self._supervisor()
+        for spec in specs:
+            sup.start(spec)
+        for spec in specs:
+            try:
+                sup.wait_ready(spec.name, self.spec.ready_timeout)
+            except StackError:
+                if not self._lost_bind_race(spec.name):
+                    raise
+                self._retry_on_new_port(spec.name)
+
+    def _lost_bind_race(self, name: str) -> bool:
+        """Another process took the port between our allocation and the child's bind."""
+        return name in self._ports and bool(_BIND_FAILURE.search(self._supervisor().log_tail(name)))
+
+    def _retry_on_new_port(self, name: str) -> None:
+        sup = self._supervisor()
+        sup.remove(name, grace=1.0)
+        if name.startswith("web_"):
+            spec = self._web_spec(int(name.rsplit("_", 1)[1]))  # allocates a fresh port itself
+        else:
+            self._ports[name] = free_port()
+            self._refresh_urls()
+            spec = {"valkey": self._valkey_spec, "haproxy": self._haproxy_spec}.get(
+                name, lambda: self._python_spec(name, name))()
+        sup.start(spec)
+        sup.wait_ready(name, self.spec.ready_timeout)
+
+    # ------------------------------------------------------------ the API
+    @property
+    def urls(self) -> dict[str, str]:
+        return dict(self._urls)
+
+    def components(self) -> list[str]:
+        return self._supervisor().names()
+
+    def pids(self, name: str) -> list[int]:
+        return self._supervisor().pids(name)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> list[int]:
+        return self._supervisor().kill(name, sig)
+
+    def pause(self, name: str) -> list[int]:
+        return self._supervisor().pause(name)
+
+    def resume(self, name: str) -> list[int]:
+        return self._supervisor().resume(name)
+
+    def restart(self, name: str) -> None:
+        self._supervisor().restart(name, self.spec.stop_grace, self.spec.ready_timeout)
+
+    def set_autorestart(self, name: str, enabled: bool) -> None:
+        self._supervisor().set_autorestart(name, enabled)
+
+    def wait_healthy(self, name: str, timeout: float = 30.0) -> None:
+        self._supervisor().wait_ready(name, timeout)
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        return self._supervisor().log_tail(name, lines)
+
+    def scale(self, kind: str, n: int) -> None:
+        """Set the number of web nodes or of workers of one lane to ``n``."""
+        if kind not in SCALABLE:
+            raise StackError(f"scale: kind must be one of {sorted(SCALABLE)}, not {kind!r}")
+        if kind == "web":
+            self._scale_web(n)
+        else:
+            self._scale_workers(kind, n)
+        self._write_manifest()
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = make_engine(self.settings)
+        return self._engine
+
+    def valkey(self, purpose: str = "queue") -> Redis:
+        """A redis-py client over TLS with the run's CA; closed when the stack stops."""
+        from stack.lanes.connection import valkey_client
+
+        client = valkey_client(self.settings, purpose)
+        self._clients.append(client)
+        return client
+
+    # ------------------------------------------------------------ scaling
+    def _names_of(self, kind: str, lane: str | None = None) -> list[str]:
+        prefix = "web_" if kind == "web" else f"worker_{lane}_"
+        names = [n for n, k in self._kinds.items() if k == kind and n.startswith(prefix) and n in self.components()]
+        return sorted(names, key=lambda n: int(n.rsplit("_", 1)[1]))
+
+    def _scale_web(self, n: int) -> None:
+        if n < 1:
+            raise StackError("scale('web', n): at least one web node")
+        current = self._names_of("web")
+        if n > len(current):
+            self._start_stage([self._web_spec(i) for i in range(len(current) + 1, n + 1)])
+            self._reload_haproxy()
+        elif n < len(current):
+            doomed = current[n:]
+            for name in doomed:
+                self._ports.pop(name, None)
+            self._reload_haproxy()  # stop sending traffic before the nodes go away
+            for name in reversed(doomed):
+                self._forget(name)
+
+    def _scale_workers(self, lane: str, n: int) -> None:
+        if n < 0:
+            raise StackError(f"scale({lane!r}, n): n must be >= 0")
+        current = self._names_of("worker", lane)
+        if n > len(current):
+            self._start_stage([self._worker_spec(lane, i) for i in range(len(current) + 1, n + 1)])
+        for name in reversed(current[n:]):
+            self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        self._supervisor().remove(name, self.spec.stop_grace)
+        for table in (self._kinds, self._health, self._ports, self._urls):
+            table.pop(name, None)  # type: ignore[attr-defined]
+
+    def _reload_haproxy(self) -> None:
+        self._write_haproxy_config()
+        self._supervisor().restart("haproxy", self.spec.stop_grace, self.spec.ready_timeout)
+
+    # ------------------------------------------------------------ specs
+    def _allocate_ports(self) -> None:
+        for name in ("valkey", "ai_provider", "sms_gateway", "haproxy"):
+            self._ports[name] = free_port()
+        self._refresh_urls()
+
+    def _refresh_urls(self) -> None:
+        """URLs (and the settings that carry them) from the current ports."""
+        self._urls.update(
+            api=f"http://{HOST}:{self._ports['haproxy']}",
+            ai_provider=f"http://{HOST}:{self._ports['ai_provider']}",
+            sms_gateway=f"http://{HOST}:{self._ports['sms_gateway']}",
+            valkey=vk.valkey_url(self._ports["valkey"]),
+        )
+        if self._sup is not None:  # settings exist once the supervisor does
+            self.settings = self.settings.with_overrides(
+                valkey_url=self._urls["valkey"], ai_url=self._urls["ai_provider"], sms_url=self._urls["sms_gateway"])
+
+    def _make_settings(self) -> Settings:
+        assert self._certs is not None
+        overrides = dict(self.spec.settings_overrides)
+        if "run_dir" in overrides:
+            raise StackError("settings_overrides['run_dir']: use StackSpec.run_dir")
+        base = load_settings()  # the caller's environment (e.g. TIME_SCALE=...) is the default
+        return base.with_overrides(
+            **overrides,
+            run_dir=self.run_dir,
+            valkey_url=self._urls["valkey"],
+            valkey_ca=str(self._certs.ca_cert),
+            ai_url=self._urls["ai_provider"],
+            sms_url=self._urls["sms_gateway"],
+        )
+
+    def _env(self, name: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.settings.to_env())
+        env.update(PROCTOR_COMPONENT=name, PROCTOR_NODE_NAME=name, PYTHONUNBUFFERED="1")
+        return env
+
+    def _argv(self, kind: str, name: str, port: int | None = None, lane: str = "") -> list[str]:
+        values = {"python": sys.executable, "port": str(port or ""), "name": name, "lane": lane,
+                  "run_dir": str(self.run_dir)}
+        try:
+            return [part.format(**values) for part in self.spec.command(kind)]
+        except (KeyError, IndexError) as exc:
+            raise StackError(f"bad command template for {kind}: {self.spec.command(kind)}: {exc}") from None
+
+    def _valkey_spec(self) -> ProcessSpec:
+        assert self._certs is not None
+        conf = vk.write_valkey_config(self.run_dir, self._ports["valkey"], self._certs, self.spec.maxmemory)
+        url, ca = self._urls["valkey"], self._certs.ca_cert
+        self._kinds["valkey"] = "valkey"
+        self._health["valkey"] = {"valkey": url, "ca": str(ca)}
+        return ProcessSpec("valkey", vk.valkey_argv(self._binaries["valkey"].path, conf),
+                           ready=lambda: vk.tls_ping(url, ca), stop_stage=_STAGE_VALKEY)
+
+    def _http_spec(self, kind: str, name: str, port: int, path: str, stage: int, accept: str = "200") -> ProcessSpec:
+        url = f"http://{HOST}:{port}{path}"
+        self._kinds[name] = kind
+        self._health[name] = {"http": url, "accept": accept}
+        return ProcessSpec(name, self._argv(kind, name, port), env=self._env(name),
+                           ready=lambda: http_probe(url, accept=accept), stop_stage=stage)
+
+    def _python_spec(self, kind: str, name: str) -> ProcessSpec:
+        if kind in ("ai_provider", "sms_gateway"):
+            # The provider contract has no /healthz yet: any non-5xx answer (404 included)
+            # proves the app is up; a 200 /healthz works as soon as they add one.
+            return self._http_spec(kind, name, self._ports[name], "/healthz", _STAGE_PROVIDERS, accept="not5xx")
+        self._kinds[name] = kind
+        self._health[name] = {"alive": "process"}
+        return ProcessSpec(name, self._argv(kind, name), env=self._env(name), settle=self.spec.worker_settle,
+                           stop_stage=_STAGE_FRONT)
+
+    def _web_spec(self, index: int) -> ProcessSpec:
+        name = f"web_{index}"
+        self._ports[name] = free_port()
+        self._urls[name] = f"http://{HOST}:{self._ports[name]}"
+        return self._http_spec("web", name, self._ports[name], "/readyz", _STAGE_FRONT)
+
+    def _worker_spec(self, lane: str, index: int) -> ProcessSpec:
+        name = f"worker_{lane}_{index}"
+        self._kinds[name] = "worker"
+        self._health[name] = {"alive": "process"}
+        return ProcessSpec(name, self._argv("worker", name, lane=lane), env=self._env(name),
+                           settle=self.spec.worker_settle, stop_stage=_STAGE_FRONT)
+
+    def _write_haproxy_config(self) -> Path:
+        webs = {n: p for n, p in sorted(self._ports.items(), key=lambda kv: kv[0]) if n.startswith("web_")}
+        webs = dict(sorted(webs.items(), key=lambda kv: int(kv[0].rsplit("_", 1)[1])))
+        config, sock = hap.write_haproxy_config(self.run_dir, self._ports["haproxy"], webs)
+        self._urls["haproxy_socket"] = str(sock)
+        return config
+
+    def _haproxy_spec(self) -> ProcessSpec:
+        config = self._write_haproxy_config()
+        url = f"{self._urls['api']}/healthz"
+        self._kinds["haproxy"] = "haproxy"
+        self._health["haproxy"] = {"http": url, "accept": "any"}
+        # Ready once the frontend answers at all: a 503 still proves HAProxy is up.
+        return ProcessSpec("haproxy", hap.haproxy_argv(self._binaries["haproxy"].path, config),
+                           ready=lambda: http_probe(url, accept="any"), stop_stage=_STAGE_FRONT)
+
+    # ------------------------------------------------------------ manifest
+    def _supervisor(self) -> Supervisor:
+        if self._sup is None:
+            raise StackError("the stack is not started (use `with EmbeddedStack(spec) as stack:`)")
+        return self._sup
+
+    def _component_entries(self) -> dict[str, dict[str, Any]]:
+        sup = self._sup
+        if sup is None:
+            return {}
+        entries = {}
+        trees = sup.trees()
+        for name in trees:
+            try:
+                entry: dict[str, Any] = dict(sup.info(name))
+                entry["argv"] = list(sup.spec(name).argv)
+            except StackError:
+                continue  # removed (scale down) since the snapshot
+            entry.update(kind=self._kinds.get(name, "?"), port=self._ports.get(name), health=self._health.get(name))
+            tree = sorted(trees[name])
+            entry.update(pids=[pid for pid, _ in tree], tree=[list(i) for i in tree])
+            entries[name] = entry
+        return entries
+
+    def _write_manifest(self) -> None:
+        with self._manifest_lock:
+            watchdog = self._watchdog_ident
+            data = {
+                "name": self.spec.name,
+                "status": self._status,
+                "error": self._error,
+                "run_dir": str(self.run_dir),
+                "supervisor_pid": os.getpid(),
+                "supervisor_start_ticks": self._self_ticks,
+                "watchdog_pid": watchdog[0] if watchdog else None,
+                "watchdog_start_ticks": watchdog[1] if watchdog else None,
+                "startup_seconds": self.startup_seconds,
+                "updated_at": time.time(),
+                "spec": {f.name: getattr(self.spec, f.name) for f in fields(self.spec)
+                         if f.name in ("web", "merit_workers", "ai_workers", "sms_workers")},
+                "urls": dict(self._urls),
+                "ports": dict(self._ports),
+                "components": self._component_entries(),
+                "versions": {
+                    **{key: f"{b.name} {b.version}" for key, b in self._binaries.items()},
+                    **self._package_versions,
+                },
+                "settings": self.settings.to_env(),
+            }
+            if self.run_dir.is_dir():
+                write_manifest(self.run_dir, data)

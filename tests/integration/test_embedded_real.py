@@ -1,0 +1,75 @@
+"""Smoke test of the real stack (web, providers, relay, RQ workers) under the embedded runner."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+
+from stack.embedded.stack import EmbeddedStack, StackSpec, missing_component_modules
+from stack.embedded.watchdog import _read_stat
+
+_MISSING = missing_component_modules()
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(bool(_MISSING), reason=f"component modules not written yet: {', '.join(_MISSING)}"),
+]
+
+TIME_SCALE = 0.3  # a 10 s case AI call takes 3 s: long enough to catch the RQ horse mid-job
+
+
+def _alive(pid: int) -> bool:
+    info = _read_stat(pid)
+    return info is not None and info.state != "Z"
+
+
+def _wait_gone(pids: set[int], timeout: float) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while (left := {p for p in pids if _alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.fixture(scope="module")
+def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
+    spec = StackSpec(name="smoke", web=2, run_dir=tmp_path_factory.mktemp("real") / "run",
+                     settings_overrides={"time_scale": TIME_SCALE})
+    seen: set[int] = set()
+    with EmbeddedStack(spec) as stack:
+        yield stack
+        seen = {pid for name in stack.components() for pid in stack.pids(name)}
+    assert _wait_gone(seen, 2) == set(), "processes left after the stack stopped"
+
+
+def _finish_an_attempt(client: httpx.Client, student: str) -> None:
+    token = client.post("/v1/sessions", json={"student_id": student, "exam_code": "NOVA-101"}).json()["token"]
+    auth = {"Authorization": f"Bearer {token}"}
+    attempt = client.post("/v1/attempts", headers=auth).json()["attempt_id"]
+    assert client.post(f"/v1/attempts/{attempt}/finish", headers=auth).status_code == 202
+
+
+def test_real_stack_is_ready_fast_and_balanced(real_stack: EmbeddedStack) -> None:
+    print(f"real stack ready in {real_stack.startup_seconds:.2f}s")
+    assert real_stack.startup_seconds is not None and real_stack.startup_seconds < 20
+    with httpx.Client(base_url=real_stack.urls["api"], trust_env=False, timeout=10) as client:
+        assert {client.get("/readyz").headers.get("X-Proctor-Node") for _ in range(6)} == {"web_1", "web_2"}
+        session = client.post("/v1/sessions", json={"student_id": "s-1", "exam_code": "NOVA-101"})
+        assert session.status_code == 201, session.text
+    assert real_stack.valkey().ping()
+
+
+def test_kill_takes_the_rq_horse_with_the_worker(real_stack: EmbeddedStack) -> None:
+    with httpx.Client(base_url=real_stack.urls["api"], trust_env=False, timeout=10) as client:
+        _finish_an_attempt(client, "s-horse")
+    deadline = time.monotonic() + 10
+    while len(tree := real_stack.pids("worker_ai_1")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(tree) >= 2, f"no horse seen: {real_stack.log_tail('worker_ai_1')}"
+    assert len({os.getpgid(pid) for pid in tree}) >= 2  # the horse left the worker's group
+    real_stack.kill("worker_ai_1")
+    assert _wait_gone(set(tree), 2) == set()
+    real_stack.wait_healthy("worker_ai_1", 20)

@@ -1,0 +1,132 @@
+"""The supervisor: restart with backoff, autorestart off, whole-tree kill, pause/resume."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from stack.embedded.supervisor import BACKOFF_INITIAL, ProcessSpec, Supervisor
+from stack.embedded.watchdog import _read_stat
+
+pytestmark = pytest.mark.integration
+
+# Like RQ's horse: the forked child leaves the parent's process group.
+FORKING = """
+import os, sys, time
+child = os.fork()
+if child == 0:
+    os.setpgrp()
+    time.sleep(600)
+    os._exit(0)
+with open(sys.argv[1], "w") as fh:
+    fh.write(str(child))
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def sup(tmp_path: Path) -> Iterator[Supervisor]:
+    supervisor = Supervisor(tmp_path)
+    try:
+        yield supervisor
+    finally:
+        supervisor.stop_all(grace=2)
+
+
+def _state(pid: int) -> str | None:
+    info = _read_stat(pid)
+    return None if info is None else info.state
+
+
+def _gone(pid: int) -> bool:
+    return _state(pid) in (None, "Z")
+
+
+def _wait(predicate: object, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _start_times(sup: Supervisor, name: str, count: int, timeout: float) -> list[float]:
+    times, seen = [time.monotonic()], 1
+    deadline = time.monotonic() + timeout
+    while len(times) < count and time.monotonic() < deadline:
+        starts = int(sup.info(name)["starts"])  # type: ignore[call-overload]
+        if starts > seen:
+            times.append(time.monotonic())
+            seen = starts
+        time.sleep(0.01)
+    return times
+
+
+def test_crashed_component_restarts_with_growing_backoff(sup: Supervisor) -> None:
+    crash = [sys.executable, "-c", "import time; time.sleep(0.2); raise SystemExit(3)"]
+    sup.start(ProcessSpec("crashy", crash))
+    sup.wait_ready("crashy", 5)
+    times = _start_times(sup, "crashy", 4, timeout=8)
+    assert len(times) == 4, f"only {len(times)} starts: {sup.log_tail('crashy')}"
+    delays = [float(d) for d in re.findall(r"restart #\d+ in ([\d.]+)s \(backoff\)", sup.log_tail("crashy"))]
+    assert delays[:3] == [BACKOFF_INITIAL, 2 * BACKOFF_INITIAL, 4 * BACKOFF_INITIAL]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    # Each gap is the run time (0.2 s + interpreter start) plus at least the delay.
+    assert all(gap >= 0.2 + delay for gap, delay in zip(gaps, delays)), (gaps, delays)
+
+
+def test_no_restart_when_autorestart_is_off(sup: Supervisor) -> None:
+    sup.start(ProcessSpec("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"]))
+    sup.wait_ready("sleeper", 5)
+    sup.set_autorestart("sleeper", False)
+    pid = sup.pid("sleeper")
+    assert pid is not None
+    sup.kill("sleeper")
+    assert _wait(lambda: sup.pid("sleeper") is None, 3)
+    time.sleep(1.5)  # several backoff periods
+    assert sup.info("sleeper")["starts"] == 1 and sup.pid("sleeper") is None
+    sup.set_autorestart("sleeper", True)  # switching it back on brings it back
+    assert _wait(lambda: sup.pid("sleeper") is not None, 3)
+
+
+def test_kill_reaches_a_child_in_its_own_process_group(sup: Supervisor, tmp_path: Path) -> None:
+    pidfile = tmp_path / "horse.pid"
+    sup.start(ProcessSpec("forker", [sys.executable, "-c", FORKING, str(pidfile)], autorestart=False))
+    sup.wait_ready("forker", 5)
+    assert _wait(lambda: pidfile.exists() and pidfile.read_text(), 5)
+    parent, horse = sup.pid("forker"), int(pidfile.read_text())
+    assert parent is not None and os.getpgid(horse) == horse != os.getpgid(parent)
+    assert {parent, horse} <= set(sup.pids("forker"))
+    sup.kill("forker", signal.SIGKILL)
+    assert _wait(lambda: _gone(parent) and _gone(horse), 3), (_state(parent), _state(horse))
+
+
+def test_pause_and_resume_the_whole_tree(sup: Supervisor, tmp_path: Path) -> None:
+    pidfile = tmp_path / "horse.pid"
+    sup.start(ProcessSpec("forker", [sys.executable, "-c", FORKING, str(pidfile)]))
+    sup.wait_ready("forker", 5)
+    assert _wait(lambda: pidfile.exists() and pidfile.read_text(), 5)
+    parent, horse = sup.pid("forker"), int(pidfile.read_text())
+    assert parent is not None
+    sup.pause("forker")
+    assert _wait(lambda: _state(parent) == "T" and _state(horse) == "T", 2)
+    sup.resume("forker")
+    assert _wait(lambda: _state(parent) == "S" and _state(horse) == "S", 2)
+    sup.pause("forker")  # stop_all must still stop a paused tree (SIGCONT after SIGTERM)
+
+
+def test_readiness_failure_raises_with_the_log_tail(sup: Supervisor) -> None:
+    from stack.embedded import StackError
+
+    broken = [sys.executable, "-c", "import sys; print('boom: no such module'); sys.exit(2)"]
+    sup.start(ProcessSpec("broken", broken, ready=lambda: False))
+    with pytest.raises(StackError, match=r"(?s)broken exited with code 2.*boom: no such module"):
+        sup.wait_ready("broken", 5)

@@ -1,0 +1,82 @@
+"""The embedded Valkey: TLS only, verified with the run's CA, AOF on, noeviction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from redis import Redis
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.retry import Retry
+
+from stack.embedded.binaries import find_valkey
+from stack.embedded.certs import CertPaths, make_certs
+from stack.embedded.ports import free_port
+from stack.embedded.supervisor import ProcessSpec, Supervisor
+from stack.embedded.valkey import tls_ping, valkey_argv, valkey_url, write_valkey_config
+
+pytestmark = pytest.mark.integration
+
+_NO_RETRY = Retry(NoBackoff(), 0)
+
+
+@pytest.fixture
+def valkey(tmp_path: Path) -> Iterator[tuple[int, CertPaths]]:
+    certs = make_certs(tmp_path / "tls")
+    port = free_port()
+    conf = write_valkey_config(tmp_path, port, certs)
+    sup = Supervisor(tmp_path)
+    try:
+        url = valkey_url(port)
+        sup.start(ProcessSpec("valkey", valkey_argv(find_valkey().path, conf), ready=lambda: tls_ping(url, certs.ca_cert)))
+        sup.wait_ready("valkey", 10)
+        yield port, certs
+    finally:
+        sup.stop_all()
+
+
+def _client(port: int, **kwargs: object) -> Redis:
+    return Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2, retry=_NO_RETRY, **kwargs)
+
+
+def test_tls_with_the_run_ca_works(valkey: tuple[int, CertPaths]) -> None:
+    port, certs = valkey
+    client = Redis.from_url(valkey_url(port), ssl_ca_certs=str(certs.ca_cert), retry=_NO_RETRY)
+    try:
+        assert client.set("k", "v") and client.get("k") == b"v"
+    finally:
+        client.close()
+
+
+def test_plaintext_is_refused(valkey: tuple[int, CertPaths]) -> None:
+    port, _ = valkey
+    client = _client(port)
+    try:
+        with pytest.raises(RedisConnectionError):
+            client.ping()
+    finally:
+        client.close()
+
+
+def test_a_client_without_the_ca_cannot_verify_the_server(valkey: tuple[int, CertPaths]) -> None:
+    port, _ = valkey
+    client = _client(port, ssl=True, ssl_cert_reqs="required")
+    try:
+        with pytest.raises(RedisConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+            client.ping()
+    finally:
+        client.close()
+
+
+def test_aof_noeviction_and_no_plain_port(valkey: tuple[int, CertPaths]) -> None:
+    port, certs = valkey
+    client = _client(port, ssl=True, ssl_ca_certs=str(certs.ca_cert))
+    try:
+        config = {key: client.config_get(key)[key] for key in
+                  ("appendonly", "maxmemory-policy", "maxmemory", "port", "tls-auth-clients", "bind")}
+    finally:
+        client.close()
+    assert config == {"appendonly": "yes", "maxmemory-policy": "noeviction", "maxmemory": str(256 * 1024 * 1024),
+                      "port": "0", "tls-auth-clients": "no", "bind": "127.0.0.1"}
