@@ -96,6 +96,7 @@ def run_scenario(
         result = _run_on_stack(stack, scenario, seed, progress)
     finally:
         if keep_stack:
+            stack.detach()  # the watchdog would otherwise stop it when this process exits
             progress(f"--keep-stack: stack left running; stop it with `proctor down {run_dir}`")
         else:
             stack.__exit__(None, None, None)

@@ -30,10 +30,9 @@ def _web_kills(seed: int, scenario: Scenario) -> list[FaultSpec]:
     )
 
 
-def _one_busy_kill(target: str, after_busy: float = 0.0):
+def _one_busy_kill(target: str, **params: object):
     def schedule(seed: int, scenario: Scenario) -> list[FaultSpec]:
-        return [FaultSpec(at=2.0, kind="kill", target=target, duration=1.0,
-                          params={"wait_busy": 5.0, "after_busy": after_busy})]
+        return [FaultSpec(at=2.0, kind="kill", target=target, duration=1.0, params={"wait_busy": 5.0, **params})]
     return schedule
 
 
@@ -59,7 +58,7 @@ def _sms_kill_after_accept(name: str, idempotency: bool) -> Scenario:
         description=f"SMS worker killed after the gateway accepted, Idempotency-Key {'on' if idempotency else 'off'}: {what}",
         workload=WorkloadSpec(arrival_rate=1.0, duration=4.0, questions=2, poll_deadline=10.0),
         settings={} if idempotency else {"sms_idempotency": False},
-        faults=_one_busy_kill("worker_sms_1", after_busy=0.5),
+        faults=_one_busy_kill("worker_sms_1", after_effect_at="sms_gateway"),
         prepare=_delay_sms_after_effect,
         options={**_WORKER_KILL_OPTIONS, "outcome_deadline_seconds": None},
         expect_valid=idempotency,

@@ -6,6 +6,9 @@ Every ``relay_interval`` seconds:
 2. if the reconciler is on, each enqueued row's job is inspected in Valkey:
    - hash gone (Valkey restarted empty / flushed), or failed / stopped / canceled,
    - or ``started`` by a worker whose ``proctor:alive:<name>`` key is gone,
+   - or ``queued`` but held in RQ's ``<queue>:intermediate`` list for longer than
+     two liveness TTLs: a worker took it (atomic BLMOVE) and died before its horse
+     marked it started. RQ would only fail it minutes later; nothing re-queues it.
    and is re-enqueued as job ``n+1``; once ``n`` reached ``max_job_attempts`` the row
    is ``failed`` with a ``failed_for_review`` outcome and an audit record instead.
 
@@ -30,19 +33,21 @@ from typing import Any, NamedTuple
 from redis import Redis
 from redis.exceptions import RedisError
 from rq.exceptions import NoSuchJobError
+from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
+from rq.queue import Queue
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from stack.config import Settings, load_settings
 from stack.lanes.connection import valkey_client
 from stack.lanes.enqueue import enqueue_operation
-from stack.lanes.queues import job_id
+from stack.lanes.queues import LANE_OF_KIND, job_id
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine
 
-__all__ = ["PassReport", "Relay", "Verdict", "inspect_job", "main"]
+__all__ = ["LimboWatch", "PassReport", "Relay", "Verdict", "inspect_job", "main"]
 
 _BACKOFF_MAX = 5.0
 _DEAD_STATUSES = {JobStatus.FAILED.value, JobStatus.STOPPED.value, JobStatus.CANCELED.value}
@@ -80,11 +85,50 @@ class PassReport:
     failed: list[str] = field(default_factory=list)
 
 
+class LimboWatch:
+    """Jobs seen ``queued`` in a lane's intermediate list, and since when.
+
+    A live worker moves a job from the intermediate list to ``started`` within
+    milliseconds, so one that stays there past ``grace`` seconds was taken by a
+    worker that died. Lists are read once per pass, only when a queued row exists.
+    """
+
+    def __init__(self, redis: Redis, grace: float) -> None:
+        self.redis = redis
+        self.grace = grace
+        self.first_seen: dict[str, float] = {}
+        self._held: dict[str, set[str]] = {}
+
+    def new_pass(self) -> None:
+        self._held = {}
+
+    def _held_in(self, lane: str) -> set[str]:
+        if lane not in self._held:
+            key = IntermediateQueue.get_intermediate_queue_key(Queue(lane, connection=self.redis).key)
+            self._held[lane] = {jid.decode() for jid in self.redis.lrange(key, 0, -1)}
+        return self._held[lane]
+
+    def verdict(self, lane: str, jid: str) -> Verdict | None:
+        if jid not in self._held_in(lane):
+            self.first_seen.pop(jid, None)
+            return None
+        held_for = time.monotonic() - self.first_seen.setdefault(jid, time.monotonic())
+        if held_for < self.grace:
+            return None
+        return Verdict(f"held {held_for:.1f}s between dequeue and start (worker died)", abandoned=True)
+
+    def release(self, lane: str, jid: str) -> None:
+        key = IntermediateQueue.get_intermediate_queue_key(Queue(lane, connection=self.redis).key)
+        self.redis.lrem(key, 0, jid)
+        self.first_seen.pop(jid, None)
+
+
 class Relay:
     def __init__(self, settings: Settings, engine: Engine, redis: Redis) -> None:
         self.settings = settings
         self.engine = engine
         self.redis = redis
+        self.limbo = LimboWatch(redis, grace=2 * settings.liveness_ttl)
 
     def run_once(self) -> PassReport:
         report = PassReport()
@@ -108,11 +152,15 @@ class Relay:
     def reconcile(self, report: PassReport) -> None:
         with self.engine.begin() as conn:
             rows = outbox.rows_with_status(conn, "enqueued", limit=5000)
+        self.limbo.new_pass()
         for row in rows:
             verdict = inspect_job(self.redis, row["job_id"])
             if verdict is None:
+                verdict = self.limbo.verdict(LANE_OF_KIND[row["kind"]], row["job_id"])
+            if verdict is None:
                 continue
             if verdict.abandoned:
+                self.limbo.release(LANE_OF_KIND[row["kind"]], row["job_id"])
                 self._forget(row["job_id"])
             if row["attempts"] >= self.settings.max_job_attempts:
                 self._give_up(row, verdict.reason, report)

@@ -11,6 +11,8 @@ import signal
 import time
 from typing import Any
 
+import httpx
+
 from chaos.nemesis.base import FaultSpec, NemesisError
 
 __all__ = ["ProcessNemesis"]
@@ -44,14 +46,33 @@ class ProcessNemesis:
         return {}
 
     def _kill(self, fault: FaultSpec) -> dict[str, Any]:
-        mid_job = self._wait_busy(fault.target, float(fault.params.get("wait_busy", 0)))
-        if mid_job and fault.params.get("after_busy"):
-            time.sleep(float(fault.params["after_busy"]))  # e.g. let the provider record the effect first
+        detail: dict[str, Any] = {}
+        if "after_effect_at" in fault.params:
+            detail["after_effect"] = self._wait_new_effect(fault.params["after_effect_at"],
+                                                           float(fault.params.get("wait_busy", 5)))
+        detail["mid_job"] = self._wait_busy(fault.target, float(fault.params.get("wait_busy", 0)))
         self.stack.set_autorestart(fault.target, False)
-        pids = self.stack.pids(fault.target)
+        detail["pids"] = self.stack.pids(fault.target)
         self.stack.kill(fault.target, signal.SIGKILL)
         self._killed.add(fault.target)
-        return {"pids": pids, "mid_job": mid_job}
+        return detail
+
+    def _wait_new_effect(self, provider: str, timeout: float) -> bool:
+        """Wait until the provider's effect ledger grows: a side effect just committed whose
+        caller (the worker, held by the provider's delay_after_effect) has not heard yet."""
+        url = f"{self.stack.urls[provider]}/admin/ledger"
+        headers = {"X-Admin-Token": self.stack.settings.admin_token}
+
+        def count() -> int:
+            return len(httpx.get(url, headers=headers, timeout=5).json()["effects"])
+
+        baseline = count()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if count() > baseline:
+                return True
+            time.sleep(0.02)
+        return False
 
     def _wait_busy(self, name: str, timeout: float) -> bool:
         """An RQ worker with a job running has a horse: more than one pid in its tree."""

@@ -23,12 +23,26 @@ def log_fault(history: History, phase: str, fault_id: int, fault: FaultSpec, det
 
 
 async def run_schedule(nemesis: Nemesis, faults: Sequence[FaultSpec], history: History, started: float) -> None:
-    """Start and end every fault on time (times relative to ``started``, a monotonic clock)."""
-    await asyncio.gather(*(_play(nemesis, fault_id, fault, history, started) for fault_id, fault in enumerate(faults)))
+    """Start and end every fault on time (times relative to ``started``, a monotonic clock).
+
+    Faults on one target never overlap: a second kill of a component that is still
+    being restarted would fight the first fault's end. A fault whose target is busy
+    starts when the earlier one has ended; the history records the real times.
+    """
+    locks = {fault.target: asyncio.Lock() for fault in faults}
+    await asyncio.gather(*(_play(nemesis, fault_id, fault, history, started, locks[fault.target])
+                           for fault_id, fault in enumerate(faults)))
 
 
-async def _play(nemesis: Nemesis, fault_id: int, fault: FaultSpec, history: History, started: float) -> None:
+async def _play(
+    nemesis: Nemesis, fault_id: int, fault: FaultSpec, history: History, started: float, target_lock: asyncio.Lock
+) -> None:
     await _sleep_until(started + fault.at)
+    async with target_lock:
+        await _start_and_end(nemesis, fault_id, fault, history)
+
+
+async def _start_and_end(nemesis: Nemesis, fault_id: int, fault: FaultSpec, history: History) -> None:
     try:
         detail = await asyncio.to_thread(nemesis.start, fault)
     except Exception as exc:

@@ -8,6 +8,8 @@ being reset by the restart.
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import socket
 from pathlib import Path
 from typing import Mapping
@@ -23,11 +25,14 @@ __all__ = [
     "enable_server",
     "drain_server",
     "server_states",
+    "admin_socket_path",
+    "remove_admin_socket",
 ]
 
 BACKEND = "web"
 CHECK_INTERVAL = "500ms"
-_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the NUL
+_SUN_PATH_MAX = 97  # HAProxy's own limit: sun_path (108) less the ".<pid>.tmp" it binds first
+_SHORT_SOCKET_ROOT = Path("/tmp")
 
 
 def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Path) -> str:
@@ -72,13 +77,33 @@ def write_haproxy_config(
     """Write ``<run_dir>/haproxy/haproxy.cfg``; return (config path, admin socket path)."""
     folder = (run_dir / "haproxy").resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    socket_path = folder / "admin.sock"
-    if len(str(socket_path)) > _SUN_PATH_MAX:
-        raise StackError(f"haproxy admin socket path too long for a unix socket ({len(str(socket_path))} > "
-                         f"{_SUN_PATH_MAX}): {socket_path}; use a shorter run_dir")
+    socket_path = admin_socket_path(folder)
     config = folder / "haproxy.cfg"
     config.write_text(_config_text(frontend_port, servers, socket_path))
     return config, socket_path
+
+
+def admin_socket_path(folder: Path) -> Path:
+    """``<folder>/admin.sock``, or, when a deep run folder makes that too long for a unix
+    socket, a short folder under /tmp named after the run folder (so it is stable and
+    unique per run), linked from ``<folder>/admin.sock.dir`` for people looking."""
+    socket_path = folder / "admin.sock"
+    if len(str(socket_path)) <= _SUN_PATH_MAX:
+        return socket_path
+    digest = hashlib.sha256(str(folder).encode()).hexdigest()[:16]
+    short = _SHORT_SOCKET_ROOT / f"proctor-{digest}"
+    short.mkdir(mode=0o700, exist_ok=True)
+    link = folder / "admin.sock.dir"
+    if not link.is_symlink():
+        link.symlink_to(short)
+    return short / "admin.sock"
+
+
+def remove_admin_socket(socket_path: Path) -> None:
+    """Remove the socket, and its short folder when it lives outside the run folder."""
+    socket_path.unlink(missing_ok=True)
+    if socket_path.parent.parent == _SHORT_SOCKET_ROOT and socket_path.parent.name.startswith("proctor-"):
+        shutil.rmtree(socket_path.parent, ignore_errors=True)
 
 
 def haproxy_argv(binary: str, config: Path) -> list[str]:

@@ -50,8 +50,10 @@ _UVICORN = ("--factory", "--host", HOST, "--port", "{port}", "--no-access-log", 
             "--timeout-graceful-shutdown", "2")
 
 DEFAULT_COMMANDS: dict[str, tuple[str, ...]] = {
-    "ai_provider": ("{python}", "-m", "uvicorn", "stack.providers.ai:create_app", *_UVICORN),
-    "sms_gateway": ("{python}", "-m", "uvicorn", "stack.providers.sms:create_app", *_UVICORN),
+    # No proxy headers on the providers: the SMS allow-list must see the real source address,
+    # not an X-Forwarded-For that any loopback client could send.
+    "ai_provider": ("{python}", "-m", "uvicorn", "stack.providers.ai:create_app", *_UVICORN, "--no-proxy-headers"),
+    "sms_gateway": ("{python}", "-m", "uvicorn", "stack.providers.sms:create_app", *_UVICORN, "--no-proxy-headers"),
     "web": ("{python}", "-m", "uvicorn", "stack.web.app:create_app", *_UVICORN),
     "relay": ("{python}", "-m", "stack.relay"),
     "worker": ("{python}", "-m", "stack.lanes.worker", "{lane}", "--name", "{name}"),
@@ -228,6 +230,8 @@ class EmbeddedStack:
             self._engine = None
         if self._sup is not None:
             self._sup.stop_all(self.spec.stop_grace)
+        if "haproxy_socket" in self._urls:
+            hap.remove_admin_socket(Path(self._urls["haproxy_socket"]))
         self._status = final_status
         self._write_manifest()
 
@@ -435,9 +439,7 @@ class EmbeddedStack:
 
     def _python_spec(self, kind: str, name: str) -> ProcessSpec:
         if kind in ("ai_provider", "sms_gateway"):
-            # The provider contract has no /healthz yet: any non-5xx answer (404 included)
-            # proves the app is up; a 200 /healthz works as soon as they add one.
-            return self._http_spec(kind, name, self._ports[name], "/healthz", _STAGE_PROVIDERS, accept="not5xx")
+            return self._http_spec(kind, name, self._ports[name], "/healthz", _STAGE_PROVIDERS)
         self._kinds[name] = kind
         self._health[name] = {"alive": "process"}
         return ProcessSpec(name, self._argv(kind, name), env=self._env(name), settle=self.spec.worker_settle,

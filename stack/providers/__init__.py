@@ -20,7 +20,7 @@ from stack.config import Settings
 from stack.providers.faults import FaultState, Faults
 from stack.providers.ledger import EffectLedger, IdempotencyConflict
 
-__all__ = ["Provider", "admin_router", "is_loopback", "lookup", "perform"]
+__all__ = ["Provider", "admin_router", "health_router", "is_loopback", "lookup", "perform"]
 
 IDEMPOTENCY_KEY_MAX = 255
 
@@ -121,5 +121,17 @@ def admin_router(provider: Provider) -> APIRouter:
         _require_admin(request, x_admin_token, provider)
         provider.faults.clear()
         return provider.faults.as_dict()
+
+    return router
+
+
+def health_router(provider: Provider) -> APIRouter:
+    """``GET /healthz`` for the runner's readiness probe; answers while faults are set,
+    since a provider that returns 429s on purpose is still up."""
+    router = APIRouter()
+
+    @router.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "provider": provider.name}
 
     return router

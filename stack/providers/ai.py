@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from stack.config import CASE_AI_CALL_SECONDS, Settings, load_settings
-from stack.providers import Provider, admin_router, lookup, perform
+from stack.providers import Provider, admin_router, health_router, lookup, perform
 
 __all__ = ["NarrativeRequest", "create_app"]
 
@@ -39,6 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Fake AI provider")
     app.state.provider = provider
     app.include_router(admin_router(provider))
+    app.include_router(health_router(provider))
 
     @app.post("/v1/narratives")
     def create_narrative(

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from stack.config import CASE_SMS_CALL_SECONDS, Settings, SettingsError, load_settings
-from stack.providers import Provider, admin_router, lookup, perform
+from stack.providers import Provider, admin_router, health_router, lookup, perform
 
 __all__ = ["ALLOWLIST_ENV", "MessageRequest", "create_app", "parse_allowlist"]
 
@@ -57,6 +57,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     app = FastAPI(title="Fake SMS gateway")
     app.state.provider = provider
     app.include_router(admin_router(provider))
+    app.include_router(health_router(provider))
 
     def source_allowed(request: Request) -> None:
         host = request.client.host if request.client else ""

@@ -286,3 +286,34 @@ def test_worker_keeps_a_liveness_key_and_stops_cleanly_on_sigterm(settings: Sett
 def test_worker_exits_non_zero_without_valkey(settings: Settings) -> None:
     worker = start_worker(settings.with_overrides(valkey_url=f"redis://127.0.0.1:{free_port()}/0"), "merit")
     assert worker.wait(timeout=30) == 1
+
+
+def take_like_a_worker_that_dies(valkey: Redis, lane: str) -> str:
+    """What a single-queue worker's BLMOVE does, with no horse ever marking the job started."""
+    queue = Queue(lane, connection=valkey)
+    jid = valkey.lmove(queue.key, f"{queue.key}:intermediate", "RIGHT", "LEFT").decode()
+    assert job_field(valkey, jid, "status") == "queued"
+    return jid
+
+
+@pytest.mark.parametrize("reconciler", [True, False])
+def test_job_held_between_dequeue_and_start_is_reenqueued_after_grace(
+    settings: Settings, valkey: Redis, reconciler: bool
+) -> None:
+    current = settings.with_overrides(reconciler_enabled=reconciler)
+    watcher = relay(current, valkey)
+    watcher.run_once()
+    jid = take_like_a_worker_that_dies(valkey, "merit")
+    assert watcher.run_once().reenqueued == []  # within the grace: a live worker may be about to start it
+    time.sleep(2 * current.liveness_ttl + 0.1)
+    report = watcher.run_once()
+    merit = row(current, "merit-a1")
+    if reconciler:
+        assert report.reenqueued == ["merit-a1"]
+        assert (merit["attempts"], merit["job_id"]) == (2, "merit-a1-2")
+        assert "between dequeue and start" in merit["last_error"]
+        assert valkey.lrange("rq:queue:merit:intermediate", 0, -1) == []
+        assert Queue("merit", connection=valkey).job_ids == ["merit-a1-2"]
+    else:
+        assert report.reenqueued == [] and merit["job_id"] == jid  # lost: the negative control
+        assert valkey.lrange("rq:queue:merit:intermediate", 0, -1) == [jid.encode()]
