@@ -60,6 +60,12 @@ class ChaosRun:
         ops = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         return [op["value"] for op in ops if op.get("f") == "fault-start"]
 
+    def recheck(self) -> int:
+        """`proctor check RUN_DIR` on the stored files: must reach the same verdict offline."""
+        from chaos.analyze import check_command
+
+        return check_command(self.run_dir, plots=False)
+
     def summary(self) -> str:
         parts = [f"valid={self.valid}", f"run folder: {self.run_dir}", f"reproduce: {self.reproduce}"]
         for name, res in self.verdict.get("checkers", {}).items():

@@ -27,6 +27,7 @@ def test_worker_kills_lose_nothing_and_duplicate_nothing(run_chaos):
     effects = run.checker("effects")["counts"]
     assert effects["duplicated"] == 0 and effects["missing"] == 0, effects
     assert run.checker("jobs")["counts"]["stuck"] == 0
+    assert run.recheck() == 0  # `proctor check` reaches the same verdict from the stored files
 
 
 @pytest.mark.negative_control
@@ -36,6 +37,7 @@ def test_without_reconciler_a_killed_job_is_reported_lost(run_chaos):
     assert run.valid is False, run.summary()
     assert run.checker("jobs")["valid"] is False
     assert run.checker("jobs")["counts"]["stuck"] >= 1, run.summary()
+    assert run.recheck() == 1  # `proctor check` reaches the same verdict from the stored files
 
 
 @pytest.mark.negative_control

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,9 +18,8 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 
+from netsupport import REPO, ServedApp, free_port
 from stack.config import Settings
 from stack.lanes import jobs
 from stack.ledger import outbox, outcomes
@@ -31,32 +29,8 @@ from stack.providers import ai, sms
 from stack.providers.ledger import EffectLedger
 
 ADMIN = {"X-Admin-Token": "proctor-admin"}
-REPO = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ServedApp:
-    def __init__(self, app: FastAPI, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> "ServedApp":
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from pathlib import Path
@@ -10,9 +9,8 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 
+from netsupport import ServedApp
 from stack.config import Settings
 from stack.providers import ai, sms
 from stack.providers.ledger import EffectLedger
@@ -20,32 +18,6 @@ from stack.providers.ledger import EffectLedger
 ADMIN = {"X-Admin-Token": "proctor-admin"}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ServedApp:
-    """An ASGI app on a real loopback port, in a daemon thread."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=1))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> "ServedApp":
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "provider did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 from sqlalchemy import select
 
+from netsupport import REPO, free_port
 from stack.config import Settings
 from stack.lanes.connection import valkey_client
 from stack.lanes.jobs import answer_key
@@ -34,14 +34,8 @@ from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.schema import answers, attempts, audit_log, students
 from stack.relay import Relay
 
-REPO = Path(__file__).resolve().parents[2]
 OPS = ("merit-a1", "narrative-a1", "sms-a1")
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
