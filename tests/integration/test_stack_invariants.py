@@ -1,0 +1,188 @@
+"""The stack's promises, end to end on the real embedded stack: Valkey over TLS,
+HAProxy in front of two web nodes, real RQ worker processes, the relay, the fakes.
+
+Each test reads results back the way the checkers do: through the export endpoints.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+
+from chaos.snapshot import fetch_table
+from stack.embedded import EmbeddedStack, StackSpec
+
+pytestmark = pytest.mark.integration
+
+EXAM = "NOVA-101"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
+    # time_scale 0.5: the 0.34 s merit computation takes 0.17 s, long enough to kill mid-job.
+    spec = StackSpec(name="invariants", web=2, run_dir=tmp_path_factory.mktemp("run"),
+                     settings_overrides={"time_scale": 0.5, "relay_interval": 0.2, "liveness_ttl": 1.5})
+    with EmbeddedStack(spec) as running:
+        yield running
+
+
+@pytest.fixture
+def api(stack: EmbeddedStack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.urls["api"], timeout=15, trust_env=False) as client:
+        yield client
+
+
+def sign_in(api: httpx.Client, student: str | None = None) -> dict[str, str]:
+    student = student or f"s-{uuid.uuid4().hex[:8]}"
+    response = api.post("/v1/sessions", json={"student_id": student, "exam_code": EXAM})
+    assert response.status_code == 201, response.text
+    return {"Authorization": f"Bearer {response.json()['token']}"}
+
+
+def start_attempt(api: httpx.Client, auth: dict[str, str]) -> str:
+    response = api.post("/v1/attempts", headers={**auth, "Idempotency-Key": uuid.uuid4().hex})
+    assert response.status_code == 201, response.text
+    return response.json()["attempt_id"]
+
+
+def put_answer(api: httpx.Client, auth: dict[str, str], attempt: str, question: str, content: str,
+               key: str) -> httpx.Response:
+    return api.put(f"/v1/attempts/{attempt}/answers/{question}", json={"content": content},
+                   headers={**auth, "Idempotency-Key": key})
+
+
+def finished_attempt(api: httpx.Client) -> str:
+    auth = sign_in(api)
+    attempt = start_attempt(api, auth)
+    assert put_answer(api, auth, attempt, "q1", "A", uuid.uuid4().hex).status_code == 201
+    assert api.post(f"/v1/attempts/{attempt}/finish", headers=auth).status_code == 202
+    return attempt
+
+
+def rows(stack: EmbeddedStack, table: str, attempt: str) -> list[dict[str, Any]]:
+    data = fetch_table(stack.urls["api"], stack.settings.admin_token, table)
+    return [row for row in data["rows"] if row["attempt_id"] == attempt]
+
+
+def effects(stack: EmbeddedStack, provider: str, operation: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{stack.urls[provider]}/admin/ledger",
+                         headers={"X-Admin-Token": stack.settings.admin_token}, timeout=10)
+    return [e for e in response.json()["effects"] if e["operation_id"] == operation]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def all_done(stack: EmbeddedStack, attempt: str) -> bool:
+    outbox = rows(stack, "outbox", attempt)
+    return len(outbox) == 3 and all(row["status"] == "done" for row in outbox)
+
+
+def test_answer_replay_with_the_same_key_returns_the_first_receipt(stack: EmbeddedStack, api: httpx.Client) -> None:
+    auth = sign_in(api)
+    attempt = start_attempt(api, auth)
+    first = put_answer(api, auth, attempt, "q2", "C", "key-replay")
+    again = put_answer(api, auth, attempt, "q2", "C", "key-replay")
+    other_body = put_answer(api, auth, attempt, "q2", "D", "key-replay")
+    assert (first.status_code, again.status_code, other_body.status_code) == (201, 200, 409)
+    assert again.json()["receipt_id"] == first.json()["receipt_id"]
+    assert [r["content"] for r in rows(stack, "answers", attempt)] == ["C"]
+
+
+def test_concurrent_submits_of_one_key_store_exactly_one_row(stack: EmbeddedStack, api: httpx.Client) -> None:
+    auth = sign_in(api)
+    attempt = start_attempt(api, auth)
+    statuses: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def submit() -> None:
+        with httpx.Client(base_url=stack.urls["api"], timeout=15, trust_env=False) as own:
+            barrier.wait()
+            statuses.append(put_answer(own, auth, attempt, "q3", "B", "key-race").status_code)
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(statuses) == [200] * 7 + [201]  # the two nodes race; one insert wins
+    assert len(rows(stack, "answers", attempt)) == 1
+
+
+def test_finish_writes_all_outbox_rows_at_once_and_is_idempotent(stack: EmbeddedStack, api: httpx.Client) -> None:
+    auth = sign_in(api)
+    attempt = start_attempt(api, auth)
+    assert rows(stack, "outbox", attempt) == []
+    assert api.post(f"/v1/attempts/{attempt}/finish", headers=auth).status_code == 202
+    assert sorted(r["kind"] for r in rows(stack, "outbox", attempt)) == ["merit", "narrative", "sms"]
+    assert api.post(f"/v1/attempts/{attempt}/finish", headers=auth).status_code == 202
+    assert len(rows(stack, "outbox", attempt)) == 3
+    assert put_answer(api, auth, attempt, "q4", "A", uuid.uuid4().hex).status_code == 409
+
+
+def test_another_student_cannot_touch_an_attempt(stack: EmbeddedStack, api: httpx.Client) -> None:
+    owner, intruder = sign_in(api), sign_in(api)
+    attempt = start_attempt(api, owner)
+    assert put_answer(api, intruder, attempt, "q1", "A", uuid.uuid4().hex).status_code == 403
+    assert api.post(f"/v1/attempts/{attempt}/finish", headers=intruder).status_code == 403
+    assert api.get(f"/v1/attempts/{attempt}/merit-card", headers=intruder).status_code == 403
+    assert rows(stack, "answers", attempt) == []
+
+
+def test_every_outcome_happens_once_and_sms_once_at_the_gateway(stack: EmbeddedStack, api: httpx.Client) -> None:
+    attempt = finished_attempt(api)
+    wait_for(lambda: all_done(stack, attempt), "all three outcomes")
+    assert sorted(r["kind"] for r in rows(stack, "outcomes", attempt)) == ["merit", "narrative", "sms"]
+    assert len(effects(stack, "sms_gateway", f"sms-{attempt}")) == 1
+    assert len(effects(stack, "ai_provider", f"narrative-{attempt}")) == 1
+
+
+def test_merit_worker_killed_mid_job_still_yields_one_merit_card(stack: EmbeddedStack, api: httpx.Client) -> None:
+    stack.set_autorestart("worker_merit_1", False)
+    try:
+        attempt = finished_attempt(api)
+        # A job is running once the worker has a second process: its horse.
+        wait_for(lambda: len(stack.pids("worker_merit_1")) > 1, "the merit job to start", timeout=15)
+        stack.kill("worker_merit_1", signal.SIGKILL)
+    finally:
+        stack.set_autorestart("worker_merit_1", True)
+        stack.restart("worker_merit_1")
+    wait_for(lambda: all_done(stack, attempt), "the merit card after the kill")
+    merit = [r for r in rows(stack, "outcomes", attempt) if r["kind"] == "merit"]
+    assert len(merit) == 1 and merit[0]["status"] == "ready"
+
+
+def test_relay_recovers_all_work_after_valkey_restarts_with_its_data_wiped(
+    stack: EmbeddedStack, api: httpx.Client
+) -> None:
+    workers = [name for name in stack.components() if name.startswith("worker_")]
+    for name in workers:  # hold the work in Valkey so the wipe really loses queued jobs
+        stack.set_autorestart(name, False)
+        stack.kill(name, signal.SIGKILL)
+    attempts = [finished_attempt(api) for _ in range(3)]
+    wait_for(lambda: all(r["status"] == "enqueued" for a in attempts for r in rows(stack, "outbox", a)),
+             "the jobs to be enqueued")
+    stack.set_autorestart("valkey", False)
+    stack.kill("valkey", signal.SIGKILL)
+    shutil.rmtree(stack.run_dir / "valkey" / "appendonlydir", ignore_errors=True)
+    stack.set_autorestart("valkey", True)
+    stack.restart("valkey")
+    for name in workers:
+        stack.set_autorestart(name, True)
+        stack.restart(name)
+    for attempt in attempts:
+        wait_for(lambda: all_done(stack, attempt), f"attempt {attempt} to complete after the wipe", timeout=45)
+        assert len(effects(stack, "sms_gateway", f"sms-{attempt}")) == 1
+        # Every job was lost with Valkey's data and re-enqueued by the relay, not merely delayed.
+        assert all(r["attempts"] >= 2 and "vanished" in (r["last_error"] or "") for r in rows(stack, "outbox", attempt))
