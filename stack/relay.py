@@ -7,7 +7,7 @@ Every ``relay_interval`` seconds:
    - hash gone (Valkey restarted empty / flushed), or failed / stopped / canceled,
    - or ``started`` by a worker whose ``proctor:alive:<name>`` key is gone,
    - or ``queued`` but held in RQ's ``<queue>:intermediate`` list for longer than
-     two liveness TTLs: a worker took it (atomic BLMOVE) and died before its horse
+     one liveness TTL: a worker took it (atomic BLMOVE) and died before its horse
      marked it started. RQ would only fail it minutes later; nothing re-queues it.
    and is re-enqueued as job ``n+1``; once ``n`` reached ``max_job_attempts`` the row
    is ``failed`` with a ``failed_for_review`` outcome and an audit record instead.
@@ -15,6 +15,9 @@ Every ``relay_interval`` seconds:
 Valkey is a queue, never the truth: the outbox row says what is owed, so losing
 Valkey's data costs a re-enqueue, never the work. With the reconciler off only
 step 1 runs: the negative control where a killed job stays lost.
+
+With ``valkey_fresh_connections`` (a negative control) each pass uses a client of
+its own, closed after the pass, and every call inside it opens a new TLS connection.
 
 Re-enqueues go to Valkey before the row moves: a crash in between costs at most a
 duplicate run of an idempotent job, never a row pointing at a job that was never sent.
@@ -128,14 +131,31 @@ class Relay:
         self.settings = settings
         self.engine = engine
         self.redis = redis
-        self.limbo = LimboWatch(redis, grace=2 * settings.liveness_ttl)
+        self.limbo = LimboWatch(redis, grace=settings.liveness_ttl)
 
     def run_once(self) -> PassReport:
+        if self.settings.valkey_fresh_connections:
+            return self._run_once_fresh()
+        return self._pass()
+
+    def _pass(self) -> PassReport:
         report = PassReport()
         self.enqueue_pending(report)
         if self.settings.reconciler_enabled:
             self.reconcile(report)
         return report
+
+    def _run_once_fresh(self) -> PassReport:
+        """The negative control's anti-pattern: a client of its own per pass, closed after
+        (and, from ``valkey_client``, a new TLS connection for every call inside it)."""
+        pooled = self.redis
+        client = valkey_client(self.settings, "queue")
+        self.redis = self.limbo.redis = client
+        try:
+            return self._pass()
+        finally:
+            self.redis = self.limbo.redis = pooled
+            client.close()
 
     def enqueue_pending(self, report: PassReport) -> None:
         with self.engine.begin() as conn:

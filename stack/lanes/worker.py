@@ -27,6 +27,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue, Worker
 
+import stack.lanes.jobs  # noqa: F401 - imported in the parent so each forked horse starts warm (~1.7 s cold)
 from stack.config import Settings, load_settings
 from stack.lanes.connection import valkey_client
 from stack.lanes.queues import LANES

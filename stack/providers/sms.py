@@ -71,6 +71,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
                 "message_id": f"msg_{effect_id}",
                 "operation_id": body.operation_id,
                 "to": body.to,
+                "body": body.body,  # what was sent: a reconciling caller records this, not its own retry
                 "status": "accepted",
                 "created_at": time.time(),
             }

@@ -191,3 +191,27 @@ def test_sms_rerun_after_unknown_outcome(
     rows, row = ledger_state(current, "sms-a1")
     assert len(rows) == 1 and row["status"] == "done"
     assert gateway_effects(current, "sms", "sms-a1") == expected_effects
+
+
+@pytest.mark.parametrize("kind, provider, path", [("narrative", "ai", "/v1/narratives"), ("sms", "sms", "/v1/messages")])
+def test_rerun_whose_request_changed_reconciles_with_what_the_provider_did(
+    providers: Settings, monkeypatch: pytest.MonkeyPatch, kind: str, provider: str, path: str
+) -> None:
+    """A first run reached the provider and died; by the re-run the student's position moved,
+    so the new request differs under the same Idempotency-Key. The re-run must take the
+    recorded effect (reconcile before replay), not fail the job or charge twice."""
+    use(providers, monkeypatch)
+    seed_attempt(providers, "a1", all_correct())
+    op = f"{kind}-a1"
+    first_body = ({"operation_id": op, "attempt_id": "a1", "score": 4, "position": 7} if kind == "narrative"
+                  else {"operation_id": op, "to": "student:s-a1", "body": "NOVA-101: position 7."})
+    base = providers.ai_url if provider == "ai" else providers.sms_url
+    first = httpx.post(f"{base}{path}", json=first_body, headers={"Idempotency-Key": op})
+    assert first.status_code == 201, first.text
+    run = jobs.write_narrative if kind == "narrative" else jobs.send_result_sms
+    run(op)
+    rows, row = ledger_state(providers, op)
+    assert len(rows) == 1 and rows[0]["status"] == "ready" and row["status"] == "done"
+    assert gateway_effects(providers, provider, op) == 1
+    recorded = rows[0]["payload"]
+    assert ("placed #7" in recorded["text"]) if kind == "narrative" else (recorded["body"] == first_body["body"])
