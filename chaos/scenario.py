@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from chaos.analyze import analyze
 from chaos.history import History
@@ -30,6 +30,10 @@ __all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir", "RESULTS_ROOT
 RESULTS_ROOT = Path("results/runs")
 
 Progress = Callable[[str], None]
+
+Background = Callable[[EmbeddedStack, History, asyncio.Event], Awaitable[dict[str, Any]]]
+"""A generator that runs beside the load until ``stop`` is set (e.g. the TLS churn
+generator); what it returns is stored under ``background`` in scenario.json."""
 
 
 @dataclass
@@ -48,6 +52,9 @@ class Scenario:
     options: dict[str, Any] = field(default_factory=dict)  # checker options (docs/checkers.md)
     quiet_timeout: float = 30.0  # max seconds for outcomes to settle after heal
     prepare: Callable[[EmbeddedStack], None] | None = None  # e.g. set provider faults
+    links: tuple[str, ...] = ()  # network links put behind the fault proxy (docs/architecture.md)
+    valkey_maxclients: int | None = None
+    background: dict[str, Background] = field(default_factory=dict)
     expect_valid: bool = True  # False for a negative control: the checkers must catch it
 
 
@@ -88,7 +95,8 @@ def run_scenario(
     run_dir = run_dir or new_run_dir(f"{scenario.name}-seed{seed}")
     spec = StackSpec(name=scenario.name, web=scenario.web, merit_workers=scenario.merit_workers,
                      ai_workers=scenario.ai_workers, sms_workers=scenario.sms_workers,
-                     settings_overrides=settings, run_dir=run_dir)
+                     settings_overrides=settings, run_dir=run_dir, links=scenario.links,
+                     valkey_maxclients=scenario.valkey_maxclients)
     progress(f"starting stack in {run_dir}")
     stack = EmbeddedStack(spec)
     stack.__enter__()
@@ -117,7 +125,7 @@ def _run_on_stack(stack: EmbeddedStack, scenario: Scenario, seed: int, progress:
     if scenario.prepare:
         scenario.prepare(stack)
     history = History(run_dir / "history.jsonl")
-    nemesis = CompositeNemesis(ProcessNemesis(stack))
+    nemesis = _nemesis_for(stack, scenario)
     try:
         progress(f"load: {scenario.workload.arrival_rate}/s students for {scenario.workload.duration}s, "
                  f"{len(faults)} faults (seed {seed})")
@@ -133,9 +141,18 @@ def _run_on_stack(stack: EmbeddedStack, scenario: Scenario, seed: int, progress:
                               stack.settings.admin_token, run_dir / "ledgers")
     history.close()
     meta.update(ended_at=time.time(), workload_stats=stats.as_dict(), recovery_seconds=round(waited, 3),
-                settled=settled, ledger_counts=counts)
+                settled=settled, ledger_counts=counts, background=stats.background)
     _write_json(run_dir / "scenario.json", meta)
     return RunResult(run_dir, {}, None, stats.as_dict(), waited, reproduce)
+
+
+def _nemesis_for(stack: EmbeddedStack, scenario: Scenario) -> CompositeNemesis:
+    members: list[Any] = [ProcessNemesis(stack)]
+    if scenario.links:
+        from chaos.nemesis.network import NetworkNemesis
+
+        members.append(NetworkNemesis(stack))
+    return CompositeNemesis(*members)
 
 
 async def _load_and_faults(
@@ -148,15 +165,22 @@ async def _load_and_faults(
     schedule = asyncio.create_task(run_schedule(nemesis, faults, history, started))
     counts: Counter = Counter()
     ticker = asyncio.create_task(_tick(counts, started, progress))
+    stop_background = asyncio.Event()
+    background = {name: asyncio.create_task(gen(stack, history, stop_background))
+                  for name, gen in scenario.background.items()}
     try:
         stats = await run_workload(stack.urls["api"], history, scenario.workload, seed, counts)
         await schedule
+        stop_background.set()
+        for name, task in background.items():
+            stats.background[name] = await task
         return stats
     finally:
-        for task in (schedule, ticker):
+        for task in (schedule, ticker, *background.values()):
             task.cancel()
         stop_monitor.set()
-        await asyncio.gather(monitor, schedule, ticker, return_exceptions=True)
+        stop_background.set()
+        await asyncio.gather(monitor, schedule, ticker, *background.values(), return_exceptions=True)
 
 
 async def _tick(counts: Counter, started: float, progress: Progress) -> None:

@@ -58,6 +58,7 @@ class WorkloadStats:
     gave_up: int = 0
     retries: int = 0
     merit_latencies: list[float] = field(default_factory=list)
+    background: dict[str, Any] = field(default_factory=dict)  # results of background generators
 
     def as_dict(self) -> dict[str, Any]:
         lat = sorted(self.merit_latencies)

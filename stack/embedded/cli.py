@@ -45,6 +45,9 @@ def _up_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path, default=None, help="default: results/runs/<UTC timestamp>-<name>/")
     p.add_argument("--components", type=Path, default=None,
                    help="JSON file {kind: [argv template]} overriding component commands (tests)")
+    p.add_argument("--link", action="append", default=[], metavar="NAME",
+                   help="put a link behind the fault proxy (repeatable): valkey_web, valkey_workers, valkey_relay, "
+                        "ai_provider, sms_gateway, web_N, web_*")
     p.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for readiness")
     p.add_argument("--foreground", action="store_true", help="stay attached until Ctrl-C/SIGTERM")
     return p
@@ -59,7 +62,7 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
     commands = json.loads(args.components.read_text()) if args.components else {}
     return StackSpec(name=args.name, web=args.web, merit_workers=args.merit_workers, ai_workers=args.ai_workers,
                      sms_workers=args.sms_workers, settings_overrides=overrides, run_dir=args.run_dir,
-                     commands=commands, ready_timeout=min(args.ready_timeout, 30.0))
+                     commands=commands, ready_timeout=min(args.ready_timeout, 30.0), links=tuple(args.link))
 
 
 def _print_ready(manifest: dict[str, Any]) -> None:
@@ -108,6 +111,8 @@ def _child_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
         argv += ["--time-scale", str(args.time_scale)]
     if args.components:
         argv += ["--components", str(args.components.resolve())]
+    for link in args.link:
+        argv += ["--link", link]
     return argv
 
 
@@ -255,7 +260,7 @@ def down(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-_LATE_KINDS = {"ai_provider": 1, "sms_gateway": 1, "valkey": 2}  # every other kind stops in stage 0
+_LATE_KINDS = {"ai_provider": 1, "sms_gateway": 1, "faultproxy": 1, "toxiproxy-server": 1, "valkey": 2}  # every other kind stops in stage 0
 
 
 def _stop_in_stages(manifest: dict[str, Any], timeout: float) -> None:

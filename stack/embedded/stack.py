@@ -1,36 +1,49 @@
 """``EmbeddedStack``: the reference stack as supervised local processes on 127.0.0.1.
 
 Start-up order: certs -> valkey (TLS) -> init_ledger once -> ai_provider, sms_gateway
--> web_1..N -> haproxy -> relay -> workers. Each stage is started in parallel and
+(+ faultproxy when links are requested) -> web_1..N -> haproxy -> relay -> workers. Each stage is started in parallel and
 must be ready before the next one starts. Stop order is the reverse in three stages
 (front, providers, valkey); see ``Supervisor.stop_all``.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-import httpx
 from redis import Redis
 from sqlalchemy import Engine
 
-from stack.config import ENV_NAMES, Settings, load_settings
+from stack.config import Settings, load_settings
 from stack.embedded import StackError
 from stack.embedded import haproxy as hap
 from stack.embedded import valkey as vk
 from stack.embedded.binaries import Binary, find_haproxy, find_valkey
 from stack.embedded.certs import CertPaths, make_certs
-from stack.embedded.manifest import RUNS_DIR, package_versions, update_latest_link, write_manifest
+from stack.embedded.links import COMPONENT as FAULTPROXY
+from stack.embedded.links import LinkManager
+from stack.embedded.manifest import package_versions, update_latest_link, write_manifest
 from stack.embedded.ports import HOST, free_port
+from stack.embedded.spec import (
+    COMPONENT_MODULES,
+    DEFAULT_COMMANDS,
+    LANES,
+    SCALABLE,
+    STAGE_FRONT,
+    STAGE_PROVIDERS,
+    STAGE_VALKEY,
+    StackSpec,
+    default_run_dir,
+    http_probe,
+    missing_component_modules,
+)
 from stack.embedded.supervisor import ProcessSpec, Supervisor
 from stack.embedded.watchdog import identity
 from stack.ledger.engine import init_ledger, make_engine
@@ -46,105 +59,7 @@ __all__ = [
     "http_probe",
 ]
 
-_UVICORN = ("--factory", "--host", HOST, "--port", "{port}", "--no-access-log", "--log-level", "warning",
-            "--timeout-graceful-shutdown", "2")
-
-DEFAULT_COMMANDS: dict[str, tuple[str, ...]] = {
-    # No proxy headers on the providers: the SMS allow-list must see the real source address,
-    # not an X-Forwarded-For that any loopback client could send.
-    "ai_provider": ("{python}", "-m", "uvicorn", "stack.providers.ai:create_app", *_UVICORN, "--no-proxy-headers"),
-    "sms_gateway": ("{python}", "-m", "uvicorn", "stack.providers.sms:create_app", *_UVICORN, "--no-proxy-headers"),
-    "web": ("{python}", "-m", "uvicorn", "stack.web.app:create_app", *_UVICORN),
-    "relay": ("{python}", "-m", "stack.relay"),
-    "worker": ("{python}", "-m", "stack.lanes.worker", "{lane}", "--name", "{name}"),
-}
-"""argv templates per component kind; placeholders {python} {port} {name} {lane} {run_dir}."""
-
-COMPONENT_MODULES: dict[str, str] = {
-    "ai_provider": "stack.providers.ai",
-    "sms_gateway": "stack.providers.sms",
-    "web": "stack.web.app",
-    "relay": "stack.relay",
-    "worker": "stack.lanes.worker",
-}
-
-SCALABLE = {"web": "web", "merit": "merit", "ai": "ai", "sms": "sms"}
-_LANES = ("merit", "ai", "sms")
-_STAGE_FRONT, _STAGE_PROVIDERS, _STAGE_VALKEY = 0, 1, 2
 _BIND_FAILURE = re.compile(r"address already in use", re.IGNORECASE)
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
-
-
-@dataclass
-class StackSpec:
-    name: str = "stack"
-    web: int = 1
-    merit_workers: int = 1
-    ai_workers: int = 1
-    sms_workers: int = 1
-    settings_overrides: Mapping[str, Any] = field(default_factory=dict)
-    run_dir: Path | str | None = None  # None: results/runs/<UTC timestamp>-<name>/
-    commands: Mapping[str, Sequence[str]] = field(default_factory=dict)  # per-kind overrides of DEFAULT_COMMANDS
-    ready_timeout: float = 30.0
-    stop_grace: float = 5.0
-    worker_settle: float = 1.0  # workers/relay count as ready once alive this long
-    maxmemory: str = vk.DEFAULT_MAXMEMORY
-
-    def validate(self) -> None:
-        if not _NAME_RE.match(self.name):
-            raise StackError(f"StackSpec.name={self.name!r}: letters, digits, '_', '.', '-' (max 40)")
-        if self.web < 1:
-            raise StackError(f"StackSpec.web={self.web}: at least one web node")
-        for lane in _LANES:
-            if getattr(self, f"{lane}_workers") < 0:
-                raise StackError(f"StackSpec.{lane}_workers must be >= 0")
-        unknown = set(self.settings_overrides) - set(ENV_NAMES)
-        if unknown:
-            raise StackError(f"unknown settings_overrides {sorted(unknown)}; known: {sorted(ENV_NAMES)}")
-        bad_kinds = set(self.commands) - set(DEFAULT_COMMANDS)
-        if bad_kinds:
-            raise StackError(f"unknown component kinds in commands {sorted(bad_kinds)}; known: {sorted(DEFAULT_COMMANDS)}")
-
-    def command(self, kind: str) -> Sequence[str]:
-        return self.commands.get(kind, DEFAULT_COMMANDS[kind])
-
-    def worker_count(self, lane: str) -> int:
-        return int(getattr(self, f"{lane}_workers"))
-
-
-def missing_component_modules(commands: Mapping[str, Sequence[str]] | None = None) -> list[str]:
-    """Modules of the default component commands that cannot be found (not written yet)."""
-    missing = []
-    for kind, module in COMPONENT_MODULES.items():
-        if commands and kind in commands:
-            continue
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            missing.append(module)
-    return missing
-
-
-def http_probe(url: str, timeout: float = 1.0, accept: str = "200") -> bool:
-    """GET ``url``; ``accept`` is "200", "not5xx" (the app answers) or "any" (the port speaks HTTP)."""
-    try:
-        with httpx.Client(timeout=timeout, trust_env=False) as client:
-            status = client.get(url).status_code
-    except httpx.HTTPError:
-        return False
-    return {"200": status == 200, "not5xx": status < 500, "any": True}[accept]
-
-
-def default_run_dir(name: str) -> Path:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    base = RUNS_DIR / f"{stamp}-{name}"
-    candidate, n = base, 1
-    while candidate.exists():
-        n += 1
-        candidate = base.with_name(f"{base.name}-{n}")
-    return candidate
 
 
 class EmbeddedStack:
@@ -173,6 +88,7 @@ class EmbeddedStack:
         self._package_versions = package_versions()
         self._self_ticks = (identity(os.getpid()) or (0, 0))[1]
         self._watchdog_ident: tuple[int, int] | None = None
+        self._links = LinkManager(self.spec.links, self.run_dir, self.spec.faultproxy_seed)
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self) -> "EmbeddedStack":
@@ -230,6 +146,7 @@ class EmbeddedStack:
             self._engine = None
         if self._sup is not None:
             self._sup.stop_all(self.spec.stop_grace)
+        self._links.cleanup_external()
         if "haproxy_socket" in self._urls:
             hap.remove_admin_socket(Path(self._urls["haproxy_socket"]))
         self._status = final_status
@@ -244,11 +161,17 @@ class EmbeddedStack:
         self._write_manifest()
         self._start_stage([self._valkey_spec()])
         init_ledger(self.engine, self.settings)  # once, so components never race to create tables
-        self._start_stage([self._python_spec("ai_provider", "ai_provider"), self._python_spec("sms_gateway", "sms_gateway")])
+        providers = [self._python_spec("ai_provider", "ai_provider"), self._python_spec("sms_gateway", "sms_gateway")]
+        self._start_stage(providers + self._faultproxy_stage())
+        if self._links.active:
+            self._links.mark_live()
+            # Creates the proxies on an external Toxiproxy; for ours it re-points any proxy whose
+            # provider moved to a new port after a lost bind race (unchanged ones stay untouched).
+            self._links.push()
         self._start_stage([self._web_spec(i) for i in range(1, self.spec.web + 1)])
         self._start_stage([self._haproxy_spec()])
         self._start_stage([self._python_spec("relay", "relay")])
-        self._start_stage([self._worker_spec(lane, i) for lane in _LANES for i in range(1, self.spec.worker_count(lane) + 1)])
+        self._start_stage([self._worker_spec(lane, i) for lane in LANES for i in range(1, self.spec.worker_count(lane) + 1)])
 
     def _start_stage(self, specs: list[ProcessSpec]) -> None:
         sup = self._supervisor()
@@ -271,9 +194,16 @@ class EmbeddedStack:
         sup.remove(name, grace=1.0)
         if name.startswith("web_"):
             spec = self._web_spec(int(name.rsplit("_", 1)[1]))  # allocates a fresh port itself
+        elif name == FAULTPROXY:  # no consumer has started yet: every proxy may move
+            self._links.reallocate()
+            self._ports[FAULTPROXY] = self._links.api_port or 0
+            self._urls[FAULTPROXY] = self._links.url
+            spec = self._faultproxy_spec()
         else:
             self._ports[name] = free_port()
             self._refresh_urls()
+            if name in ("ai_provider", "sms_gateway") and self._links.wants(name):
+                self._links.add(name, self._ports[name])
             spec = {"valkey": self._valkey_spec, "haproxy": self._haproxy_spec}.get(
                 name, lambda: self._python_spec(name, name))()
         sup.start(spec)
@@ -283,6 +213,10 @@ class EmbeddedStack:
     @property
     def urls(self) -> dict[str, str]:
         return dict(self._urls)
+
+    def links(self) -> dict[str, dict[str, str]]:
+        """{link name: {"listen": "127.0.0.1:P", "upstream": "127.0.0.1:Q"}} of the proxied links."""
+        return self._links.links()
 
     def components(self) -> list[str]:
         return self._supervisor().names()
@@ -367,6 +301,7 @@ class EmbeddedStack:
 
     def _forget(self, name: str) -> None:
         self._supervisor().remove(name, self.spec.stop_grace)
+        self._links.remove(name)  # a web_N link goes with its node
         for table in (self._kinds, self._health, self._ports, self._urls):
             table.pop(name, None)  # type: ignore[attr-defined]
 
@@ -410,6 +345,7 @@ class EmbeddedStack:
     def _env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.settings.to_env())
+        env.update(self._link_env(name))
         env.update(PROCTOR_COMPONENT=name, PROCTOR_NODE_NAME=name, PYTHONUNBUFFERED="1")
         return env
 
@@ -423,12 +359,13 @@ class EmbeddedStack:
 
     def _valkey_spec(self) -> ProcessSpec:
         assert self._certs is not None
-        conf = vk.write_valkey_config(self.run_dir, self._ports["valkey"], self._certs, self.spec.maxmemory)
+        conf = vk.write_valkey_config(self.run_dir, self._ports["valkey"], self._certs, self.spec.maxmemory,
+                                      self.spec.valkey_maxclients)
         url, ca = self._urls["valkey"], self._certs.ca_cert
         self._kinds["valkey"] = "valkey"
         self._health["valkey"] = {"valkey": url, "ca": str(ca)}
         return ProcessSpec("valkey", vk.valkey_argv(self._binaries["valkey"].path, conf),
-                           ready=lambda: vk.tls_ping(url, ca), stop_stage=_STAGE_VALKEY)
+                           ready=lambda: vk.tls_ping(url, ca), stop_stage=STAGE_VALKEY)
 
     def _http_spec(self, kind: str, name: str, port: int, path: str, stage: int, accept: str = "200") -> ProcessSpec:
         url = f"http://{HOST}:{port}{path}"
@@ -439,28 +376,31 @@ class EmbeddedStack:
 
     def _python_spec(self, kind: str, name: str) -> ProcessSpec:
         if kind in ("ai_provider", "sms_gateway"):
-            return self._http_spec(kind, name, self._ports[name], "/healthz", _STAGE_PROVIDERS)
+            return self._http_spec(kind, name, self._ports[name], "/healthz", STAGE_PROVIDERS)
         self._kinds[name] = kind
         self._health[name] = {"alive": "process"}
         return ProcessSpec(name, self._argv(kind, name), env=self._env(name), settle=self.spec.worker_settle,
-                           stop_stage=_STAGE_FRONT)
+                           stop_stage=STAGE_FRONT)
 
     def _web_spec(self, index: int) -> ProcessSpec:
         name = f"web_{index}"
         self._ports[name] = free_port()
         self._urls[name] = f"http://{HOST}:{self._ports[name]}"
-        return self._http_spec("web", name, self._ports[name], "/readyz", _STAGE_FRONT)
+        if self._links.wants(name):
+            self._links.add(name, self._ports[name])  # HAProxy reaches the node through it
+        return self._http_spec("web", name, self._ports[name], "/readyz", STAGE_FRONT)
 
     def _worker_spec(self, lane: str, index: int) -> ProcessSpec:
         name = f"worker_{lane}_{index}"
         self._kinds[name] = "worker"
         self._health[name] = {"alive": "process"}
         return ProcessSpec(name, self._argv("worker", name, lane=lane), env=self._env(name),
-                           settle=self.spec.worker_settle, stop_stage=_STAGE_FRONT)
+                           settle=self.spec.worker_settle, stop_stage=STAGE_FRONT)
 
     def _write_haproxy_config(self) -> Path:
         webs = {n: p for n, p in sorted(self._ports.items(), key=lambda kv: kv[0]) if n.startswith("web_")}
         webs = dict(sorted(webs.items(), key=lambda kv: int(kv[0].rsplit("_", 1)[1])))
+        webs = {name: self._links.listen_port(name) or port for name, port in webs.items()}
         config, sock = hap.write_haproxy_config(self.run_dir, self._ports["haproxy"], webs)
         self._urls["haproxy_socket"] = str(sock)
         return config
@@ -472,7 +412,7 @@ class EmbeddedStack:
         self._health["haproxy"] = {"http": url, "accept": "any"}
         # Ready once the frontend answers at all: a 503 still proves HAProxy is up.
         return ProcessSpec("haproxy", hap.haproxy_argv(self._binaries["haproxy"].path, config),
-                           ready=lambda: http_probe(url, accept="any"), stop_stage=_STAGE_FRONT)
+                           ready=lambda: http_probe(url, accept="any"), stop_stage=STAGE_FRONT)
 
     # ------------------------------------------------------------ manifest
     def _supervisor(self) -> Supervisor:
@@ -493,6 +433,8 @@ class EmbeddedStack:
             except StackError:
                 continue  # removed (scale down) since the snapshot
             entry.update(kind=self._kinds.get(name, "?"), port=self._ports.get(name), health=self._health.get(name))
+            if self._link_env(name):
+                entry["via_links"] = self._link_env(name)  # environment pointing at proxies
             tree = sorted(trees[name])
             entry.update(pids=[pid for pid, _ in tree], tree=[list(i) for i in tree])
             entries[name] = entry
@@ -515,6 +457,8 @@ class EmbeddedStack:
                 "spec": {f.name: getattr(self.spec, f.name) for f in fields(self.spec)
                          if f.name in ("web", "merit_workers", "ai_workers", "sms_workers")},
                 "urls": dict(self._urls),
+                "links": self.links(),
+                "faultproxy": self._links.manifest() if self._links.active else None,
                 "ports": dict(self._ports),
                 "components": self._component_entries(),
                 "versions": {
@@ -525,3 +469,25 @@ class EmbeddedStack:
             }
             if self.run_dir.is_dir():
                 write_manifest(self.run_dir, data)
+
+    # ------------------------------------------------------------ links
+    def _link_env(self, name: str) -> dict[str, str]:
+        if not self._links.active:
+            return {}
+        return self._links.env_for(name, self._urls["valkey"], self._urls["ai_provider"], self._urls["sms_gateway"])
+
+    def _faultproxy_stage(self) -> list[ProcessSpec]:
+        """Plan the fixed links' proxies; the supervised fault proxy to start, if any."""
+        if not self._links.active:
+            return []
+        self._links.plan_services(self._ports)
+        if self._links.api_port is not None:
+            self._ports[FAULTPROXY] = self._links.api_port
+        self._urls[FAULTPROXY] = self._links.url
+        return [self._faultproxy_spec()] if self._links.supervised else []
+
+    def _faultproxy_spec(self) -> ProcessSpec:
+        self._kinds[FAULTPROXY] = self._links.backend
+        self._health[FAULTPROXY] = {"http": f"{self._links.url}/proxies", "accept": "200"}
+        return ProcessSpec(FAULTPROXY, self._links.argv(), env=dict(os.environ), ready=self._links.ready,
+                           stop_stage=STAGE_PROVIDERS)

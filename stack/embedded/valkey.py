@@ -25,7 +25,7 @@ def valkey_url(tls_port: int, db: int = 0) -> str:
     return f"rediss://127.0.0.1:{tls_port}/{db}"
 
 
-def _config_text(tls_port: int, certs: CertPaths, data_dir: Path, maxmemory: str) -> str:
+def _config_text(tls_port: int, certs: CertPaths, data_dir: Path, maxmemory: str, maxclients: int | None) -> str:
     lines = [
         "bind 127.0.0.1",
         "port 0",  # no plaintext listener at all
@@ -44,17 +44,20 @@ def _config_text(tls_port: int, certs: CertPaths, data_dir: Path, maxmemory: str
         "maxmemory-policy noeviction",
         "protected-mode yes",
     ]
+    if maxclients is not None:
+        lines.append(f"maxclients {maxclients}")  # small only for the fresh-connection negative control
     return "\n".join(lines) + "\n"
 
 
 def write_valkey_config(
-    run_dir: Path, tls_port: int, certs: CertPaths, maxmemory: str = DEFAULT_MAXMEMORY
+    run_dir: Path, tls_port: int, certs: CertPaths, maxmemory: str = DEFAULT_MAXMEMORY,
+    maxclients: int | None = None,
 ) -> Path:
     """Write ``<run_dir>/valkey/valkey.conf`` (data in the same folder); return its path."""
     folder = (run_dir / "valkey").resolve()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "valkey.conf"
-    path.write_text(_config_text(tls_port, certs, folder, maxmemory))
+    path.write_text(_config_text(tls_port, certs, folder, maxmemory, maxclients))
     return path
 
 

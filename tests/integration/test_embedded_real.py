@@ -62,14 +62,25 @@ def test_real_stack_is_ready_fast_and_balanced(real_stack: EmbeddedStack) -> Non
     assert real_stack.valkey().ping()
 
 
+def _process_groups(pids: list[int]) -> set[int]:
+    groups = set()
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            pass  # the horse finished between listing and asking
+    return groups
+
+
 def test_kill_takes_the_rq_horse_with_the_worker(real_stack: EmbeddedStack) -> None:
     with httpx.Client(base_url=real_stack.urls["api"], trust_env=False, timeout=10) as client:
         _finish_an_attempt(client, "s-horse")
     deadline = time.monotonic() + 10
-    while len(tree := real_stack.pids("worker_ai_1")) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # The horse calls os.setpgrp() just after the fork: wait until it has left the worker's group.
+    while len(_process_groups(tree := real_stack.pids("worker_ai_1"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
     assert len(tree) >= 2, f"no horse seen: {real_stack.log_tail('worker_ai_1')}"
-    assert len({os.getpgid(pid) for pid in tree}) >= 2  # the horse left the worker's group
+    assert len(_process_groups(tree)) >= 2  # the horse left the worker's group
     real_stack.kill("worker_ai_1")
     assert _wait_gone(set(tree), 2) == set()
     real_stack.wait_healthy("worker_ai_1", 20)

@@ -11,7 +11,7 @@ import pytest
 import stack.embedded
 from stack.embedded import StackError, binaries
 from stack.embedded.certs import CertPaths
-from stack.embedded.haproxy import write_haproxy_config
+from stack.embedded.haproxy import remove_admin_socket, write_haproxy_config
 from stack.embedded.ports import free_ports
 from stack.embedded.stack import EmbeddedStack, StackSpec
 from stack.embedded.valkey import write_valkey_config
@@ -92,9 +92,15 @@ def test_haproxy_config_checks_readyz_and_has_an_admin_socket(tmp_path: Path) ->
     assert "daemon" not in text
 
 
-def test_haproxy_socket_path_too_long_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(StackError, match="too long"):
-        write_haproxy_config(tmp_path / ("x" * 120), 9000, {})
+def test_haproxy_socket_moves_to_a_short_folder_when_the_run_folder_is_deep(tmp_path: Path) -> None:
+    config, socket_path = write_haproxy_config(tmp_path / ("x" * 120), 9000, {})
+    try:
+        assert len(str(socket_path)) <= 97  # HAProxy refuses longer unix socket paths
+        assert f"stats socket {socket_path} " in config.read_text()
+        assert (config.parent / "admin.sock.dir").resolve() == socket_path.parent.resolve()
+    finally:
+        remove_admin_socket(socket_path)
+    assert not socket_path.parent.exists()
 
 
 def test_free_ports_are_distinct() -> None:
@@ -110,3 +116,52 @@ def test_free_ports_are_distinct() -> None:
 def test_spec_validation(changes: dict[str, object], message: str) -> None:
     with pytest.raises(StackError, match=message):
         EmbeddedStack(StackSpec(**changes))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- links (no process)
+def test_link_names_are_validated_with_the_known_ones() -> None:
+    from stack.embedded.links import known_links, validate_links
+
+    assert known_links(2) == ["valkey_web", "valkey_workers", "valkey_relay", "ai_provider", "sms_gateway",
+                              "web_1", "web_2", "web_*"]
+    validate_links(["valkey_web", "web_2", "web_*"], 2)
+    with pytest.raises(StackError, match=r"unknown links \['web_0', 'redis'\]; known: valkey_web"):
+        validate_links(["web_0", "redis"], 2)
+    with pytest.raises(StackError, match="list of names"):
+        validate_links("valkey_web", 2)
+
+
+def test_fault_proxy_backend_choice(tmp_path: Path) -> None:
+    import sys
+
+    from stack.embedded.links import choose_backend
+
+    assert choose_backend({"TOXIPROXY_URL": "http://127.0.0.1:8474/", "PATH": ""}) == ("external", "http://127.0.0.1:8474")
+    _fake_binary(tmp_path, "toxiproxy-server", "toxiproxy-server version 2.12.0")
+    assert choose_backend({"PATH": str(tmp_path)}) == ("toxiproxy-server", str(tmp_path / "toxiproxy-server"))
+    assert choose_backend({"PATH": str(tmp_path / "none")}) == ("faultproxy", sys.executable)
+
+
+def test_link_env_points_consumers_at_their_proxies(tmp_path: Path) -> None:
+    from stack.embedded.links import LinkManager
+
+    links = LinkManager(["valkey_workers", "sms_gateway", "web_*"], tmp_path, seed=3, env={"PATH": ""})
+    links.plan_services({"valkey": 7001, "ai_provider": 7002, "sms_gateway": 7003})
+    links.add("web_4", 7004)
+    p = {name: int(link["listen"].rsplit(":", 1)[1]) for name, link in links.links().items()}
+    assert sorted(p) == ["sms_gateway", "valkey_workers", "web_4"]
+    assert links.env_for("worker_sms_1", "rediss://127.0.0.1:7001/0", "", "") == {
+        "PROCTOR_VALKEY_URL": f"rediss://127.0.0.1:{p['valkey_workers']}/0",
+        "PROCTOR_SMS_URL": f"http://127.0.0.1:{p['sms_gateway']}"}
+    assert links.env_for("web_1", "rediss://127.0.0.1:7001/0", "", "") == {}  # valkey_web not requested
+    assert links.env_for("relay", "rediss://127.0.0.1:7001/0", "", "") == {}
+    argv = links.argv()
+    assert argv[1:3] == ["-m", "chaos.faultproxy"] and argv[argv.index("--seed") + 1] == "3"
+    import json
+
+    written = json.loads(links.config_path.read_text())
+    assert [item["name"] for item in written] == ["sms_gateway", "valkey_workers", "web_4"]
+    links.add("web_4", 7005)  # re-pointed (a lost bind race): same listen port
+    assert links.links()["web_4"] == {"listen": f"127.0.0.1:{p['web_4']}", "upstream": "127.0.0.1:7005"}
+    links.remove("web_4")
+    assert "web_4" not in json.dumps(json.loads(links.config_path.read_text()))

@@ -1,0 +1,139 @@
+"""What to start: ``StackSpec``, the component commands and small helpers shared by the runner."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from stack.config import ENV_NAMES
+from stack.embedded import StackError
+from stack.embedded import valkey as vk
+from stack.embedded.links import validate_links
+from stack.embedded.manifest import RUNS_DIR
+from stack.embedded.ports import HOST
+
+__all__ = [
+    "COMPONENT_MODULES",
+    "DEFAULT_COMMANDS",
+    "LANES",
+    "SCALABLE",
+    "StackSpec",
+    "default_run_dir",
+    "http_probe",
+    "missing_component_modules",
+]
+
+_UVICORN = ("--factory", "--host", HOST, "--port", "{port}", "--no-access-log", "--log-level", "warning",
+            "--timeout-graceful-shutdown", "2")
+
+DEFAULT_COMMANDS: dict[str, tuple[str, ...]] = {
+    # No proxy headers on the providers: the SMS allow-list must see the real source address,
+    # not an X-Forwarded-For that any loopback client could send.
+    "ai_provider": ("{python}", "-m", "uvicorn", "stack.providers.ai:create_app", *_UVICORN, "--no-proxy-headers"),
+    "sms_gateway": ("{python}", "-m", "uvicorn", "stack.providers.sms:create_app", *_UVICORN, "--no-proxy-headers"),
+    "web": ("{python}", "-m", "uvicorn", "stack.web.app:create_app", *_UVICORN),
+    "relay": ("{python}", "-m", "stack.relay"),
+    "worker": ("{python}", "-m", "stack.lanes.worker", "{lane}", "--name", "{name}"),
+}
+"""argv templates per component kind; placeholders {python} {port} {name} {lane} {run_dir}."""
+
+COMPONENT_MODULES: dict[str, str] = {
+    "ai_provider": "stack.providers.ai",
+    "sms_gateway": "stack.providers.sms",
+    "web": "stack.web.app",
+    "relay": "stack.relay",
+    "worker": "stack.lanes.worker",
+}
+
+SCALABLE = {"web": "web", "merit": "merit", "ai": "ai", "sms": "sms"}
+LANES = ("merit", "ai", "sms")
+STAGE_FRONT, STAGE_PROVIDERS, STAGE_VALKEY = 0, 1, 2
+"""Supervisor stop stages: front (web, haproxy, relay, workers), providers (+ fault proxy), valkey."""
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+
+
+@dataclass
+class StackSpec:
+    name: str = "stack"
+    web: int = 1
+    merit_workers: int = 1
+    ai_workers: int = 1
+    sms_workers: int = 1
+    settings_overrides: Mapping[str, Any] = field(default_factory=dict)
+    run_dir: Path | str | None = None  # None: results/runs/<UTC timestamp>-<name>/
+    commands: Mapping[str, Sequence[str]] = field(default_factory=dict)  # per-kind overrides of DEFAULT_COMMANDS
+    ready_timeout: float = 30.0
+    stop_grace: float = 5.0
+    worker_settle: float = 1.0  # workers/relay count as ready once alive this long
+    maxmemory: str = vk.DEFAULT_MAXMEMORY
+    links: Sequence[str] = ()  # network links put behind a named proxy of the fault proxy (stack.embedded.links)
+    faultproxy_seed: int | None = None  # --seed of our fault proxy; None: a random one, kept in the manifest
+    valkey_maxclients: int | None = None  # None: Valkey's default (10000); small for negative controls
+
+    def validate(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise StackError(f"StackSpec.name={self.name!r}: letters, digits, '_', '.', '-' (max 40)")
+        if self.web < 1:
+            raise StackError(f"StackSpec.web={self.web}: at least one web node")
+        for lane in LANES:
+            if getattr(self, f"{lane}_workers") < 0:
+                raise StackError(f"StackSpec.{lane}_workers must be >= 0")
+        unknown = set(self.settings_overrides) - set(ENV_NAMES)
+        if unknown:
+            raise StackError(f"unknown settings_overrides {sorted(unknown)}; known: {sorted(ENV_NAMES)}")
+        if self.valkey_maxclients is not None and self.valkey_maxclients < 1:
+            raise StackError(f"StackSpec.valkey_maxclients={self.valkey_maxclients}: at least 1")
+        validate_links(self.links, self.web)
+        bad_kinds = set(self.commands) - set(DEFAULT_COMMANDS)
+        if bad_kinds:
+            raise StackError(f"unknown component kinds in commands {sorted(bad_kinds)}; known: {sorted(DEFAULT_COMMANDS)}")
+
+    def command(self, kind: str) -> Sequence[str]:
+        return self.commands.get(kind, DEFAULT_COMMANDS[kind])
+
+    def worker_count(self, lane: str) -> int:
+        return int(getattr(self, f"{lane}_workers"))
+
+
+def missing_component_modules(commands: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """Modules of the default component commands that cannot be found (not written yet)."""
+    missing = []
+    for kind, module in COMPONENT_MODULES.items():
+        if commands and kind in commands:
+            continue
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(module)
+    return missing
+
+
+def http_probe(url: str, timeout: float = 1.0, accept: str = "200") -> bool:
+    """GET ``url``; ``accept`` is "200", "not5xx" (the app answers) or "any" (the port speaks HTTP)."""
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False) as client:
+            status = client.get(url).status_code
+    except httpx.HTTPError:
+        return False
+    return {"200": status == 200, "not5xx": status < 500, "any": True}[accept]
+
+
+def default_run_dir(name: str) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = RUNS_DIR / f"{stamp}-{name}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
