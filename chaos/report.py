@@ -153,7 +153,25 @@ def _checker_section(name: str, check: Mapping[str, Any]) -> list[str]:
         lines += [f"- `{_clip(json.dumps(example, default=str))}`" for example in examples]
     if name == "latency":
         lines += _latency_table(check.get("details", {}))
+    if name == "connections":
+        lines += _connections_table(check.get("details", {}))
     return lines + [""]
+
+
+def _connections_table(details: Mapping[str, Any]) -> list[str]:
+    """Per component: Valkey's view (CLIENT LIST ids) beside the component's own counters."""
+    components = details.get("components") or {}
+    if not components:
+        return []
+    header = ("| component | connections at end | client ids seen | reconnects (new ids) | connects (own count) "
+              "| connection errors | by kind |")
+    lines = ["", header, "|---|---|---|---|---|---|---|"]
+    for name, c in components.items():
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(c.get("errors", {}).items())) or "-"
+        label = f"{name} (harness)" if c.get("harness") else name
+        lines.append(f"| {label} | {c.get('connections_now', 0)} | {c.get('client_ids_seen', 0)} | {c.get('reconnects', 0)} "
+                     f"| {c.get('connects', 0)} | {c.get('error_total', 0)} | {kinds} |")
+    return lines
 
 
 def _latency_table(details: Mapping[str, Any]) -> list[str]:

@@ -19,6 +19,7 @@ from chaos.checkers.base import (
     check_safe,
     compose,
 )
+from chaos.checkers.connections import check_connections
 from chaos.checkers.effects import check_effects
 from chaos.checkers.jobs import check_jobs
 from chaos.checkers.latency import check_latency
@@ -34,6 +35,7 @@ __all__ = [
     "Result",
     "UNKNOWN",
     "check_answers",
+    "check_connections",
     "check_effects",
     "check_jobs",
     "check_latency",
@@ -49,6 +51,7 @@ CHECKERS: dict[str, Checker] = {
     "effects": check_effects,
     "jobs": check_jobs,
     "latency": check_latency,
+    "connections": check_connections,
 }
 
 

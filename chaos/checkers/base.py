@@ -173,11 +173,18 @@ class CheckOptions:
     """{"answer": {"p99": 0.5}, "lane:merit": {"p99": 0.6, "oldest_age": 2}}: real seconds."""
     expect_ops: tuple[str, ...] = ("answer", "finish")
     """Client f's that must have at least one ok; otherwise the run proved nothing."""
+    max_rejected_connections: int | None = None
+    """Valkey's rejected_connections (maxclients) over the run may not exceed this; None = not checked."""
+    max_component_connection_errors: int | None = None
+    """Connection errors each stack component may report (its own counters); None = not checked."""
+    max_connects_per_process: int | None = None
+    """Valkey connections any one stack process may open over the run (pooled: a handful); None = not checked."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "CheckOptions":
         data = dict(data or {})
-        unknown = set(data) - {"allow_pending", "allow_failed_for_review", "outcome_deadline_seconds", "slo", "expect_ops"}
+        unknown = set(data) - {"allow_pending", "allow_failed_for_review", "outcome_deadline_seconds", "slo", "expect_ops",
+                               "max_rejected_connections", "max_component_connection_errors", "max_connects_per_process"}
         if unknown:
             raise OptionsError(f"options: unknown keys {sorted(unknown)}")
         defaults = cls()
@@ -187,6 +194,10 @@ class CheckOptions:
             outcome_deadline_seconds=_deadline(data.get("outcome_deadline_seconds")),
             slo=_slo(data.get("slo", {})),
             expect_ops=tuple(_strings(data, "expect_ops", defaults.expect_ops)),
+            max_rejected_connections=_limit(data.get("max_rejected_connections"), "options.max_rejected_connections"),
+            max_component_connection_errors=_limit(data.get("max_component_connection_errors"),
+                                                   "options.max_component_connection_errors"),
+            max_connects_per_process=_limit(data.get("max_connects_per_process"), "options.max_connects_per_process"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,6 +207,9 @@ class CheckOptions:
             "outcome_deadline_seconds": self.outcome_deadline_seconds,
             "slo": {key: dict(limits) for key, limits in self.slo.items()},
             "expect_ops": list(self.expect_ops),
+            "max_rejected_connections": self.max_rejected_connections,
+            "max_component_connection_errors": self.max_component_connection_errors,
+            "max_connects_per_process": self.max_connects_per_process,
         }
 
 
@@ -218,6 +232,14 @@ def _positive(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise OptionsError(f"{where}={value!r}: expected a number of seconds > 0")
     return float(value)
+
+
+def _limit(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise OptionsError(f"{where}={value!r}: expected a whole number >= 0 (or null)")
+    return value
 
 
 def _deadline(value: Any) -> float | None:

@@ -3,7 +3,8 @@
 Requests and 5xx of this node, and, beyond CPU and failed-job counts, the signals
 that showed the incident: queue depth and oldest-job age per lane (from Valkey,
 through the no-retry ``probe`` client) and pending outcomes / outbox lag (from the
-ledger). A down Valkey or ledger is reported as ``*_up 0``, never as a failed scrape.
+ledger), and this node's Valkey connects and connection errors by kind
+(``proctor_valkey_connects_total``, ``proctor_valkey_errors_total{node,kind}``). A down Valkey or ledger is reported as ``*_up 0``, never as a failed scrape.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rq.job import Job
 from rq.utils import str_to_date
 from sqlalchemy import Engine
 
+from stack.lanes.connection import CONNECTION_STATS, ERROR_KINDS
 from stack.lanes.queues import LANES
 from stack.ledger import outbox
 from stack.web.dispatch import ValkeyClients
@@ -137,6 +139,11 @@ def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients,
                     [(f'{{lane="{lane}"}}', s.depth) for lane, s in lanes.items()])
         text.metric("proctor_lane_oldest_job_age_seconds", "gauge", "Age of the job at the head of the lane.",
                     [(f'{{lane="{lane}"}}', s.oldest_age) for lane, s in lanes.items()])
+    conn = CONNECTION_STATS.snapshot()
+    text.metric("proctor_valkey_connects_total", "counter", "Valkey connections this node opened (TCP + TLS + SETNAME).",
+                [(node_label, conn["connects"])])
+    text.metric("proctor_valkey_errors_total", "counter", "Valkey connection errors of this node, by kind.",
+                [(f'{{node="{node}",kind="{kind}"}}', conn["errors"].get(kind, 0)) for kind in ERROR_KINDS])
     text.metric("proctor_ledger_up", "gauge", "1 if the ledger could be read.", [(node_label, int(ledger.up))])
     if ledger.up:
         text.metric("proctor_pending_outcomes", "gauge", "Outbox rows not yet done or failed.",

@@ -67,6 +67,9 @@ def test_options_defaults_are_strict() -> None:
         "outcome_deadline_seconds": None,
         "slo": {},
         "expect_ops": ["answer", "finish"],
+        "max_rejected_connections": None,
+        "max_component_connection_errors": None,
+        "max_connects_per_process": None,
     }
 
 
@@ -95,13 +98,14 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
         "effects": UNKNOWN,
         "jobs": UNKNOWN,
         "latency": True,
+        "connections": True,  # no limits set: it only measures
     }
 
 
 EXPORTS = {
     "chaos.checkers": [
-        "CHECKERS", "CheckOptions", "Checker", "OptionsError", "Result", "UNKNOWN", "check_answers", "check_effects",
-        "check_jobs", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
+        "CHECKERS", "CheckOptions", "Checker", "OptionsError", "Result", "UNKNOWN", "check_answers", "check_connections",
+        "check_effects", "check_jobs", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
     ],
     "chaos.checkers.base": [
         "CheckOptions", "Checker", "MAX_EXAMPLES", "OptionsError", "Result", "UNKNOWN", "Validity", "build_result",

@@ -1,0 +1,185 @@
+"""Connections: what connection churn cost, per component, and whether it broke a limit.
+
+The seed's 6 October load test recorded 2,854 connection timeouts with fresh TLS
+connections to managed Valkey. This checker reads three kinds of monitor samples:
+
+- ``valkey-sample`` (chaos/valkey_stats.py): Valkey's INFO (``total_connections_received``,
+  ``rejected_connections``, ``used_cpu_sys``/``used_cpu_user``), CLIENT LIST ids
+  grouped by component, and each component's own counters (connects, errors by kind);
+- ``churn-sample`` (chaos/churn.py): the fresh-connection generator's outcomes.
+
+| category | invalid? | meaning |
+|---|---|---|
+| ``rejected_over_limit`` | yes | Valkey rejected more connections (maxclients) than ``max_rejected_connections`` |
+| ``component_errors_over_limit`` | yes | a stack component counted more connection errors than ``max_component_connection_errors`` |
+| ``process_connects_over_limit`` | yes | one process of a stack component opened more Valkey connections than ``max_connects_per_process`` (pooled clients open a handful, even through reconnect storms; a connection per call opens one per call) |
+
+With a limit set but nothing to judge it by (no readable Valkey sample, no
+component counters) the result is **unknown**. With no limit set it only measures.
+Counters are cumulative; a Valkey restart (a counter going down) is handled by
+summing the increases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any
+
+from chaos.checkers.base import UNKNOWN, CheckOptions, Result, build_result
+from chaos.history import MONITOR, Op
+from chaos.ledgers import Ledgers
+
+__all__ = ["NAME", "check_connections", "counter_increase"]
+
+NAME = "connections"
+VALKEY_SAMPLE = "valkey-sample"
+CHURN_SAMPLE = "churn-sample"
+HARNESS_CLIENTS = {"proctor-monitor", "proctor-churn"}
+UNNAMED = "(unnamed)"
+"""Connections CLIENT LIST caught before their CLIENT SETNAME (mid-handshake) or from clients that never name themselves."""
+
+
+def _samples(history: Sequence[Op], f: str) -> list[Op]:
+    return [op for op in history if op.process == MONITOR and op.f == f and isinstance(op.value, dict)]
+
+
+def counter_increase(values: Sequence[float]) -> float:
+    """Total growth of a counter that may reset (Valkey restarted): first value + positive steps."""
+    if not values:
+        return 0.0
+    total = values[0]
+    for before, after in pairwise(values):
+        total += after - before if after >= before else after
+    return total
+
+
+def _valkey_figures(ok: list[Op]) -> dict[str, Any]:
+    def series(key: str) -> list[float]:
+        return [float(op.value[key]) for op in ok if isinstance(op.value.get(key), (int, float))]
+
+    received = series("total_connections_received")
+    cpu = [float(op.value.get("used_cpu_sys", 0)) + float(op.value.get("used_cpu_user", 0)) for op in ok]
+    span = ok[-1].time - ok[0].time if len(ok) > 1 else 0.0
+    received_in_run = received[-1] - received[0] if len(received) > 1 and received[-1] >= received[0] else 0.0
+    cpu_in_run = cpu[-1] - cpu[0] if len(cpu) > 1 and cpu[-1] >= cpu[0] else 0.0
+    peak = 0.0
+    for a, b in pairwise(ok):
+        dt = b.time - a.time
+        ra, rb = a.value.get("total_connections_received"), b.value.get("total_connections_received")
+        if dt > 0 and isinstance(ra, (int, float)) and isinstance(rb, (int, float)) and rb >= ra:
+            peak = max(peak, (rb - ra) / dt)
+    return {
+        "rejected_connections": int(counter_increase(series("rejected_connections"))),
+        "connections_received": int(counter_increase(received)),
+        "handshakes_per_second": round(received_in_run / span, 2) if span > 0 else 0.0,
+        "handshakes_per_second_peak": round(peak, 2),
+        "valkey_cpu_seconds": round(cpu_in_run, 3),
+        "valkey_cpu_percent": round(100.0 * cpu_in_run / span, 1) if span > 0 else 0.0,
+        "max_connected_clients": int(max(series("connected_clients"), default=0)),
+        "sampled_seconds": round(span, 3),
+    }
+
+
+def _components(samples: list[Op]) -> dict[str, dict[str, Any]]:
+    """Per component: CLIENT LIST ids (connections now / seen / new after first seen) + own counters."""
+    seen: dict[str, set[int]] = {}
+    first: dict[str, set[int]] = {}
+    now: dict[str, int] = {}
+    for op in samples:
+        if not op.value.get("ok"):
+            continue
+        clients = op.value.get("clients") or {}
+        for name, ids in clients.items():
+            ids = {int(i) for i in ids}
+            first.setdefault(name, ids)
+            seen.setdefault(name, set()).update(ids)
+        now = {name: len(ids) for name, ids in clients.items()}
+    counters = {}
+    for op in reversed(samples):  # the last sample that carries the counters
+        if isinstance(op.value.get("processes"), dict):
+            counters = op.value["processes"]
+            break
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(set(seen) | set(counters)):
+        own = counters.get(name, {})
+        out[name] = {
+            "connections_now": now.get(name, 0),
+            "client_ids_seen": len(seen.get(name, ())),
+            "reconnects": len(seen.get(name, set()) - first.get(name, set())),
+            "connects": int(own.get("connects", 0)),
+            "errors": dict(own.get("errors", {})),
+            "error_total": int(own.get("error_total", 0)),
+            "processes": int(own.get("pids", 0)),
+            "max_process_connects": int(own.get("max_process_connects", 0)),
+            "harness": name in HARNESS_CLIENTS,
+            "unnamed": name == UNNAMED,
+        }
+    return out
+
+
+def _churn(history: Sequence[Op]) -> dict[str, Any]:
+    samples = _samples(history, CHURN_SAMPLE)
+    if not samples:
+        return {}
+    last = samples[-1].value
+    outcomes = last.get("outcomes") or {}
+    return {
+        "churn_ops": int(last.get("ops", 0)),
+        **{f"churn_{kind}": int(n) for kind, n in sorted(outcomes.items())},
+        "churn_handshakes_per_second": float(last.get("handshakes_per_second", 0.0)),
+    }
+
+
+def check_connections(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+    samples = _samples(history, VALKEY_SAMPLE)
+    ok = [op for op in samples if op.value.get("ok")]
+    figures = _valkey_figures(ok) if ok else {}
+    components = _components(samples)
+    stack_components = {name: c for name, c in components.items() if not c["harness"] and not c["unnamed"]}
+    counted = {name: c for name, c in stack_components.items() if c["processes"]}
+    churn = _churn(history)
+    counts: dict[str, Any] = {
+        "samples": len(samples),
+        "samples_failed": len(samples) - len(ok),
+        **figures,
+        "component_connects": sum(c["connects"] for c in stack_components.values()),
+        "component_reconnects": sum(c["reconnects"] for c in stack_components.values()),
+        "component_errors": sum(c["error_total"] for c in stack_components.values()),
+        "unnamed_client_ids": components.get(UNNAMED, {}).get("client_ids_seen", 0),
+        **churn,
+    }
+    notes: list[str] = []
+    unknown: list[str] = []
+    rejected_bad: list[dict[str, Any]] = []
+    limit = options.max_rejected_connections
+    if limit is not None:
+        if not ok:
+            unknown.append(f"max_rejected_connections={limit} is set but no valkey-sample could read Valkey")
+        elif figures["rejected_connections"] > limit:
+            rejected_bad.append({"rejected_connections": figures["rejected_connections"], "limit": limit,
+                                 "max_connected_clients": figures["max_connected_clients"]})
+    errors_bad: list[dict[str, Any]] = []
+    limit = options.max_component_connection_errors
+    if limit is not None:
+        if not counted:
+            unknown.append(f"max_component_connection_errors={limit} is set but no component counted its connections")
+        errors_bad = [{"component": name, "errors": c["error_total"], "by_kind": c["errors"], "limit": limit}
+                      for name, c in counted.items() if c["error_total"] > limit]
+    churn_bad: list[dict[str, Any]] = []
+    limit = options.max_connects_per_process
+    if limit is not None:
+        if not counted:
+            unknown.append(f"max_connects_per_process={limit} is set but no component counted its connections")
+        churn_bad = [{"component": name, "max_process_connects": c["max_process_connects"], "connects": c["connects"],
+                      "processes": c["processes"], "limit": limit}
+                     for name, c in counted.items() if c["max_process_connects"] > limit]
+    if not samples:
+        notes.append("no valkey-sample in the history: connections were not measured")
+    result = build_result(NAME, bad={"rejected_over_limit": rejected_bad, "component_errors_over_limit": errors_bad,
+                                     "process_connects_over_limit": churn_bad},
+                          counts=counts, notes=notes + unknown,
+                          details={"components": components, "churn": churn})
+    if result.valid is True and unknown:
+        result.valid = UNKNOWN
+    return result

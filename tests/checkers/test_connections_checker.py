@@ -1,0 +1,141 @@
+"""The connections checker on hand-written histories: each limit must be able to fail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chaos.checkers.base import UNKNOWN, CheckOptions, OptionsError
+from chaos.checkers.connections import check_connections, counter_increase
+from chaos.ledgers import Ledgers
+from tests.checkers.checker_builders import HistoryBuilder
+
+
+def valkey_sample(h: HistoryBuilder, at: float, *, received: int, rejected: int = 0, cpu: float = 0.0,
+                  clients: dict[str, list[int]] | None = None, processes: dict[str, Any] | None = None,
+                  ok: bool = True) -> None:
+    value: dict[str, Any] = {"ok": ok}
+    if ok:
+        value.update(connected_clients=sum(len(v) for v in (clients or {}).values()), total_connections_received=received,
+                     rejected_connections=rejected, used_cpu_sys=cpu / 2, used_cpu_user=cpu / 2, maxclients=10000,
+                     clients=clients or {})
+    else:
+        value.update(error="ConnectionError: max number of clients reached", kind="max_clients")
+    if processes is not None:
+        value["processes"] = processes
+    h.op("monitor", "info", "valkey-sample", value, at=at)
+
+
+def proc(connects: int, pids: int = 1, max_process: int | None = None, **errors: int) -> dict[str, Any]:
+    return {"connects": connects, "errors": errors, "error_total": sum(errors.values()), "pids": pids,
+            "max_process_connects": connects if max_process is None else max_process}
+
+
+def healthy_history() -> HistoryBuilder:
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=10, cpu=1.0, clients={"web_1": [3], "relay": [4], "proctor-monitor": [9]},
+                  processes={"web_1": proc(1), "relay": proc(1)})
+    valkey_sample(h, 3.0, received=70, cpu=1.5, clients={"web_1": [3], "relay": [12], "proctor-monitor": [9]},
+                  processes={"web_1": proc(1), "relay": proc(2, reset=1)})
+    h.op("monitor", "info", "churn-sample", {"ops": 40, "outcomes": {"ok": 38, "connect_timeout": 1, "reset": 1},
+                                            "handshakes": 39, "handshakes_per_second": 19.5}, at=3.0)
+    return h
+
+
+STRICT = CheckOptions(max_rejected_connections=0, max_component_connection_errors=5, max_connects_per_process=20)
+
+
+def test_healthy_run_passes_and_measures() -> None:
+    result = check_connections(healthy_history().ops, Ledgers(), STRICT)
+    assert result.valid is True, result
+    c = result.counts
+    assert c["rejected_connections"] == 0 and c["rejected_over_limit"] == 0 and c["component_errors_over_limit"] == 0
+    assert c["connections_received"] == 70
+    assert c["handshakes_per_second"] == 30.0  # (70 - 10) / 2 s
+    assert c["valkey_cpu_seconds"] == 0.5 and c["valkey_cpu_percent"] == 25.0
+    assert c["component_reconnects"] == 1  # relay: id 12 is new
+    assert c["component_errors"] == 1
+    assert c["churn_connect_timeout"] == 1 and c["churn_reset"] == 1 and c["churn_ok"] == 38
+    assert c["churn_handshakes_per_second"] == 19.5
+    relay = result.details["components"]["relay"]
+    assert (relay["reconnects"], relay["client_ids_seen"], relay["connects"], relay["errors"]) == (1, 2, 2, {"reset": 1})
+    assert result.details["components"]["proctor-monitor"]["harness"] is True
+
+
+def test_rejected_connections_over_the_limit_fail() -> None:
+    h = healthy_history()
+    valkey_sample(h, 4.0, received=90, rejected=7, cpu=2.0, clients={"web_1": [3]}, processes={"web_1": proc(1)})
+    result = check_connections(h.ops, Ledgers(), STRICT)
+    assert result.valid is False
+    assert result.violations == ["rejected_over_limit"]
+    assert result.counts["rejected_connections"] == 7
+    assert result.examples["rejected_over_limit"][0]["limit"] == 0
+
+
+def test_component_errors_over_the_limit_fail_and_name_the_component() -> None:
+    h = healthy_history()
+    valkey_sample(h, 4.0, received=90, clients={"web_2": [5]},
+                  processes={"web_1": proc(1), "web_2": proc(12, max_clients=6, connect_timeout=2)})
+    result = check_connections(h.ops, Ledgers(), STRICT)
+    assert result.valid is False
+    assert result.violations == ["component_errors_over_limit"]
+    example = result.examples["component_errors_over_limit"][0]
+    assert example["component"] == "web_2" and example["errors"] == 8 and example["by_kind"]["max_clients"] == 6
+
+
+def test_a_connection_per_call_breaks_the_per_process_budget() -> None:
+    """The fresh-connection anti-pattern: no errors, no rejections, but 96 handshakes from one process."""
+    h = healthy_history()
+    valkey_sample(h, 4.0, received=400, clients={"web_2": [77]},
+                  processes={"web_2": proc(96), "worker_ai_1": proc(40, pids=30, max_process=4)})
+    result = check_connections(h.ops, Ledgers(), STRICT)
+    assert result.valid is False
+    assert result.violations == ["process_connects_over_limit"]
+    example = result.examples["process_connects_over_limit"]
+    assert [e["component"] for e in example] == ["web_2"]  # 30 RQ horses opening 1-4 each are within it
+    assert example[0]["max_process_connects"] == 96 and example[0]["limit"] == 20
+
+
+def test_counters_survive_a_valkey_restart() -> None:
+    assert counter_increase([2, 5, 1, 4]) == 2 + 3 + 1 + 3
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=5, rejected=2)
+    valkey_sample(h, 2.0, received=9, rejected=0)  # restarted: counters from zero
+    valkey_sample(h, 3.0, received=12, rejected=1)
+    result = check_connections(h.ops, Ledgers(), CheckOptions(max_rejected_connections=2))
+    assert result.counts["rejected_connections"] == 3 and result.valid is False
+
+
+def test_failed_samples_still_carry_component_errors() -> None:
+    """Valkey full (the sampler itself is rejected): the components' own counters still prove it."""
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=0, ok=False, processes={"relay": proc(30, max_clients=12)})
+    result = check_connections(h.ops, Ledgers(), STRICT)
+    assert result.valid is False
+    assert result.counts["samples_failed"] == 1
+    assert any("no valkey-sample could read Valkey" in n for n in result.notes)
+
+
+def test_limits_without_samples_are_unknown_and_no_limits_only_measure() -> None:
+    assert check_connections([], Ledgers(), STRICT).valid == UNKNOWN
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=0, ok=False)  # no counters either
+    assert check_connections(h.ops, Ledgers(), CheckOptions(max_component_connection_errors=0)).valid == UNKNOWN
+    plain = check_connections([], Ledgers(), CheckOptions())
+    assert plain.valid is True and plain.notes == ["no valkey-sample in the history: connections were not measured"]
+
+
+def test_harness_clients_never_count_against_component_limits() -> None:
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=3, clients={"(unnamed)": [1, 2], "proctor-churn": [3]}, processes={"web_1": proc(1)})
+    result = check_connections(h.ops, Ledgers(), CheckOptions(max_component_connection_errors=0))
+    assert result.valid is True
+    assert result.counts["unnamed_client_ids"] == 2 and result.counts["component_reconnects"] == 0
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "0"])
+def test_bad_limits_name_the_option(value: Any) -> None:
+    with pytest.raises(OptionsError, match="max_rejected_connections"):
+        CheckOptions.from_dict({"max_rejected_connections": value})
+    assert CheckOptions.from_dict({"max_component_connection_errors": 3}).max_component_connection_errors == 3

@@ -1,0 +1,112 @@
+"""The churn generator and the connection counters, against tiny local servers (no Valkey)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos.churn import ChurnSpec, run_churn
+from chaos.valkey_stats import component_of, read_process_counters
+from stack.config import Settings
+from stack.lanes.connection import ConnectionStats, classify_error, client_name
+
+
+async def _serve(reply: bytes | None):
+    """A TCP server answering every connection with ``reply`` (None: never answers)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.read(1024)
+            if reply is None:
+                await asyncio.sleep(5)
+            else:
+                writer.write(reply)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def _churn(reply: bytes | None, spec: ChurnSpec, stop_after: float | None = None) -> dict:
+    async def main() -> dict:
+        server, port = await _serve(reply)
+        stop = asyncio.Event()
+        if stop_after is not None:
+            asyncio.get_running_loop().call_later(stop_after, stop.set)
+        async with server:
+            return await run_churn("127.0.0.1", port, None, spec, None, stop)
+    return asyncio.run(main())
+
+
+FAST = ChurnSpec(rate=50.0, duration=0.2, max_ops=10, concurrency=4, connect_timeout=0.5, socket_timeout=0.2)
+
+
+def test_every_op_gets_one_outcome_ok() -> None:
+    result = _churn(b"+OK\r\n+PONG\r\n", FAST)
+    assert result["outcomes"]["ok"] == result["ops"] == 10
+    assert result["handshakes"] == 10 and result["latency"]["count"] == 10
+
+
+def test_max_clients_reply_is_counted_as_max_clients() -> None:
+    result = _churn(b"-ERR max number of clients reached\r\n", FAST)
+    assert result["outcomes"]["max_clients"] == 10 and result["outcomes"]["ok"] == 0
+
+
+def test_silence_is_a_timeout_and_concurrency_bounds_in_flight() -> None:
+    spec = ChurnSpec(rate=100.0, duration=0.1, max_ops=10, concurrency=2, connect_timeout=0.5, socket_timeout=0.3)
+    result = _churn(None, spec)
+    assert result["outcomes"]["timeout"] >= 1
+    assert result["outcomes"]["skipped"] >= 1  # only 2 may wait at once
+    assert result["outcomes"]["timeout"] + result["outcomes"]["skipped"] == 10
+
+
+def test_refused_and_stop_ends_early() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens
+
+    async def main() -> dict:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.15, stop.set)
+        return await run_churn("127.0.0.1", port, None, ChurnSpec(rate=20.0, duration=30.0, max_ops=1000), None, stop)
+
+    started = time.monotonic()
+    result = asyncio.run(main())
+    assert time.monotonic() - started < 2.0
+    assert 1 <= result["ops"] <= 5 and result["outcomes"]["refused"] == result["ops"]
+
+
+def test_classify_error_kinds() -> None:
+    from redis.exceptions import ConnectionError, TimeoutError
+
+    assert classify_error(ConnectionError("max number of clients reached")) == "max_clients"
+    assert classify_error(TimeoutError("Timeout connecting to server"), connecting=True) == "connect_timeout"
+    assert classify_error(TimeoutError("Timeout reading from 127.0.0.1:6380")) == "timeout"
+    assert classify_error(ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused.")) == "refused"
+    assert classify_error(ConnectionError("Connection closed by server.")) == "reset"
+    assert classify_error(ConnectionError("Error 8 connecting to x. [SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of protocol")) == "tls"
+
+
+def test_client_names_and_counter_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROCTOR_COMPONENT", "worker_sms_1")
+    assert client_name(Settings(), "queue") == "worker_sms_1/queue"
+    assert component_of("worker_sms_1/queue") == component_of("worker_sms_1.4242") == "worker_sms_1"
+    assert component_of("") == "(unnamed)"
+    stats = ConnectionStats("worker_sms_1", tmp_path / "connections", min_interval=0.0)
+    stats.record_connect()
+    stats.record_connect()
+    stats.record_error("reset", connecting=False)
+    data = json.loads(next((tmp_path / "connections").glob("worker_sms_1.*.json")).read_text())
+    assert (data["connects"], data["errors"], data["error_total"]) == (2, {"reset": 1}, 1)
+    (tmp_path / "connections" / "worker_sms_1.999.json").write_text(json.dumps({**data, "pid": 999, "connects": 5}))
+    summed = read_process_counters(tmp_path)["worker_sms_1"]
+    assert (summed["connects"], summed["pids"], summed["max_process_connects"], summed["error_total"]) == (7, 2, 5, 2)
