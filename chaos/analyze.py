@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from chaos.checkers import run_checkers
 from chaos.checkers.base import UNKNOWN, CheckOptions, Result, compose
-from chaos.history import HistoryFormatError, Op, load_history
+from chaos.history import HistoryFormatError, Op, fault_windows, load_history
 from chaos.ledgers import load_ledgers
 from chaos.plots import plot_run
 from chaos.report import REPORT_MD, build_report, verdict_word, write_report
@@ -106,8 +106,19 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
         result = run_checkers(history, load_ledgers(run_dir), options)
     plot_names = _plots(history or [], run_dir, notes) if plots else []
     report = build_report(scenario, result, options, time_scale, plot_names, notes)
+    report["faults"] = _fault_rows(history or [])
     write_report(run_dir, report)
     return report
+
+
+def _fault_rows(history: Sequence[Op]) -> list[dict[str, Any]]:
+    """Each fault window with what the nemesis logged when it started (pids, mid_job, toxic)."""
+    starts = {op.value.get("fault_id"): op.value for op in history
+              if op.f == "fault-start" and isinstance(op.value, dict)}
+    skip = {"fault_id", "kind", "target", "at", "duration"}
+    return [{"fault_id": w.fault_id, "kind": w.kind, "target": w.target, "start": w.start, "end": w.end,
+             "detail": {k: v for k, v in starts.get(w.fault_id, {}).items() if k not in skip}}
+            for w in fault_windows(history)]
 
 
 def _plots(history: Sequence[Op], run_dir: Path, notes: list[str]) -> list[str]:

@@ -94,6 +94,10 @@ def build_report(
         "case_durations": case_durations(time_scale),
         "harness_notes": harness_notes,
         "plots": plots,
+        "recovery_seconds": scenario.get("recovery_seconds"),
+        "settled": scenario.get("settled"),
+        "workload": scenario.get("workload_stats"),
+        "faults": [],  # filled by analyze() from the history's fault windows
     }
 
 
@@ -107,6 +111,7 @@ def write_report(run_dir: Path, report: Mapping[str, Any]) -> tuple[Path, Path]:
 def render_markdown(report: Mapping[str, Any]) -> str:
     lines = [f"# Proctor run report: {report.get('name') or '(unnamed)'}", ""]
     lines += _verdict_section(report)
+    lines += _run_section(report)
     for name, check in report["checkers"].items():
         lines += _checker_section(name, check)
     lines += _settings_section(report)
@@ -140,6 +145,32 @@ def _verdict_section(report: Mapping[str, Any]) -> list[str]:
         problems = ", ".join(f"{k} {check['counts'].get(k)}" for k in check.get("violations", [])) or "-"
         lines.append(f"| {name} | {verdict_word(check['valid'])} | {problems} |")
     return lines + [""]
+
+
+def _run_section(report: Mapping[str, Any]) -> list[str]:
+    """What the nemesis did and how long the stack took to settle after heal."""
+    lines = ["## Faults and recovery", ""]
+    faults = report.get("faults") or []
+    if faults:
+        lines += ["| # | kind | target | from | to | detail |", "|---|---|---|---|---|---|"]
+        for fault in faults:
+            end = "never healed" if fault.get("end") is None else f"{fault['end']:.2f} s"
+            lines.append(f"| {fault['fault_id']} | {fault['kind']} | {fault['target']} | {fault['start']:.2f} s | {end} "
+                         f"| {_clip(json.dumps(fault.get('detail', {}), default=str))} |")
+        lines.append("")
+    else:
+        lines += ["No faults were injected.", ""]
+    recovery = report.get("recovery_seconds")
+    if recovery is not None:
+        settled = "settled" if report.get("settled") else "did NOT settle"
+        lines += [f"After heal the outbox {settled} in {_both(recovery, report['time_scale'])}.", ""]
+    if report.get("workload"):
+        lines += ["Workload: " + ", ".join(f"{k} **{_short(v)}**" for k, v in report["workload"].items()), ""]
+    return lines
+
+
+def _short(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _checker_section(name: str, check: Mapping[str, Any]) -> list[str]:

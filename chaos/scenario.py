@@ -12,7 +12,7 @@ import json
 import shlex
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -23,6 +23,7 @@ from chaos.monitor import run_monitor
 from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, run_schedule
 from chaos.snapshot import snapshot_ledgers, wait_until_settled
 from chaos.workload import WorkloadSpec, WorkloadStats, run_workload
+from stack.config import Settings
 from stack.embedded import EmbeddedStack, StackSpec
 
 __all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir", "RESULTS_ROOT"]
@@ -55,6 +56,10 @@ class Scenario:
     links: tuple[str, ...] = ()  # network links put behind the fault proxy (docs/architecture.md)
     valkey_maxclients: int | None = None
     background: dict[str, Background] = field(default_factory=dict)
+    # Real seconds within which every outcome must be final after its attempt finished,
+    # computed from the stack's settings and the fault schedule (checker option
+    # outcome_deadline_seconds); None leaves the option as `options` says.
+    outcome_bound: Callable[[Settings, list[FaultSpec]], float] | None = None
     expect_valid: bool = True  # False for a negative control: the checkers must catch it
 
 
@@ -119,6 +124,9 @@ def _run_on_stack(stack: EmbeddedStack, scenario: Scenario, seed: int, progress:
     run_dir = stack.run_dir
     time_scale = stack.settings.time_scale
     faults = scenario.faults(seed, scenario)
+    if scenario.outcome_bound is not None:
+        scenario = replace(scenario, options={**scenario.options,
+                                              "outcome_deadline_seconds": round(scenario.outcome_bound(stack.settings, faults), 3)})
     reproduce = reproduce_command(scenario, seed, time_scale)
     meta = _scenario_meta(scenario, seed, stack, faults, reproduce)
     _write_json(run_dir / "scenario.json", meta)

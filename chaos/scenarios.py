@@ -8,12 +8,14 @@ checkers pass a broken stack proves nothing.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from chaos.churn import ChurnSpec, churn_generator
 from chaos.nemesis import FaultSpec, periodic_schedule
 from chaos.scenario import Scenario
 from chaos.valkey_stats import valkey_sampler
 from chaos.workload import WorkloadSpec
+from stack.config import CASE_AI_CALL_SECONDS, Settings
 
 __all__ = ["SCENARIOS", "get_scenario"]
 
@@ -64,7 +66,7 @@ def _sms_kill_after_accept(name: str, idempotency: bool) -> Scenario:
         settings={} if idempotency else {"sms_idempotency": False},
         faults=_one_busy_kill("worker_sms_1", after_effect_at="sms_gateway"),
         prepare=_delay_sms_after_effect,
-        options={**_WORKER_KILL_OPTIONS, "outcome_deadline_seconds": None},
+        options=_WORKER_KILL_OPTIONS,
         expect_valid=idempotency,
     )
 
@@ -112,40 +114,56 @@ _TLS_OPTIONS = {
     "max_connects_per_process": 25,
 }
 
+WORKER_RESTART_SECONDS = 5.0
+"""Allowance for a killed worker to come back: the supervisor's backoff plus Python and RQ
+start-up (measured 1-3 s on 2 cores)."""
+
+
+def recovery_bound(settings: Settings, faults: list[FaultSpec]) -> float:
+    """How long a finished attempt may wait for its outcomes when workers are killed.
+
+    One outage is the longest fault plus a restart; the relay notices an orphaned job within
+    a liveness TTL (also the grace for a job held between dequeue and start) plus a relay
+    pass, and the slowest job is one AI call. Twice that covers back-to-back kills of one
+    lane and the backlog an outage leaves behind.
+    """
+    longest_fault = max((f.duration for f in faults), default=0.0)
+    outage = longest_fault + WORKER_RESTART_SECONDS
+    detection = settings.liveness_ttl + 2 * settings.relay_interval
+    return 2 * (outage + detection + settings.scaled(CASE_AI_CALL_SECONDS))
+
+
 _WORKER_KILL_OPTIONS = {
     "expect_ops": ["session", "start", "answer", "finish", "merit_card"],
-    "outcome_deadline_seconds": 30.0,
 }
+
+_WORKER_KILL = Scenario(
+    name="worker_kill",
+    description="SIGKILL the merit, sms and ai workers' process groups mid-job on a seeded schedule",
+    workload=WorkloadSpec(arrival_rate=3.0, duration=10.0, questions=4),
+    faults=_worker_kills,
+    options=_WORKER_KILL_OPTIONS,
+    outcome_bound=recovery_bound,
+)
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
-        Scenario(
-            name="worker_kill",
-            description="SIGKILL the merit, sms and ai workers' process groups mid-job on a seeded schedule",
-            workload=WorkloadSpec(arrival_rate=3.0, duration=10.0, questions=4),
-            faults=_worker_kills,
-            options=_WORKER_KILL_OPTIONS,
-        ),
+        _WORKER_KILL,
         Scenario(
             name="worker_kill_no_reconciler",
             description="negative control: reconciler off; an AI job killed mid-run must be reported lost",
             workload=WorkloadSpec(arrival_rate=2.0, duration=5.0, questions=2),
             settings={"reconciler_enabled": False},
             faults=_one_busy_kill("worker_ai_1"),
-            options={**_WORKER_KILL_OPTIONS, "outcome_deadline_seconds": None},
+            options=_WORKER_KILL_OPTIONS,
             quiet_timeout=8.0,
             expect_valid=False,
         ),
         _sms_kill_after_accept("sms_no_idempotency", idempotency=False),
         _sms_kill_after_accept("sms_kill_after_accept", idempotency=True),
-        Scenario(
-            name="demo",
-            description="make demo: a short exam on 2 web nodes while merit, sms and ai workers are killed",
-            workload=WorkloadSpec(arrival_rate=3.0, duration=8.0, questions=4),
-            faults=_worker_kills,
-            options=_WORKER_KILL_OPTIONS,
-        ),
+        replace(_WORKER_KILL, name="demo", workload=replace(_WORKER_KILL.workload, duration=8.0),
+                description="make demo: a short exam on 2 web nodes while merit, sms and ai workers are killed"),
         Scenario(
             name="tls_churn",
             description="TLS Valkey: reset_peer / 500 ms timeout / limit_data toxics on the web, worker and relay "
@@ -154,7 +172,8 @@ SCENARIOS: dict[str, Scenario] = {
             links=VALKEY_LINKS,
             faults=_tls_toxics,
             background=_tls_background(ChurnSpec(rate=25.0, duration=14.0, max_ops=350, concurrency=8)),
-            options={**_TLS_OPTIONS, "outcome_deadline_seconds": 30.0},
+            options=_TLS_OPTIONS,
+            outcome_bound=recovery_bound,
         ),
         Scenario(
             name="tls_churn_fresh_connections",
