@@ -30,9 +30,10 @@ def _worker_kills(seed: int, scenario: Scenario) -> list[FaultSpec]:
 
 
 def _web_kills(seed: int, scenario: Scenario) -> list[FaultSpec]:
+    """Freeze a web node for a second (requests pile up in flight), then SIGKILL it."""
     return periodic_schedule(
         seed, kind="kill", targets=("web_1", "web_2"), load_seconds=scenario.workload.duration,
-        mean_interval=4.0, duration=(1.5, 3.0), first_at=2.0,
+        mean_interval=4.0, duration=(1.5, 3.0), first_at=2.0, params={"freeze_first": 1.0},
     )
 
 
@@ -185,6 +186,17 @@ SCENARIOS: dict[str, Scenario] = {
             background=_tls_background(FRESH_CHURN),
             options={**_TLS_OPTIONS, "max_component_connection_errors": 0},
             quiet_timeout=5.0,
+            expect_valid=False,
+        ),
+        Scenario(
+            name="web_node_kill_write_behind",
+            description="negative control: web nodes acknowledge answers 1 s before committing them; "
+                        "acknowledged answers die with a killed node or lose the race with finish, "
+                        "and the answers checker must report them lost",
+            workload=WorkloadSpec(arrival_rate=4.0, duration=6.0, questions=5),
+            settings={"answer_write_behind": 1.0},
+            faults=_web_kills,
+            options={"expect_ops": ["session", "start", "answer", "finish"]},
             expect_valid=False,
         ),
         Scenario(

@@ -76,6 +76,16 @@ def _parse_positive_float(name: str, raw: str) -> float:
     return value
 
 
+def _parse_non_negative_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a number") from None
+    if value < 0:
+        raise SettingsError(f"{name}={raw!r}: must be 0 or more")
+    return value
+
+
 def _parse_positive_int(name: str, raw: str) -> int:
     try:
         value = int(raw)
@@ -122,6 +132,7 @@ class Settings:
     sms_idempotency: bool = True  # PROCTOR_SMS_IDEMPOTENCY: off = negative control
     valkey_fresh_connections: bool = False  # PROCTOR_VALKEY_FRESH_CONNECTIONS: the seed's anti-pattern
     max_body_bytes: int = 16384  # PROCTOR_MAX_BODY_BYTES
+    answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
 
     def scaled(self, case_seconds: float) -> float:
         """Real seconds for a case-time duration."""
@@ -171,6 +182,7 @@ ENV_NAMES: dict[str, str] = {
     "sms_idempotency": "PROCTOR_SMS_IDEMPOTENCY",
     "valkey_fresh_connections": "PROCTOR_VALKEY_FRESH_CONNECTIONS",
     "max_body_bytes": "PROCTOR_MAX_BODY_BYTES",
+    "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
 }
 
 _PARSERS = {
@@ -180,6 +192,7 @@ _PARSERS = {
     "liveness_ttl": _parse_positive_float,
     "max_job_attempts": _parse_positive_int,
     "max_body_bytes": _parse_positive_int,
+    "answer_write_behind": _parse_non_negative_float,
     "reconciler_enabled": _parse_bool,
     "sms_idempotency": _parse_bool,
     "valkey_fresh_connections": _parse_bool,

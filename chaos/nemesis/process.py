@@ -52,6 +52,11 @@ class ProcessNemesis:
                                                            float(fault.params.get("wait_busy", 5)))
         detail["mid_job"] = self._wait_busy(fault.target, float(fault.params.get("wait_busy", 0)))
         self.stack.set_autorestart(fault.target, False)
+        if fault.params.get("freeze_first"):
+            # SIGSTOP first: requests already sent to the node stall in flight, so the kill
+            # lands mid-request (a fast node would otherwise rarely have one open).
+            self.stack.pause(fault.target)
+            time.sleep(float(fault.params["freeze_first"]))
         detail["pids"] = self.stack.pids(fault.target)
         self.stack.kill(fault.target, signal.SIGKILL)
         self._killed.add(fault.target)

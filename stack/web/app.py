@@ -15,10 +15,18 @@ from fastapi.exceptions import RequestValidationError
 
 from stack.config import Settings, load_settings
 from stack.ledger.engine import make_engine
-from stack.web import routes_admin, routes_answers, routes_attempts, routes_health, routes_outcomes, routes_sessions
+from stack.web import (
+    routes_admin,
+    routes_answers,
+    routes_attempts,
+    routes_health,
+    routes_outcomes,
+    routes_sessions,
+)
 from stack.web.dispatch import Dispatcher, ValkeyClients, ValkeyDispatcher
 from stack.web.routes_common import RequestGuard, WebState, validation_error_handler
 from stack.web.routes_health import drain_on_sigterm
+from stack.web.write_behind import WriteBehind
 
 __all__ = ["create_app"]
 
@@ -31,6 +39,8 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
     clients = ValkeyClients(settings)
     dispatcher = ValkeyDispatcher(settings, engine, clients) if dispatcher is None else dispatcher
     state = WebState(settings=settings, engine=engine, clients=clients, dispatcher=dispatcher)
+    if settings.answer_write_behind > 0:
+        state.write_behind = WriteBehind(engine, settings.node_name, settings.answer_write_behind)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -38,6 +48,8 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
         yield
         state.draining.set()
         dispatcher.close()
+        if state.write_behind is not None:
+            state.write_behind.close()
         clients.close()
         engine.dispose()
 

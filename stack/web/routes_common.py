@@ -23,6 +23,7 @@ from stack.ledger.attempts import Attempt, get_attempt, question_count
 from stack.web.auth import Principal, bearer_principal
 from stack.web.dispatch import Dispatcher, ValkeyClients
 from stack.web.metrics import RequestCounters
+from stack.web.write_behind import WriteBehind
 
 __all__ = [
     "AttemptDep",
@@ -51,6 +52,7 @@ class WebState:
     dispatcher: Dispatcher
     counters: RequestCounters = field(default_factory=RequestCounters)
     draining: threading.Event = field(default_factory=threading.Event)
+    write_behind: WriteBehind | None = None  # only for the write-behind negative control
     _exams: dict[str, int] = field(default_factory=dict)
 
     def question_count(self, exam_code: str) -> int | None:

@@ -211,3 +211,20 @@ def test_losing_an_insert_race_rereads_and_classifies(app_client: TestClient, le
     calls.clear()
     assert answer(app_client, token, attempt, "q1", "C", key="k").status_code == 409
     assert count_rows(ledger, answers) == 1
+
+
+def test_write_behind_acknowledges_before_the_ledger_has_it(settings, ledger, dispatcher) -> None:  # noqa: F811
+    """The negative-control mode really is ack-before-commit: 201 first, the row later."""
+    import time
+
+    from stack.web.app import create_app
+
+    current = settings.with_overrides(answer_write_behind=0.3)
+    with TestClient(create_app(current, dispatcher=dispatcher)) as client:
+        token = token_for(client)
+        attempt = start(client, token)
+        reply = answer(client, token, attempt, "q1", "A")
+        assert reply.status_code == 201
+        assert count_rows(ledger, answers) == 0  # acknowledged, not durable
+        time.sleep(0.6)
+        assert count_rows(ledger, answers) == 1
