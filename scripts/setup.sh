@@ -9,13 +9,15 @@ command -v valkey-server >/dev/null 2>&1 || command -v redis-server >/dev/null 2
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+# PostgreSQL: the tests run the stack on both ledgers (SQLite by default, PostgreSQL via DATABASE_URL).
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "setup: missing system packages: ${need_apt[*]}" >&2
     echo "setup: on Debian 12 as root this script installs them; otherwise install valkey-server 8" >&2
-    echo "       (Debian: apt-get install -t bookworm-backports valkey-server), haproxy, openssl and" >&2
-    echo "       python3-venv with your package manager, then run it again." >&2
+    echo "       (Debian: apt-get install -t bookworm-backports valkey-server), haproxy, openssl," >&2
+    echo "       postgresql (server binaries, for the tests) and python3-venv, then run it again." >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive

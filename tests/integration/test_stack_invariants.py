@@ -1,11 +1,13 @@
 """The stack's promises, end to end on the real embedded stack: Valkey over TLS,
-HAProxy in front of two web nodes, real RQ worker processes, the relay, the fakes.
+HAProxy in front of two web nodes, real RQ worker processes, the relay, the fakes —
+once on the default SQLite ledger and once on PostgreSQL (DATABASE_URL).
 
 Each test reads results back the way the checkers do: through the export endpoints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import threading
@@ -17,6 +19,7 @@ import httpx
 import pytest
 
 from chaos.snapshot import fetch_table
+from pgserver import PostgresServer
 from stack.embedded import EmbeddedStack, StackSpec
 
 pytestmark = pytest.mark.integration
@@ -24,13 +27,16 @@ pytestmark = pytest.mark.integration
 EXAM = "NOVA-101"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     # time_scale 0.5: the 0.34 s merit computation takes 0.17 s, long enough to kill mid-job.
-    spec = StackSpec(name="invariants", web=2, run_dir=tmp_path_factory.mktemp("run"),
-                     settings_overrides={"time_scale": 0.5, "relay_interval": 0.2, "liveness_ttl": 1.5})
-    with EmbeddedStack(spec) as running:
-        yield running
+    overrides: dict[str, Any] = {"time_scale": 0.5, "relay_interval": 0.2, "liveness_ttl": 1.5}
+    with contextlib.ExitStack() as cleanup:
+        if request.param == "postgres":
+            overrides["database_url"] = cleanup.enter_context(PostgresServer()).url
+        spec = StackSpec(name=f"invariants-{request.param}", web=2, run_dir=tmp_path_factory.mktemp("run"),
+                         settings_overrides=overrides)
+        yield cleanup.enter_context(EmbeddedStack(spec))
 
 
 @pytest.fixture
