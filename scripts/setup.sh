@@ -41,8 +41,13 @@ fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   [ -x .venv/bin/python ] || python3 -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "setup: pip install -e '.[dev]' into .venv (log: .venv/pip-install.log)"
+  if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e '.[dev]'; } \
+      > .venv/pip-install.log 2>&1; then
+    tail -40 .venv/pip-install.log >&2
+    echo "setup: pip install failed; full log in .venv/pip-install.log" >&2
+    exit 1
+  fi
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
