@@ -66,24 +66,22 @@ def _parse_bool(name: str, raw: str) -> bool:
     raise SettingsError(f"{name}={raw!r}: expected one of on/off, true/false, 1/0")
 
 
-def _parse_positive_float(name: str, raw: str) -> float:
+def _parse_float(name: str, raw: str, *, allow_zero: bool) -> float:
     try:
         value = float(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r}: expected a number") from None
-    if not value > 0:
-        raise SettingsError(f"{name}={raw!r}: must be greater than 0")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise SettingsError(f"{name}={raw!r}: must be {'0 or more' if allow_zero else 'greater than 0'}")
     return value
+
+
+def _parse_positive_float(name: str, raw: str) -> float:
+    return _parse_float(name, raw, allow_zero=False)
 
 
 def _parse_non_negative_float(name: str, raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r}: expected a number") from None
-    if value < 0:
-        raise SettingsError(f"{name}={raw!r}: must be 0 or more")
-    return value
+    return _parse_float(name, raw, allow_zero=True)
 
 
 def _parse_positive_int(name: str, raw: str) -> int:

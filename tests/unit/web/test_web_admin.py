@@ -6,22 +6,11 @@ import json
 import re
 
 from sqlalchemy import Engine
+from web_support import ADMIN, TestClient, answer, auth, start, token_for
 
 from stack.config import Settings
 from stack.ledger.schema import outcomes
 from stack.web.app import create_app
-from test_web_support import (  # noqa: F401 - fixtures are used by name
-    ADMIN,
-    TestClient,
-    answer,
-    app_client,
-    auth,
-    dispatcher,
-    ledger,
-    settings,
-    start,
-    token_for,
-)
 
 EXPORT_FIELDS = {
     "attempts": ["attempt_id", "student_id", "exam_code", "status", "started_at", "finished_at"],

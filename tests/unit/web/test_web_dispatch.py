@@ -11,22 +11,13 @@ from redis import Redis
 from rq import Queue
 from rq.job import Job
 from sqlalchemy import Engine, select, update
+from web_support import TestClient, auth, closed_port, start, token_for
 
 from stack.config import Settings
 from stack.ledger.schema import outbox
 from stack.web.app import create_app
 from stack.web.dispatch import dispatch_pending
 from stack.web.metrics import lane_samples
-from test_web_support import (  # noqa: F401 - fixtures are used by name
-    TestClient,
-    auth,
-    closed_port,
-    ledger,
-    settings,
-    start,
-    token_for,
-    valkey_server,
-)
 
 
 def _finish(client: TestClient) -> str:

@@ -6,22 +6,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import Engine, select
+from web_support import TestClient, answer, auth, count_rows, start, token_for
 
 from stack.config import Settings
 from stack.ledger.answers import AnswerRejected, submit_answer
 from stack.ledger.schema import answers
-from test_web_support import (  # noqa: F401 - fixtures are used by name
-    TestClient,
-    answer,
-    app_client,
-    auth,
-    count_rows,
-    dispatcher,
-    ledger,
-    settings,
-    start,
-    token_for,
-)
 
 
 def test_first_submit_is_201_and_committed_with_node(app_client: TestClient, ledger: Engine) -> None:
@@ -213,7 +202,7 @@ def test_losing_an_insert_race_rereads_and_classifies(app_client: TestClient, le
     assert count_rows(ledger, answers) == 1
 
 
-def test_write_behind_acknowledges_before_the_ledger_has_it(settings, ledger, dispatcher) -> None:  # noqa: F811
+def test_write_behind_acknowledges_before_the_ledger_has_it(settings, ledger, dispatcher) -> None:
     """The negative-control mode really is ack-before-commit: 201 first, the row later."""
     import time
 

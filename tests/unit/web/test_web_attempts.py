@@ -6,25 +6,21 @@ import json
 import time
 
 from sqlalchemy import Engine, select
+from web_support import (
+    RecordingDispatcher,
+    TestClient,
+    answer,
+    auth,
+    count_rows,
+    start,
+    token_for,
+)
 
 from stack.config import Settings
 from stack.ledger.attempts import finish_attempt
 from stack.ledger.schema import attempts, audit_log, outbox, students
 from stack.web.app import create_app
 from stack.web.auth import issue_token
-from test_web_support import (  # noqa: F401 - fixtures are used by name
-    RecordingDispatcher,
-    TestClient,
-    answer,
-    app_client,
-    auth,
-    count_rows,
-    dispatcher,
-    ledger,
-    settings,
-    start,
-    token_for,
-)
 
 
 def test_session_registers_the_student_and_returns_a_token(app_client: TestClient, ledger: Engine) -> None:

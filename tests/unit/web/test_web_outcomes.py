@@ -6,19 +6,10 @@ import json
 import time
 
 from sqlalchemy import Engine, update
+from web_support import TestClient, auth, start, token_for
 
 from stack.ledger.schema import outbox, outcomes
 from stack.web.routes_outcomes import NARRATIVE_PLACEHOLDER
-from test_web_support import (  # noqa: F401 - fixtures are used by name
-    TestClient,
-    app_client,
-    auth,
-    dispatcher,
-    ledger,
-    settings,
-    start,
-    token_for,
-)
 
 
 def _finished(client: TestClient) -> tuple[str, str]:
