@@ -9,14 +9,12 @@ from typing import Iterator
 import httpx
 import pytest
 
-from stack.embedded.stack import EmbeddedStack, StackSpec, missing_component_modules
+from stack.embedded.stack import EmbeddedStack, StackSpec
 from stack.embedded.watchdog import _read_stat
 
-_MISSING = missing_component_modules()
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(bool(_MISSING), reason=f"component modules not written yet: {', '.join(_MISSING)}"),
 ]
 
 TIME_SCALE = 0.3  # a 10 s case AI call takes 3 s: long enough to catch the RQ horse mid-job

@@ -26,9 +26,7 @@ from chaos.nemesis.network import NetworkNemesis
 from stack.embedded import EmbeddedStack, StackError, StackSpec
 from stack.embedded.haproxy import server_states
 from stack.embedded.manifest import read_manifest
-from stack.embedded.spec import missing_component_modules
 
-_MISSING = missing_component_modules()
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +46,6 @@ def _wait_for(check: Callable[[], Any], timeout: float, what: str, every: float 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    if _MISSING:
-        pytest.skip(f"component modules not written yet: {', '.join(_MISSING)}")
     spec = StackSpec(name="links", web=2, links=LINKS, run_dir=tmp_path_factory.mktemp("links") / "run",
                      faultproxy_seed=7, settings_overrides={"time_scale": 0.01, "max_job_attempts": 50})
     with EmbeddedStack(spec) as running:

@@ -57,8 +57,7 @@ def app_client(settings: Settings, ledger: Engine, dispatcher: RecordingDispatch
 def valkey_server(tmp_path: Path) -> Iterator[str]:
     """A throwaway plain-TCP valkey-server (no TLS, no persistence); its redis:// URL."""
     binary = shutil.which("valkey-server")
-    if binary is None:
-        pytest.skip("valkey-server not installed")
+    assert binary is not None, "valkey-server not found: apt-get install -t bookworm-backports valkey-server"
     port = closed_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
