@@ -291,7 +291,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="faultproxy",
+    parser = argparse.ArgumentParser(prog="proctor faultproxy",
                                      description="Toxiproxy 2.12.0-compatible fault proxy")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8474)
