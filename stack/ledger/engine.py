@@ -24,7 +24,16 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.close()
 
 
-def make_engine(settings: Settings) -> Engine:
+def _sqlite_query_only(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA query_only=ON")  # a write through the read engine fails loudly
+    cursor.close()
+
+
+def make_engine(settings: Settings, *, read_only: bool = False) -> Engine:
+    """The ledger engine. ``read_only`` (SQLite): plain deferred BEGIN and ``query_only``, so
+    status polls, exports and metrics read a WAL snapshot instead of queueing for the write
+    lock behind answers; PostgreSQL readers never take that lock, so it changes nothing there."""
     url = settings.ledger_url
     if url.startswith("sqlite"):
         settings.run_dir.mkdir(parents=True, exist_ok=True)
@@ -32,9 +41,12 @@ def make_engine(settings: Settings) -> Engine:
         # threads uvicorn and RQ use; opening a local file is cheap.
         engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         event.listen(engine, "connect", _sqlite_pragmas)
+        if read_only:
+            event.listen(engine, "connect", _sqlite_query_only)
         # pysqlite's own transaction handling defers BEGIN; emit it ourselves so that
         # read-then-write transactions take the write lock up front (BEGIN IMMEDIATE).
-        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
+        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
 
         @event.listens_for(engine, "connect")
         def _no_autobegin(dbapi_connection, _record):  # type: ignore[no-untyped-def]

@@ -36,9 +36,10 @@ _ROUTERS = (routes_sessions, routes_attempts, routes_answers, routes_outcomes, r
 def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None) -> FastAPI:
     settings = load_settings() if settings is None else settings
     engine = make_engine(settings)
+    read_engine = make_engine(settings, read_only=True)
     clients = ValkeyClients(settings)
     dispatcher = ValkeyDispatcher(settings, engine, clients) if dispatcher is None else dispatcher
-    state = WebState(settings=settings, engine=engine, clients=clients, dispatcher=dispatcher)
+    state = WebState(settings=settings, engine=engine, read_engine=read_engine, clients=clients, dispatcher=dispatcher)
     if settings.answer_write_behind > 0:
         state.write_behind = WriteBehind(engine, settings.node_name, settings.answer_write_behind)
 
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
             state.write_behind.close()
         clients.close()
         engine.dispose()
+        read_engine.dispose()
 
     app = FastAPI(title=f"Proctor web node {settings.node_name}", lifespan=lifespan)
     app.state.proctor = state

@@ -36,6 +36,6 @@ def drain(state: StateDep) -> dict:
 @router.get("/export/{table}")
 def export(table: ExportTable, state: StateDep) -> dict:
     exported_at = time.time()
-    with state.engine.connect() as conn:
+    with state.read_engine.connect() as conn:
         rows = export_rows(conn, table)
     return {"table": table, "exported_at": exported_at, "rows": rows}

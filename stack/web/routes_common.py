@@ -48,6 +48,7 @@ NODE_HEADER = "X-Proctor-Node"
 class WebState:
     settings: Settings
     engine: Engine
+    read_engine: Engine  # deferred, query-only on SQLite: reads never wait for the write lock
     clients: ValkeyClients
     dispatcher: Dispatcher
     counters: RequestCounters = field(default_factory=RequestCounters)
@@ -60,7 +61,7 @@ class WebState:
         init_ledger and never change, and the answer path should not pay a read for them."""
         count = self._exams.get(exam_code)
         if count is None:
-            with self.engine.connect() as conn:
+            with self.read_engine.connect() as conn:
                 count = question_count(conn, exam_code)
             if count is not None:
                 self._exams[exam_code] = count
@@ -77,7 +78,7 @@ PrincipalDep = Annotated[Principal, Depends(bearer_principal)]
 
 def owned_attempt(attempt_id: str, principal: PrincipalDep, state: StateDep) -> Attempt:
     """The attempt named in the path if the token's student owns it: 404 unknown, 403 not theirs."""
-    with state.engine.connect() as conn:
+    with state.read_engine.connect() as conn:
         attempt = get_attempt(conn, attempt_id)
     if attempt is None:
         raise HTTPException(status_code=404, detail="unknown attempt")

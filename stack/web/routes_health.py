@@ -39,7 +39,7 @@ def readyz(state: StateDep) -> JSONResponse:
 
 @router.get("/metrics")
 def metrics(state: StateDep) -> PlainTextResponse:
-    text = render_metrics(state.settings.node_name, state.counters, state.clients, state.engine, state.draining.is_set())
+    text = render_metrics(state.settings.node_name, state.counters, state.clients, state.read_engine, state.draining.is_set())
     return PlainTextResponse(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
 

@@ -22,7 +22,7 @@ REVIEW_PLACEHOLDER = (
 
 
 def _view(state: StateDep, attempt: Attempt, kind: str) -> OutcomeView:
-    with state.engine.connect() as conn:
+    with state.read_engine.connect() as conn:
         view = outcome_for(conn, attempt.id, kind)
     if view is None:
         raise HTTPException(status_code=409, detail="attempt is not finished: no outcome is owed yet")
