@@ -12,7 +12,6 @@ import pytest
 from stack.embedded.stack import EmbeddedStack, StackSpec
 from stack.embedded.watchdog import _read_stat
 
-
 pytestmark = [
     pytest.mark.integration,
 ]

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
+from fake_components import FAKE_HTTP, FORKING_WORKER
 
 from stack.embedded import EmbeddedStack, StackSpec
 from stack.embedded.haproxy import disable_server, enable_server, server_states
@@ -22,35 +23,6 @@ from stack.embedded.manifest import read_manifest
 from stack.embedded.watchdog import _read_stat
 
 pytestmark = pytest.mark.integration
-
-FAKE_HTTP = """
-import os, sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-NAME = os.environ["PROCTOR_COMPONENT"].encode()
-class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(NAME)))
-        self.send_header("X-Proctor-Node", NAME.decode())
-        self.end_headers()
-        self.wfile.write(NAME)
-    def log_message(self, *args):
-        pass
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
-"""
-
-# A worker that forks a job child into its own process group, like RQ's horse.
-FAKE_WORKER = """
-import os, sys, time
-child = os.fork()
-if child == 0:
-    os.setpgrp()
-    time.sleep(600)
-    os._exit(0)
-with open(os.path.join(sys.argv[1], sys.argv[2] + ".horse"), "w") as fh:
-    fh.write(str(child))
-time.sleep(600)
-"""
 
 DETACHER = """
 import json, sys
@@ -72,11 +44,11 @@ time.sleep(600)
 def commands(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     folder = tmp_path_factory.mktemp("fakes")
     (folder / "fake_http.py").write_text(FAKE_HTTP)
-    (folder / "fake_worker.py").write_text(FAKE_WORKER)
+    (folder / "fake_worker.py").write_text(FORKING_WORKER)
     http = ["{python}", str(folder / "fake_http.py"), "{port}"]
     return {"ai_provider": http, "sms_gateway": http, "web": http,
             "relay": ["{python}", "-c", "import time; time.sleep(600)"],
-            "worker": ["{python}", str(folder / "fake_worker.py"), "{run_dir}", "{name}"]}
+            "worker": ["{python}", str(folder / "fake_worker.py"), "{run_dir}/{name}.horse"]}
 
 
 def _alive(pid: int) -> bool:

@@ -11,25 +11,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from fake_components import FORKING_WORKER
 
 from stack.embedded.supervisor import BACKOFF_INITIAL, ProcessSpec, Supervisor
 from stack.embedded.watchdog import _read_stat
 
 pytestmark = pytest.mark.integration
-
-# Like RQ's horse: the forked child leaves the parent's process group.
-FORKING = """
-import os, sys, time
-child = os.fork()
-if child == 0:
-    os.setpgrp()
-    time.sleep(600)
-    os._exit(0)
-with open(sys.argv[1], "w") as fh:
-    fh.write(str(child))
-time.sleep(600)
-"""
-
 
 @pytest.fixture
 def sup(tmp_path: Path) -> Iterator[Supervisor]:
@@ -99,7 +86,7 @@ def test_no_restart_when_autorestart_is_off(sup: Supervisor) -> None:
 
 def test_kill_reaches_a_child_in_its_own_process_group(sup: Supervisor, tmp_path: Path) -> None:
     pidfile = tmp_path / "horse.pid"
-    sup.start(ProcessSpec("forker", [sys.executable, "-c", FORKING, str(pidfile)], autorestart=False))
+    sup.start(ProcessSpec("forker", [sys.executable, "-c", FORKING_WORKER, str(pidfile)], autorestart=False))
     sup.wait_ready("forker", 5)
     assert _wait(lambda: pidfile.exists() and pidfile.read_text(), 5)
     parent, horse = sup.pid("forker"), int(pidfile.read_text())
@@ -111,7 +98,7 @@ def test_kill_reaches_a_child_in_its_own_process_group(sup: Supervisor, tmp_path
 
 def test_pause_and_resume_the_whole_tree(sup: Supervisor, tmp_path: Path) -> None:
     pidfile = tmp_path / "horse.pid"
-    sup.start(ProcessSpec("forker", [sys.executable, "-c", FORKING, str(pidfile)]))
+    sup.start(ProcessSpec("forker", [sys.executable, "-c", FORKING_WORKER, str(pidfile)]))
     sup.wait_ready("forker", 5)
     assert _wait(lambda: pidfile.exists() and pidfile.read_text(), 5)
     parent, horse = sup.pid("forker"), int(pidfile.read_text())

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
+from fake_components import FAKE_HTTP
 
 from chaos.faultproxy import ThreadedFaultProxy
 from chaos.nemesis.base import FaultSpec, NemesisError
@@ -26,7 +27,6 @@ from chaos.nemesis.network import NetworkNemesis
 from stack.embedded import EmbeddedStack, StackError, StackSpec
 from stack.embedded.haproxy import server_states
 from stack.embedded.manifest import read_manifest
-
 
 pytestmark = pytest.mark.integration
 
@@ -271,21 +271,6 @@ def test_a_restarted_fault_proxy_recreates_its_proxies_on_the_same_ports(
 
 
 # ---------------------------------------------------------------------- other backends
-FAKE_HTTP = """
-import os, sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-NAME = os.environ["PROCTOR_COMPONENT"].encode()
-class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(NAME)))
-        self.end_headers()
-        self.wfile.write(NAME)
-    def log_message(self, *args):
-        pass
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
-"""
-
 # Stands in for Toxiproxy's binary: translates its flags to our fault proxy's.
 FAKE_TOXIPROXY_SERVER = """#!/bin/sh
 [ "$1 $3 $5" = "-host -port -config" ] || { echo "unexpected flags: $*" >&2; exit 2; }

@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
+from pgserver import PostgresServer
 
 from chaos.snapshot import fetch_table
-from pgserver import PostgresServer
 from stack.embedded import EmbeddedStack, StackSpec
 
 pytestmark = pytest.mark.integration
