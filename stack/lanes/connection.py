@@ -11,6 +11,13 @@ Every connection names itself (``CLIENT SETNAME <component>/<purpose>``) so a
 up as a new client id under the same name. The component is ``$PROCTOR_COMPONENT``
 (set by the embedded runner), else ``settings.node_name``.
 
+TLS set-up is paid once per process tree, not per connection: redis-py builds a new
+``ssl.create_default_context()`` (every system CA parsed, ~0.1 s) for each connection,
+and an RQ horse is a fresh fork whose first command needs a new connection. Our
+``CountingSSLConnection`` uses one client context per CA, built in the worker's parent
+(``warm_tls``) and inherited by every horse, trusting only the run's CA; and it offers
+the last TLS session of the same server for resumption (``tls_resumed`` counts hits).
+
 With ``settings.valkey_fresh_connections`` (PROCTOR_VALKEY_FRESH_CONNECTIONS, a
 negative control reproducing the seed's "fresh TLS connections") every call opens
 and closes its own connection (``FreshConnectionPool``).
@@ -54,7 +61,9 @@ __all__ = [
     "classify_error",
     "client_name",
     "component_name",
+    "tls_context",
     "valkey_client",
+    "warm_tls",
 ]
 
 CONNECT_TIMEOUT = 2.0
@@ -120,6 +129,7 @@ class ConnectionStats:
     def _reset(self, pid: int) -> None:
         self._pid = pid
         self.connects = 0
+        self.tls_resumed = 0
         self.errors: dict[str, int] = {}
         self.connect_errors: dict[str, int] = {}
         self._last_dump = 0.0
@@ -150,6 +160,7 @@ class ConnectionStats:
         self._check_pid()
         with self._lock:
             return {"component": self.component, "pid": self._pid, "connects": self.connects,
+                    "tls_resumed": self.tls_resumed,
                     "errors": dict(self.errors), "connect_errors": dict(self.connect_errors),
                     "error_total": sum(self.errors.values()), "updated_at": time.time()}
 
@@ -245,8 +256,53 @@ class CountingConnection(_Counting, Connection):
     pass
 
 
+_TLS_CONTEXTS: dict[tuple[Any, ...], ssl.SSLContext] = {}
+_TLS_SESSIONS: dict[tuple[int, str, int], ssl.SSLSession] = {}
+
+
+def tls_context(ca_certs: str | None, cert_reqs: Any = ssl.CERT_REQUIRED, check_hostname: bool = False) -> ssl.SSLContext:
+    """One client context per (CA file, verification): built once, shared by every connection
+    of this process and of its forked children (RQ horses)."""
+    key = (ca_certs, cert_reqs, check_hostname)
+    context = _TLS_CONTEXTS.get(key)
+    if context is None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = check_hostname  # before verify_mode: CERT_NONE needs it off first
+        context.verify_mode = cert_reqs
+        if ca_certs:
+            context.load_verify_locations(cafile=ca_certs)  # only the run's CA, not every system CA
+        else:
+            context.load_default_certs()
+        _TLS_CONTEXTS[key] = context
+    return context
+
+
+def warm_tls(settings: Settings) -> None:
+    """Build the TLS context now (in a worker's parent), so no forked horse builds its own."""
+    if settings.valkey_url.startswith("rediss://"):
+        tls_context(settings.valkey_ca or None, ssl.CERT_REQUIRED, True)  # as valkey_client asks
+
+
 class CountingSSLConnection(_Counting, SSLConnection):
-    pass
+    def _wrap_socket_with_ssl(self, sock: Any) -> Any:
+        if self.certfile or self.keyfile or self.ca_path or self.ca_data or self.ssl_ciphers \
+                or self.ssl_min_version is not None or self.ssl_validate_ocsp or self.ssl_validate_ocsp_stapled \
+                or self.ssl_include_verify_flags or self.ssl_exclude_verify_flags:
+            return super()._wrap_socket_with_ssl(sock)  # options we do not use: redis-py's own path
+        context = tls_context(self.ca_certs, self.cert_reqs, self.check_hostname)
+        key = (id(context), self.host, self.port)
+        sslsock = context.wrap_socket(sock, server_hostname=self.host, session=_TLS_SESSIONS.get(key))
+        if sslsock.session_reused:
+            CONNECTION_STATS.tls_resumed += 1  # a plain counter: read in snapshots, exact enough
+        self._proctor_session_key = key
+        return sslsock
+
+    def on_connect(self, *args: Any, **kwargs: Any) -> None:
+        super().on_connect(*args, **kwargs)
+        # After the first reply a TLS 1.3 server has sent its session ticket: keep it for the next connect.
+        sock, key = getattr(self, "_sock", None), getattr(self, "_proctor_session_key", None)
+        if key is not None and isinstance(sock, ssl.SSLSocket) and sock.session is not None:
+            _TLS_SESSIONS[key] = sock.session
 
 
 def valkey_client(settings: Settings, purpose: str = "queue") -> Redis:
@@ -267,6 +323,7 @@ def valkey_client(settings: Settings, purpose: str = "queue") -> Redis:
         if settings.valkey_ca:
             kwargs["ssl_ca_certs"] = settings.valkey_ca
         kwargs["ssl_cert_reqs"] = "required"
+        kwargs["ssl_check_hostname"] = True  # the run's certificate names 127.0.0.1
     if settings.valkey_fresh_connections:
         pool = FreshConnectionPool.from_url(settings.valkey_url, **kwargs)
         client = Redis(connection_pool=pool)
