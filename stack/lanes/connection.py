@@ -15,8 +15,7 @@ TLS set-up is paid once per process tree, not per connection: redis-py builds a 
 ``ssl.create_default_context()`` (every system CA parsed, ~0.1 s) for each connection,
 and an RQ horse is a fresh fork whose first command needs a new connection. Our
 ``CountingSSLConnection`` uses one client context per CA, built in the worker's parent
-(``warm_tls``) and inherited by every horse, trusting only the run's CA; and it offers
-the last TLS session of the same server for resumption (``tls_resumed`` counts hits).
+(``warm_tls``) and inherited by every horse, trusting only the run's CA.
 
 With ``settings.valkey_fresh_connections`` (PROCTOR_VALKEY_FRESH_CONNECTIONS, a
 negative control reproducing the seed's "fresh TLS connections") every call opens
@@ -129,7 +128,6 @@ class ConnectionStats:
     def _reset(self, pid: int) -> None:
         self._pid = pid
         self.connects = 0
-        self.tls_resumed = 0
         self.errors: dict[str, int] = {}
         self.connect_errors: dict[str, int] = {}
         self._last_dump = 0.0
@@ -160,7 +158,6 @@ class ConnectionStats:
         self._check_pid()
         with self._lock:
             return {"component": self.component, "pid": self._pid, "connects": self.connects,
-                    "tls_resumed": self.tls_resumed,
                     "errors": dict(self.errors), "connect_errors": dict(self.connect_errors),
                     "error_total": sum(self.errors.values()), "updated_at": time.time()}
 
@@ -257,7 +254,6 @@ class CountingConnection(_Counting, Connection):
 
 
 _TLS_CONTEXTS: dict[tuple[Any, ...], ssl.SSLContext] = {}
-_TLS_SESSIONS: dict[tuple[int, str, int], ssl.SSLSession] = {}
 
 
 def tls_context(ca_certs: str | None, cert_reqs: Any = ssl.CERT_REQUIRED, check_hostname: bool = False) -> ssl.SSLContext:
@@ -290,19 +286,7 @@ class CountingSSLConnection(_Counting, SSLConnection):
                 or self.ssl_include_verify_flags or self.ssl_exclude_verify_flags:
             return super()._wrap_socket_with_ssl(sock)  # options we do not use: redis-py's own path
         context = tls_context(self.ca_certs, self.cert_reqs, self.check_hostname)
-        key = (id(context), self.host, self.port)
-        sslsock = context.wrap_socket(sock, server_hostname=self.host, session=_TLS_SESSIONS.get(key))
-        if sslsock.session_reused:
-            CONNECTION_STATS.tls_resumed += 1  # a plain counter: read in snapshots, exact enough
-        self._proctor_session_key = key
-        return sslsock
-
-    def on_connect(self, *args: Any, **kwargs: Any) -> None:
-        super().on_connect(*args, **kwargs)
-        # After the first reply a TLS 1.3 server has sent its session ticket: keep it for the next connect.
-        sock, key = getattr(self, "_sock", None), getattr(self, "_proctor_session_key", None)
-        if key is not None and isinstance(sock, ssl.SSLSocket) and sock.session is not None:
-            _TLS_SESSIONS[key] = sock.session
+        return context.wrap_socket(sock, server_hostname=self.host)
 
 
 def valkey_client(settings: Settings, purpose: str = "queue") -> Redis:
