@@ -28,16 +28,25 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from redis import Redis
-from redis.exceptions import RedisError
-from rq import Queue, Worker
+LANE_NICENESS = {"merit": 5, "ai": 10, "sms": 10}
+"""Workers yield the CPU to web nodes: accepting answers is the promise (p99 <= 1 s under
+worker kills), and on 2 loaded cores a restarting worker's imports (~1 CPU-second) or a
+horse would otherwise take its turn. The urgent merit lane stays ahead of ai and sms."""
 
-import stack.lanes.jobs  # noqa: F401 - imported in the parent so each forked horse starts warm (~1.7 s cold)
-from stack.config import Settings, load_settings
-from stack.lanes.connection import valkey_client, warm_tls
-from stack.lanes.queues import LANES
+if __name__ == "__main__":  # before the heavy imports below, so a restart's imports run niced too
+    os.nice(LANE_NICENESS.get(sys.argv[1] if len(sys.argv) > 1 else "", 0))
+
+from redis import Redis  # noqa: E402
+from redis.exceptions import RedisError  # noqa: E402
+from rq import Queue, Worker  # noqa: E402
+
+import stack.lanes.jobs  # noqa: F401,E402 - imported in the parent so each forked horse starts warm (~1.7 s cold)
+from stack.config import Settings, load_settings  # noqa: E402
+from stack.lanes.connection import valkey_client, warm_tls  # noqa: E402
+from stack.lanes.queues import LANES  # noqa: E402
 
 __all__ = [
+    "LANE_NICENESS",
     "LIVENESS_PREFIX",
     "MAINTENANCE_INTERVAL",
     "WORKER_TTL",
