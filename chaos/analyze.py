@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from chaos.bounds import apply_bounds, derive_bounds
 from chaos.checkers import run_checkers
 from chaos.checkers.base import UNKNOWN, CheckOptions, Result, compose
 from chaos.history import HistoryFormatError, Op, fault_windows, load_history
@@ -95,9 +96,11 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
     scenario, notes = load_scenario(run_dir)
-    options = CheckOptions.from_dict(scenario.get("options"))
     time_scale = _time_scale(scenario, notes)
     history, problem = _load_history(run_dir)
+    # Bounds that follow from the fault schedule are derived from what this run measured.
+    bounds = derive_bounds(scenario, history or [], load_ledgers(run_dir).outbox)
+    options = CheckOptions.from_dict(apply_bounds(scenario.get("options"), bounds))
     if history is None:
         # Without the history nothing can be judged: an empty one would look vacuous or
         # make every ledger row "unexpected", both wrong claims about the stack.
@@ -107,6 +110,7 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     plot_names = _plots(history or [], run_dir, notes) if plots else []
     report = build_report(scenario, result, options, time_scale, plot_names, notes)
     report["faults"] = _fault_rows(history or [])
+    report["bounds"] = bounds
     write_report(run_dir, report)
     return report
 

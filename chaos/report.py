@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import stack.config as stack_config
+from chaos.bounds import bounds_markdown
 from chaos.checkers.base import CheckOptions, Result
 
 __all__ = [
@@ -112,6 +113,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines = [f"# Proctor run report: {report.get('name') or '(unnamed)'}", ""]
     lines += _verdict_section(report)
     lines += _run_section(report)
+    lines += bounds_markdown(report.get("bounds"))
     for name, check in report["checkers"].items():
         lines += _checker_section(name, check)
     lines += _settings_section(report)

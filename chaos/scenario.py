@@ -45,7 +45,7 @@ class Scenario:
     description: str
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     web: int = 2
-    merit_workers: int = 1
+    merit_workers: int = 2  # redundant by default: a killed merit worker leaves the urgent lane served
     ai_workers: int = 1
     sms_workers: int = 1
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides
@@ -60,6 +60,9 @@ class Scenario:
     # computed from the stack's settings and the fault schedule (checker option
     # outcome_deadline_seconds); None leaves the option as `options` says.
     outcome_bound: Callable[[Settings, list[FaultSpec]], float] | None = None
+    # Bounds derived at analysis time from what the run measured (chaos/bounds.py:
+    # "outcome_deadline_seconds", "slo.merit.oldest_age"); stored in scenario.json.
+    derive_bounds: tuple[str, ...] = ()
     expect_valid: bool = True  # False for a negative control: the checkers must catch it
 
 
@@ -211,6 +214,7 @@ def _scenario_meta(
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
                      if k not in {"token_secret", "admin_token"}},
         "options": scenario.options,
+        "derive_bounds": list(scenario.derive_bounds),
         "expect_valid": scenario.expect_valid,
         "workload": asdict(scenario.workload),
         "faults": [f.as_dict() for f in faults],

@@ -23,11 +23,24 @@ def test_worker_kills_lose_nothing_and_duplicate_nothing(run_chaos):
     run = run_chaos("worker_kill")
     assert _mid_job_kills(run), "no kill landed mid-job: the scenario did not exercise what it claims"
     assert run.valid is True, run.summary()
+    bounds = run.verdict["bounds"]  # derived from this run's measured restarts, not fixed
+    assert bounds["slo.merit.oldest_age"]["value"] is not None, bounds
+    assert bounds["outcome_deadline_seconds"]["value"] is not None, bounds
     assert run.checker("answers")["counts"]["lost"] == 0
     effects = run.checker("effects")["counts"]
     assert effects["duplicated"] == 0 and effects["missing"] == 0, effects
     assert run.checker("jobs")["counts"]["stuck"] == 0
     assert run.recheck() == 0  # `proctor check` reaches the same verdict from the stored files
+
+
+@pytest.mark.negative_control
+def test_stalls_no_kill_explains_break_the_derived_bounds(run_chaos):
+    run = run_chaos("lanes_stalled")
+    assert run.valid is False, run.summary()
+    violations = run.checker("latency")["examples"].get("slo_violations", [])
+    assert any(v["slo"] == "merit" and v["threshold"] == "oldest_age" for v in violations), run.summary()
+    assert run.checker("jobs")["counts"]["deadline_exceeded"] >= 1, run.summary()
+    assert run.recheck() == 1  # `proctor check` re-derives the same bounds offline
 
 
 @pytest.mark.negative_control

@@ -2,7 +2,11 @@
 pause/resume it (SIGSTOP/SIGCONT), restart it, or scale a pool.
 
 A kill switches the component's autorestart off until the fault ends, so the
-outage lasts as long as the schedule says; the end restarts it.
+outage lasts as long as the schedule says; the end restarts it and waits until
+the component is ready again. The fault-end then records what the restart cost,
+measured: ``restart_seconds`` (fault end -> ready) and ``startup_seconds`` (the
+new process's spawn -> ready), so bounds that follow from the schedule are derived
+from this run's restarts (chaos/bounds.py), not from a guess.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ __all__ = ["ProcessNemesis"]
 class ProcessNemesis:
     kinds = frozenset({"kill", "pause", "restart", "scale"})
 
-    def __init__(self, stack: Any) -> None:  # stack.embedded.EmbeddedStack
+    def __init__(self, stack: Any, ready_timeout: float = 60.0) -> None:  # stack.embedded.EmbeddedStack
         self.stack = stack
+        self.ready_timeout = ready_timeout
         self._killed: set[str] = set()
         self._paused: set[str] = set()
         self._scaled: dict[str, int] = {}
@@ -59,6 +64,7 @@ class ProcessNemesis:
             time.sleep(float(fault.params["freeze_first"]))
         detail["pids"] = self.stack.pids(fault.target)
         self.stack.kill(fault.target, signal.SIGKILL)
+        detail["killed_at"] = time.time()  # wall clock, as the ledgers' timestamps (chaos/bounds.py)
         self._killed.add(fault.target)
         return detail
 
@@ -98,8 +104,7 @@ class ProcessNemesis:
 
     def end(self, fault: FaultSpec) -> dict[str, Any]:
         if fault.kind == "kill" and fault.target in self._killed:
-            self._revive(fault.target)
-            return {"restarted": True}
+            return self._revive_and_wait(fault.target)
         if fault.kind == "pause" and fault.target in self._paused:
             self.stack.resume(fault.target)
             self._paused.discard(fault.target)
@@ -107,18 +112,29 @@ class ProcessNemesis:
             self.stack.scale(fault.target, self._scaled.pop(fault.target))
         return {}
 
+    def _revive_and_wait(self, name: str) -> dict[str, Any]:
+        """Restart the killed component and block until it is ready: the measured restart."""
+        revived = time.monotonic()
+        self._revive(name)
+        try:
+            self.stack.wait_healthy(name, self.ready_timeout)
+        except Exception as exc:  # noqa: BLE001 - a component that never came back is evidence, not a crash
+            return {"restarted": True, "ready": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        return {"restarted": True, "ready": True, "ready_at": time.time(),
+                "restart_seconds": round(time.monotonic() - revived, 3),
+                "startup_seconds": self.stack.ready_seconds(name)}
+
     def _revive(self, name: str) -> None:
+        """Autorestart back on: the supervisor restarts a component killed on purpose at once."""
         self._killed.discard(name)
         self.stack.set_autorestart(name, True)
-        if not self.stack.pids(name):
-            self.stack.restart(name)
 
     def heal(self) -> None:
         for name in sorted(self._paused):
             self.stack.resume(name)
         self._paused.clear()
         for name in sorted(self._killed):
-            self._revive(name)
+            self._revive_and_wait(name)
         for pool, count in sorted(self._scaled.items()):
             self.stack.scale(pool, count)
         self._scaled.clear()

@@ -37,7 +37,8 @@ class _Stopped(BaseException):
 def _up_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="proctor up", description="Start the embedded stack on 127.0.0.1.")
     p.add_argument("--web", type=int, default=2, help="web nodes behind haproxy (default 2)")
-    p.add_argument("--merit-workers", type=int, default=1)
+    p.add_argument("--merit-workers", type=int, default=2,
+                   help="merit lane workers (default %(default)s: one may die without stopping the lane)")
     p.add_argument("--ai-workers", type=int, default=1)
     p.add_argument("--sms-workers", type=int, default=1)
     p.add_argument("--time-scale", type=float, default=None, help="real seconds per case second (TIME_SCALE)")

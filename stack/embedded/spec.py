@@ -23,6 +23,7 @@ __all__ = [
     "COMPONENT_MODULES",
     "DEFAULT_COMMANDS",
     "LANES",
+    "READY_DIR",
     "SCALABLE",
     "StackSpec",
     "default_run_dir",
@@ -52,6 +53,8 @@ COMPONENT_MODULES: dict[str, str] = {
     "worker": "stack.lanes.worker",
 }
 
+READY_DIR = "ready"
+"""<run_dir>/ready/<worker>: the worker's pid, written once it can take a job ($PROCTOR_READY_FILE)."""
 SCALABLE = {"web": "web", "merit": "merit", "ai": "ai", "sms": "sms"}
 LANES = ("merit", "ai", "sms")
 STAGE_FRONT, STAGE_PROVIDERS, STAGE_VALKEY = 0, 1, 2
@@ -63,7 +66,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 class StackSpec:
     name: str = "stack"
     web: int = 1
-    merit_workers: int = 1
+    merit_workers: int = 2  # redundant: a killed merit worker must not stop the urgent lane
     ai_workers: int = 1
     sms_workers: int = 1
     settings_overrides: Mapping[str, Any] = field(default_factory=dict)

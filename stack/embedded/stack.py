@@ -35,6 +35,7 @@ from stack.embedded.spec import (
     COMPONENT_MODULES,
     DEFAULT_COMMANDS,
     LANES,
+    READY_DIR,
     SCALABLE,
     STAGE_FRONT,
     STAGE_PROVIDERS,
@@ -242,6 +243,11 @@ class EmbeddedStack:
     def wait_healthy(self, name: str, timeout: float = 30.0) -> None:
         self._supervisor().wait_ready(name, timeout)
 
+    def ready_seconds(self, name: str) -> float | None:
+        """Seconds from the component's (re)start to its first passing readiness probe."""
+        value = self._supervisor().info(name).get("ready_seconds")
+        return float(value) if isinstance(value, (int, float)) else None
+
     def log_tail(self, name: str, lines: int = 40) -> str:
         return self._supervisor().log_tail(name, lines)
 
@@ -393,9 +399,22 @@ class EmbeddedStack:
     def _worker_spec(self, lane: str, index: int) -> ProcessSpec:
         name = f"worker_{lane}_{index}"
         self._kinds[name] = "worker"
-        self._health[name] = {"alive": "process"}
-        return ProcessSpec(name, self._argv("worker", name, lane=lane), env=self._env(name),
-                           settle=self.spec.worker_settle, stop_stage=STAGE_FRONT)
+        if "worker" in self.spec.commands:  # a stand-in command knows no ready file
+            self._health[name] = {"alive": "process"}
+            return ProcessSpec(name, self._argv("worker", name, lane=lane), env=self._env(name),
+                               settle=self.spec.worker_settle, stop_stage=STAGE_FRONT)
+        ready_file = self.run_dir / READY_DIR / name
+        self._health[name] = {"ready_file": str(ready_file)}
+        env = {**self._env(name), "PROCTOR_READY_FILE": str(ready_file)}
+        return ProcessSpec(name, self._argv("worker", name, lane=lane), env=env,
+                           ready=lambda: self._ready_file_names_pid(name, ready_file), stop_stage=STAGE_FRONT)
+
+    def _ready_file_names_pid(self, name: str, path: Path) -> bool:
+        """The worker wrote its pid there after setting its liveness key: it can take a job."""
+        try:
+            return path.read_text().strip() == str(self._supervisor().pid(name))
+        except OSError:
+            return False
 
     def _write_haproxy_config(self) -> Path:
         webs = {n: p for n, p in sorted(self._ports.items(), key=lambda kv: kv[0]) if n.startswith("web_")}

@@ -69,6 +69,8 @@ class _Component:
     stopping: bool = False
     exit_handled: bool = False
     kills: int = 0  # deliberate kill() calls, to explain an exit during wait_ready
+    kills_at_spawn: int = 0  # kills when the current process started: more now = it was killed on purpose
+    ready_seconds: float | None = None  # spawn -> first passing probe of the current process
     seen: set[Identity] = field(default_factory=set)  # descendants seen by the scan
 
     def exited(self) -> bool:
@@ -170,6 +172,7 @@ class Supervisor:
             "restarts": max(comp.starts - 1, 0),
             "autorestart": comp.autorestart,
             "alive": not comp.exited(),
+            "ready_seconds": comp.ready_seconds,
             "log": str(comp.log_path),
         }
 
@@ -208,6 +211,9 @@ class Supervisor:
                 raise StackError(self._failure(name, f"exited with code {code} before it was ready{why}"))
             if self._probe_once(comp):
                 comp.ever_ready = True
+                if comp.ready_seconds is None:
+                    comp.ready_seconds = round(time.monotonic() - comp.started_at, 3)
+                    self._log_line(comp, f"ready after {comp.ready_seconds:.3f}s (start #{comp.starts})")
                 return
             if time.monotonic() > deadline:
                 raise StackError(self._failure(name, f"not ready after {timeout:.1f}s"))
@@ -327,6 +333,8 @@ class Supervisor:
         comp.starts += 1
         comp.restart_at = None
         comp.exit_handled = False
+        comp.kills_at_spawn = comp.kills
+        comp.ready_seconds = None
         if self._watchdog and comp.ident:
             self._watchdog.register(comp.ident)
 
@@ -406,6 +414,12 @@ class Supervisor:
 
     def _schedule_restart(self, comp: _Component, now: float) -> None:
         if not (comp.autorestart and comp.ever_ready):
+            return
+        if comp.kills > comp.kills_at_spawn:
+            # Killed on purpose (the nemesis), not a crash: no backoff, or repeated kills
+            # of one component would hold it down longer each time than the fault asked.
+            comp.restart_at = now
+            self._log_line(comp, "restart now (it was killed on purpose)")
             return
         if now - comp.started_at >= STABLE_AFTER:
             comp.crashes = 0

@@ -11,6 +11,12 @@ Every connection names itself (``CLIENT SETNAME <component>/<purpose>``) so a
 up as a new client id under the same name. The component is ``$PROCTOR_COMPONENT``
 (set by the embedded runner), else ``settings.node_name``.
 
+TLS set-up is paid once per process tree, not per connection: redis-py builds a new
+``ssl.create_default_context()`` (every system CA parsed, ~0.1 s) for each connection,
+and an RQ horse is a fresh fork whose first command needs a new connection. Our
+``CountingSSLConnection`` uses one client context per CA, built in the worker's parent
+(``warm_tls``) and inherited by every horse, trusting only the run's CA.
+
 With ``settings.valkey_fresh_connections`` (PROCTOR_VALKEY_FRESH_CONNECTIONS, a
 negative control reproducing the seed's "fresh TLS connections") every call opens
 and closes its own connection (``FreshConnectionPool``).
@@ -54,7 +60,9 @@ __all__ = [
     "classify_error",
     "client_name",
     "component_name",
+    "tls_context",
     "valkey_client",
+    "warm_tls",
 ]
 
 CONNECT_TIMEOUT = 2.0
@@ -245,8 +253,40 @@ class CountingConnection(_Counting, Connection):
     pass
 
 
+_TLS_CONTEXTS: dict[tuple[Any, ...], ssl.SSLContext] = {}
+
+
+def tls_context(ca_certs: str | None, cert_reqs: Any = ssl.CERT_REQUIRED, check_hostname: bool = False) -> ssl.SSLContext:
+    """One client context per (CA file, verification): built once, shared by every connection
+    of this process and of its forked children (RQ horses)."""
+    key = (ca_certs, cert_reqs, check_hostname)
+    context = _TLS_CONTEXTS.get(key)
+    if context is None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = check_hostname  # before verify_mode: CERT_NONE needs it off first
+        context.verify_mode = cert_reqs
+        if ca_certs:
+            context.load_verify_locations(cafile=ca_certs)  # only the run's CA, not every system CA
+        else:
+            context.load_default_certs()
+        _TLS_CONTEXTS[key] = context
+    return context
+
+
+def warm_tls(settings: Settings) -> None:
+    """Build the TLS context now (in a worker's parent), so no forked horse builds its own."""
+    if settings.valkey_url.startswith("rediss://"):
+        tls_context(settings.valkey_ca or None, ssl.CERT_REQUIRED, True)  # as valkey_client asks
+
+
 class CountingSSLConnection(_Counting, SSLConnection):
-    pass
+    def _wrap_socket_with_ssl(self, sock: Any) -> Any:
+        if self.certfile or self.keyfile or self.ca_path or self.ca_data or self.ssl_ciphers \
+                or self.ssl_min_version is not None or self.ssl_validate_ocsp or self.ssl_validate_ocsp_stapled \
+                or self.ssl_include_verify_flags or self.ssl_exclude_verify_flags:
+            return super()._wrap_socket_with_ssl(sock)  # options we do not use: redis-py's own path
+        context = tls_context(self.ca_certs, self.cert_reqs, self.check_hostname)
+        return context.wrap_socket(sock, server_hostname=self.host)
 
 
 def valkey_client(settings: Settings, purpose: str = "queue") -> Redis:
@@ -267,6 +307,7 @@ def valkey_client(settings: Settings, purpose: str = "queue") -> Redis:
         if settings.valkey_ca:
             kwargs["ssl_ca_certs"] = settings.valkey_ca
         kwargs["ssl_cert_reqs"] = "required"
+        kwargs["ssl_check_hostname"] = True  # the run's certificate names 127.0.0.1
     if settings.valkey_fresh_connections:
         pool = FreshConnectionPool.from_url(settings.valkey_url, **kwargs)
         client = Redis(connection_pool=pool)

@@ -8,6 +8,11 @@ the relay treats a started job whose worker key is gone as abandoned, in seconds
 rather than RQ's ~90 s + up to 600 s. The thread uses its own client, so the
 horse never inherits a pool the thread might be holding at fork time.
 
+Readiness: with ``$PROCTOR_READY_FILE`` set (the embedded runner sets it) the worker
+writes its pid there once its liveness key is set, right before its first dequeue.
+The supervisor counts the worker ready when the file names the live pid, so a
+restart's measured time ends when the worker can really take a job.
+
 Exit status: 0 after a requested stop or a finished burst, 1 on Valkey trouble or
 any other unhandled error; the supervisor restarts the worker.
 """
@@ -23,16 +28,25 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from redis import Redis
-from redis.exceptions import RedisError
-from rq import Queue, Worker
+LANE_NICENESS = {"merit": 5, "ai": 10, "sms": 10}
+"""Workers yield the CPU to web nodes: accepting answers is the promise (p99 <= 1 s under
+worker kills), and on 2 loaded cores a restarting worker's imports (~1 CPU-second) or a
+horse would otherwise take its turn. The urgent merit lane stays ahead of ai and sms."""
 
-import stack.lanes.jobs  # noqa: F401 - imported in the parent so each forked horse starts warm (~1.7 s cold)
-from stack.config import Settings, load_settings
-from stack.lanes.connection import valkey_client
-from stack.lanes.queues import LANES
+if __name__ == "__main__":  # before the heavy imports below, so a restart's imports run niced too
+    os.nice(LANE_NICENESS.get(sys.argv[1] if len(sys.argv) > 1 else "", 0))
+
+from redis import Redis  # noqa: E402
+from redis.exceptions import RedisError  # noqa: E402
+from rq import Queue, Worker  # noqa: E402
+
+import stack.lanes.jobs  # noqa: F401,E402 - imported in the parent so each forked horse starts warm (~1.7 s cold)
+from stack.config import Settings, load_settings  # noqa: E402
+from stack.lanes.connection import valkey_client, warm_tls  # noqa: E402
+from stack.lanes.queues import LANES  # noqa: E402
 
 __all__ = [
+    "LANE_NICENESS",
     "LIVENESS_PREFIX",
     "MAINTENANCE_INTERVAL",
     "WORKER_TTL",
@@ -40,6 +54,7 @@ __all__ = [
     "LivenessBeat",
     "liveness_key",
     "main",
+    "mark_ready",
     "worker_name",
 ]
 
@@ -97,6 +112,20 @@ class LivenessBeat(threading.Thread):
             pass  # the key expires on its own
 
 
+def mark_ready(path: str | None, pid: int | None = None) -> None:
+    """Write our pid to the ready file (atomically: a probe never reads half a pid)."""
+    if not path:
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(tmp, "w") as out:
+            out.write(str(os.getpid() if pid is None else pid))
+        os.replace(tmp, path)
+    except OSError as exc:  # readiness is then unknown to the supervisor, never fatal here
+        log.warning("cannot write ready file %s: %s", path, exc)
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m stack.lanes.worker")
     parser.add_argument("lane", choices=LANES)
@@ -130,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = load_settings()
+    warm_tls(settings)  # once here; every forked horse reuses it for its own Valkey connection
     component = args.name or os.environ.get("PROCTOR_COMPONENT") or f"worker_{args.lane}"
     worker = build_worker(settings, args.lane, component)
     valkey_lost = threading.Event()
@@ -145,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         beat.beat()  # before the first dequeue, so a job never starts without a key
         beat.start()
+        mark_ready(os.environ.get("PROCTOR_READY_FILE"))
         worker.work(burst=args.burst, logging_level="INFO")
     except RedisError as exc:
         log.error("worker %s: Valkey error: %s", worker.name, exc)

@@ -117,3 +117,16 @@ def test_readiness_failure_raises_with_the_log_tail(sup: Supervisor) -> None:
     sup.start(ProcessSpec("broken", broken, ready=lambda: False))
     with pytest.raises(StackError, match=r"(?s)broken exited with code 2.*boom: no such module"):
         sup.wait_ready("broken", 5)
+
+
+def test_a_deliberate_kill_restarts_at_once_and_never_grows_the_backoff(sup: Supervisor) -> None:
+    sup.start(ProcessSpec("target", [sys.executable, "-c", "import time; time.sleep(600)"]))
+    sup.wait_ready("target", 5)
+    for kill in range(1, 4):  # three kills in quick succession, as a nemesis does
+        sup.kill("target")
+        assert _wait(lambda: sup.info("target")["starts"] == kill + 1, 10), sup.log_tail("target")
+        sup.wait_ready("target", 10)
+        assert sup.info("target")["ready_seconds"] is not None  # the measured start-up of this process
+    tail = sup.log_tail("target")
+    assert tail.count("restart now (it was killed on purpose)") == 3, tail
+    assert "(backoff)" not in tail, tail  # a kill is not a crash

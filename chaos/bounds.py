@@ -1,0 +1,255 @@
+"""Bounds that follow from the fault schedule, derived per run from what the run measured.
+
+A fixed wall-clock limit in a verdict fails a correct stack on a slower machine. So
+a bound that the kills explain is derived at analysis time, from ``scenario.json``
+(settings, workers per lane), the history (when each worker was killed and when it
+was back ready, measured by the process nemesis) and the outbox export (what one
+job costs). ``proctor check RUN_DIR`` re-derives the same numbers offline.
+
+Terms, all real seconds (wall clock, as the ledgers record them):
+
+- **kill window** of a worker: ``killed_at`` -> ``ready_at`` (the nemesis logged both;
+  ``ready_at`` is when the restarted worker had set its liveness key, before its
+  first dequeue). A window that never ended makes the bound underivable.
+- **all-down** time of a lane: the longest stretch in which every worker of the lane
+  sat in a kill window (0 when a redundant worker always served).
+- **service** S of a lane: the median queue-to-done time (``done_at - enqueued_at``)
+  of the lane's jobs enqueued outside its kill windows: what a job costs a free
+  worker (fork, TLS, work). The median is untouched by a stall that hits fewer than
+  half the jobs, so a stall cannot excuse itself.
+- **backlog**: jobs of the lane created during its longest cluster of kill windows
+  (windows closer than one detection apart are one cluster): the work an outage
+  leaves behind, drained at S per job by (pessimistically) one worker.
+- **burst** B: the most jobs of the lane created within any S-long window: how many
+  can arrive ahead of one another while a job is served.
+- **detection**: ``liveness_ttl + 2 * relay_interval``: a job the kill interrupted is
+  re-enqueued once its worker's liveness key expired, at the next relay pass (one
+  more pass of slack); paid once per kill in the cluster.
+
+Bounds (each reported with its terms):
+
+- ``slo.merit.oldest_age`` = all-down + (1 + B + backlog) * S  (merit lane)
+- ``outcome_deadline_seconds`` = max over lanes of
+  relay_interval + cluster span + kills * detection + (1 + B + backlog) * S
+
+A scenario asks for them in scenario.json: ``"derive_bounds": ["outcome_deadline_seconds",
+"slo.merit.oldest_age"]``; a derived value replaces the option of that name.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from chaos.history import NEMESIS, Op
+from chaos.ledgers import LANE_OF_KIND, OutboxRow
+
+__all__ = [
+    "DERIVABLE",
+    "KillWindow",
+    "apply_bounds",
+    "bounds_markdown",
+    "derive_bounds",
+    "kill_windows",
+]
+
+DEADLINE = "outcome_deadline_seconds"
+MERIT_OLDEST = "slo.merit.oldest_age"
+DERIVABLE = (DEADLINE, MERIT_OLDEST)
+LANES = ("merit", "ai", "sms")
+
+
+@dataclass(frozen=True)
+class KillWindow:
+    target: str
+    lane: str
+    start: float  # wall clock: killed
+    end: float | None  # wall clock: back ready; None = never ready again
+
+
+def kill_windows(history: Iterable[Op]) -> list[KillWindow]:
+    """Worker kills with their wall-clock start and measured ready time, from nemesis ops."""
+    starts: dict[Any, dict[str, Any]] = {}
+    windows: list[KillWindow] = []
+    for op in history:
+        value = op.value if isinstance(op.value, dict) else {}
+        if op.process != NEMESIS or value.get("kind") != "kill" or not str(value.get("target", "")).startswith("worker_"):
+            continue
+        if op.f == "fault-start" and isinstance(value.get("killed_at"), (int, float)):
+            starts[value.get("fault_id")] = value
+        elif op.f == "fault-end" and value.get("fault_id") in starts:
+            start = starts.pop(value.get("fault_id"))
+            ready = value.get("ready_at") if value.get("ready") else None
+            windows.append(_window(start, ready))
+    windows += [_window(start, None) for start in starts.values()]
+    return sorted(windows, key=lambda w: w.start)
+
+
+def _window(start: Mapping[str, Any], ready_at: Any) -> KillWindow:
+    target = str(start["target"])
+    return KillWindow(target, target.split("_")[1], float(start["killed_at"]),
+                      float(ready_at) if isinstance(ready_at, (int, float)) else None)
+
+
+def derive_bounds(scenario: Mapping[str, Any], history: Sequence[Op], outbox: Sequence[OutboxRow] | None) -> dict[str, Any]:
+    """{name: {"value": seconds or None, "formula": str, "terms": {...}, "note": str}} for each bound asked for."""
+    wanted = scenario.get("derive_bounds") or []
+    unknown = [name for name in wanted if name not in DERIVABLE]
+    if unknown:
+        raise ValueError(f"scenario.json derive_bounds: {unknown} are not among {list(DERIVABLE)}")
+    if not wanted:
+        return {}
+    settings = scenario.get("settings") or {}
+    ttl, relay = float(settings.get("liveness_ttl", 3.0)), float(settings.get("relay_interval", 0.5))
+    detection = ttl + 2 * relay
+    windows = kill_windows(history)
+    workers = {lane: int((scenario.get("stack") or {}).get(f"{lane}_workers", 1)) for lane in LANES}
+    lanes = {lane: _lane_terms(lane, workers[lane], windows, outbox or [], detection) for lane in LANES}
+    shared = {"liveness_ttl": ttl, "relay_interval": relay, "detection": detection,
+              "kills": [[w.target, w.start, w.end] for w in windows]}
+    derived: dict[str, Any] = {}
+    if DEADLINE in wanted:
+        derived[DEADLINE] = _deadline(lanes, relay, shared)
+    if MERIT_OLDEST in wanted:
+        derived[MERIT_OLDEST] = _merit_oldest(lanes["merit"])
+    return derived
+
+
+def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: Sequence[OutboxRow],
+                detection: float) -> dict[str, Any]:
+    mine = [w for w in windows if w.lane == lane]
+    if any(w.end is None for w in mine):
+        return {"lane": lane, "error": f"a killed {lane} worker never came back ready"}
+    rows = [r for r in outbox if LANE_OF_KIND.get(r.kind) == lane]
+    if not rows:
+        return {"lane": lane, "jobs": 0}  # nothing of this lane to bound
+    per_job, measured_from = _per_job(rows)
+    if per_job is None:
+        return {"lane": lane, "error": f"no done {lane} job to measure the service time from"}
+    created = sorted(r.created_at for r in rows if r.created_at is not None)
+    burst = _burst(created, per_job * workers)
+    queue = _longest_cluster(mine, (workers + burst) * per_job, created)
+    jobs = _longest_cluster(mine, detection, created)
+    return {"lane": lane, "workers": workers, "all_down": round(_all_down(mine, workers), 3),
+            "per_job": round(per_job, 4), "per_job_from": measured_from, "burst": burst,
+            "queue_backlog": queue["backlog"], "backlog": jobs["backlog"],
+            "cluster_span": jobs["span"], "cluster_kills": jobs["kills"]}
+
+
+def _per_job(rows: Sequence[OutboxRow]) -> tuple[float | None, str]:
+    """Seconds the lane takes per job: the median gap between consecutive completions while
+    the next job was already waiting (a busy lane drains one job per gap), else, for a lane
+    that never queued, the median queue-to-done time (then that is the service time)."""
+    done = sorted((r for r in rows if r.status == "done" and r.done_at is not None and r.enqueued_at is not None),
+                  key=lambda r: r.done_at)  # type: ignore[arg-type, return-value]
+    if not done:
+        return None, "no done job"
+    gaps = [b.done_at - a.done_at for a, b in zip(done, done[1:])  # type: ignore[operator]
+            if b.enqueued_at <= a.done_at]  # type: ignore[operator]
+    if gaps:
+        return statistics.median(gaps), f"median of {len(gaps)} completion gaps while jobs waited"
+    return statistics.median(r.done_at - r.enqueued_at for r in done), f"median queue-to-done of {len(done)} jobs"  # type: ignore[operator]
+
+
+def _all_down(windows: Sequence[KillWindow], workers: int) -> float:
+    """Longest stretch in which ``workers`` kill windows of the lane overlap (nobody serving)."""
+    events = sorted([(w.start, 1) for w in windows] + [(w.end or w.start, -1) for w in windows],
+                    key=lambda e: (e[0], e[1]))
+    down, since, longest = 0, 0.0, 0.0
+    for at, change in events:
+        if change < 0 and down >= workers:
+            longest = max(longest, at - since)
+        down += change
+        if change > 0 and down == workers:
+            since = at
+    return longest
+
+
+def _longest_cluster(windows: Sequence[KillWindow], gap: float, created: Sequence[float]) -> dict[str, Any]:
+    """The longest chain of kill windows less than ``gap`` apart: its span, kills, and the
+    jobs created inside it (the backlog it leaves)."""
+    clusters: list[list[KillWindow]] = []
+    for window in sorted(windows, key=lambda w: w.start):
+        if clusters and window.start <= max(w.end or w.start for w in clusters[-1]) + gap:
+            clusters[-1].append(window)
+        else:
+            clusters.append([window])
+    best = {"span": 0.0, "kills": 0, "backlog": 0}
+    for cluster in clusters:
+        start, end = cluster[0].start, max(w.end or w.start for w in cluster)
+        candidate = {"span": round(end - start, 3), "kills": len(cluster),
+                     "backlog": sum(1 for t in created if start <= t <= end)}
+        if (candidate["span"], candidate["kills"]) > (best["span"], best["kills"]):
+            best = candidate
+    return best
+
+
+def _burst(created: Sequence[float], window: float) -> int:
+    """Most creations within any ``window``-long interval (two pointers over sorted times)."""
+    most, left = 0, 0
+    for right, at in enumerate(created):
+        while at - created[left] > window:
+            left += 1
+        most = max(most, right - left + 1)
+    return most
+
+
+def _merit_oldest(merit: Mapping[str, Any]) -> dict[str, Any]:
+    formula = "all_down + (workers + burst + queue_backlog) * per_job"
+    if "per_job" not in merit:
+        return {"value": None, "formula": formula, "terms": dict(merit), "note": merit.get("error", "no merit jobs")}
+    value = merit["all_down"] + (merit["workers"] + merit["burst"] + merit["queue_backlog"]) * merit["per_job"]
+    return {"value": round(value, 3), "formula": formula, "terms": dict(merit)}
+
+
+def _deadline(lanes: Mapping[str, Mapping[str, Any]], relay: float, shared: Mapping[str, Any]) -> dict[str, Any]:
+    formula = ("max over lanes: relay_interval + cluster_span + cluster_kills * detection"
+               " + (workers + burst + backlog) * per_job")
+    errors = [t["error"] for t in lanes.values() if "error" in t]
+    per_lane = {}
+    for lane, terms in lanes.items():
+        if "per_job" in terms:
+            drain = (terms["workers"] + terms["burst"] + terms["backlog"]) * terms["per_job"]
+            per_lane[lane] = round(relay + terms["cluster_span"] + terms["cluster_kills"] * shared["detection"] + drain, 3)
+    terms = {**shared, "lanes": {lane: dict(t) for lane, t in lanes.items()}, "per_lane": per_lane}
+    if errors or not per_lane:
+        return {"value": None, "formula": formula, "terms": terms, "note": "; ".join(errors) or "no jobs at all"}
+    return {"value": max(per_lane.values()), "formula": formula, "terms": terms}
+
+
+def apply_bounds(options: Mapping[str, Any] | None, derived: Mapping[str, Any]) -> dict[str, Any]:
+    """The checker options with each derived value in place (an underivable bound is left out)."""
+    result = copy.deepcopy(dict(options or {}))
+    for name, bound in derived.items():
+        if bound.get("value") is None:
+            continue
+        if name == DEADLINE:
+            result[DEADLINE] = bound["value"]
+        else:
+            _, lane, threshold = name.split(".")
+            result.setdefault("slo", {}).setdefault(lane, {})[threshold] = bound["value"]
+    return result
+
+
+def bounds_markdown(derived: Mapping[str, Any] | None) -> list[str]:
+    """The report section: each bound, its formula and the values of its terms."""
+    if not derived:
+        return []
+    lines = ["## Derived bounds", "",
+             "Bounds that follow from the fault schedule, derived from this run's measured kills, "
+             "restarts and job service times (chaos/bounds.py).", ""]
+    for name, bound in derived.items():
+        value = bound.get("value")
+        lines.append(f"- **{name}** = {'underivable: ' + bound.get('note', '') if value is None else f'{value} s'}"
+                     f" = `{bound['formula']}`")
+        terms = bound.get("terms", {})
+        for lane, lane_terms in (terms.get("lanes") or {"": terms}).items():
+            shown = {k: v for k, v in lane_terms.items() if k != "lane"}
+            lines.append(f"  - {lane + ': ' if lane else ''}{shown}")
+        if "per_lane" in terms:
+            lines.append(f"  - per lane: {terms['per_lane']}; detection {terms['detection']} s "
+                         f"(liveness_ttl {terms['liveness_ttl']} + 2 x relay_interval {terms['relay_interval']}); "
+                         f"{len(terms['kills'])} worker kills")
+    return lines + [""]

@@ -1,0 +1,196 @@
+"""chaos/bounds.py on hand-written histories and outboxes: each term, each bound, and the
+checkers catching a stall the kills do not explain (the anomaly comes after valid ops)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import chaos.bounds as bounds_module
+from chaos.bounds import apply_bounds, bounds_markdown, derive_bounds, kill_windows
+from chaos.checkers.base import CheckOptions
+from chaos.checkers.jobs import check_jobs
+from chaos.checkers.latency import check_latency
+from chaos.history import Op
+from chaos.ledgers import Ledgers, OutboxRow
+
+T0 = 1000.0  # wall clock of the made-up run
+SCENARIO: dict[str, Any] = {
+    "settings": {"liveness_ttl": 3.0, "relay_interval": 0.5},
+    "stack": {"merit_workers": 2, "ai_workers": 1, "sms_workers": 1},
+    "derive_bounds": ["outcome_deadline_seconds", "slo.merit.oldest_age"],
+}
+
+
+class Ops:
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+
+    def add(self, process: str, f: str, value: dict[str, Any], at: float) -> None:
+        self.ops.append(Op(index=len(self.ops), time=at, process=process, type="info", f=f, value=value))
+
+    def kill(self, fault_id: int, target: str, killed_at: float, ready_at: float | None) -> None:
+        value = {"fault_id": fault_id, "kind": "kill", "target": target}
+        self.add("nemesis", "fault-start", {**value, "killed_at": killed_at}, killed_at - T0)
+        if ready_at is not None:
+            self.add("nemesis", "fault-end", {**value, "ready": True, "ready_at": ready_at}, ready_at - T0)
+
+    def sample(self, at: float, oldest: float) -> None:
+        self.add("monitor", "sample", {"lanes": {"merit": {"depth": 1, "oldest_age": oldest}}}, at - T0)
+
+
+def merit_rows(count: int = 10, spacing: float = 0.5, service: float = 0.2) -> list[OutboxRow]:
+    """Merit jobs created every ``spacing`` s, enqueued 50 ms later, done ``service`` after that."""
+    return [OutboxRow(operation_id=f"merit-a{i}", attempt_id=f"a{i}", kind="merit", status="done", attempts=1,
+                      created_at=T0 + i * spacing, enqueued_at=T0 + i * spacing + 0.05,
+                      done_at=T0 + i * spacing + 0.05 + service) for i in range(count)]
+
+
+def one_merit_kill() -> Ops:
+    ops = Ops()
+    ops.kill(0, "worker_merit_1", T0 + 1.0, T0 + 3.0)
+    return ops
+
+
+def test_kill_windows_pair_start_and_measured_ready_time():
+    ops = one_merit_kill()
+    ops.kill(1, "worker_ai_1", T0 + 4.0, None)
+    windows = kill_windows(ops.ops)
+    assert [(w.target, w.lane, w.start, w.end) for w in windows] == [
+        ("worker_merit_1", "merit", T0 + 1.0, T0 + 3.0), ("worker_ai_1", "ai", T0 + 4.0, None)]
+
+
+def test_one_of_two_merit_workers_killed_bounds_the_oldest_job_by_its_backlog():
+    derived = derive_bounds(SCENARIO, one_merit_kill().ops, merit_rows())
+    terms = derived["slo.merit.oldest_age"]["terms"]
+    # nobody-serving time 0 (worker 2 stayed); 5 jobs created in [1001, 1003]; 1 per 0.4 s window;
+    # the lane never queued, so a job costs its queue-to-done time
+    assert (terms["all_down"], terms["queue_backlog"], terms["burst"]) == (0.0, 5, 1)
+    assert terms["per_job"] == pytest.approx(0.2) and terms["per_job_from"] == "median queue-to-done of 10 jobs"
+    assert derived["slo.merit.oldest_age"]["value"] == pytest.approx((2 + 1 + 5) * 0.2)
+
+
+def test_deadline_adds_relay_pass_cluster_span_and_one_detection_per_kill():
+    derived = derive_bounds(SCENARIO, one_merit_kill().ops, merit_rows())
+    deadline = derived["outcome_deadline_seconds"]
+    # relay 0.5 + span 2.0 + 1 kill * (ttl 3 + 2 * 0.5) + (2 workers + 1 burst + 5 backlog) * 0.2
+    assert deadline["value"] == pytest.approx(0.5 + 2.0 + 4.0 + 1.6)
+    assert deadline["terms"]["per_lane"] == {"merit": pytest.approx(8.1)}
+
+
+def test_overlapping_kills_of_both_merit_workers_count_as_all_down():
+    ops = one_merit_kill()
+    ops.kill(1, "worker_merit_2", T0 + 2.0, T0 + 4.0)
+    terms = derive_bounds(SCENARIO, ops.ops, merit_rows())["slo.merit.oldest_age"]["terms"]
+    assert terms["all_down"] == pytest.approx(1.0)
+    assert terms["cluster_kills"] == 2 and terms["cluster_span"] == pytest.approx(3.0)
+
+
+def test_kills_further_apart_than_a_detection_are_separate_clusters():
+    ops = one_merit_kill()
+    ops.kill(1, "worker_merit_1", T0 + 8.0, T0 + 8.5)  # 5 s after the first was ready: > 4 s detection
+    terms = derive_bounds(SCENARIO, ops.ops, merit_rows(count=20))["slo.merit.oldest_age"]["terms"]
+    assert (terms["cluster_kills"], terms["cluster_span"]) == (1, pytest.approx(2.0))
+
+
+def busy_rows(gaps: list[float]) -> list[OutboxRow]:
+    """Jobs all waiting from T0, completed one after another ``gaps`` apart (a busy lane)."""
+    rows, done = [], T0
+    for i, gap in enumerate(gaps):
+        done += gap
+        rows.append(OutboxRow(operation_id=f"merit-b{i}", attempt_id=f"b{i}", kind="merit", status="done",
+                              attempts=1, created_at=T0, enqueued_at=T0, done_at=done))
+    return rows
+
+
+def test_a_busy_lane_costs_the_median_gap_between_completions():
+    terms = derive_bounds(SCENARIO, [], busy_rows([0.3] * 6))["slo.merit.oldest_age"]["terms"]
+    assert terms["per_job"] == pytest.approx(0.3)
+    assert terms["per_job_from"] == "median of 5 completion gaps while jobs waited"
+
+
+def test_a_stall_in_fewer_than_half_the_gaps_does_not_excuse_itself():
+    terms = derive_bounds(SCENARIO, [], busy_rows([0.3] * 6 + [4.0]))["slo.merit.oldest_age"]["terms"]
+    assert terms["per_job"] == pytest.approx(0.3)
+
+
+def test_a_worker_that_never_came_back_leaves_the_bound_underivable_and_the_option_unset():
+    ops = Ops()
+    ops.kill(0, "worker_merit_1", T0 + 1.0, None)
+    derived = derive_bounds(SCENARIO, ops.ops, merit_rows())
+    assert derived["slo.merit.oldest_age"]["value"] is None
+    assert "never came back" in derived["slo.merit.oldest_age"]["note"]
+    assert apply_bounds({"slo": {"answer": {"p99": 1.0}}}, derived) == {"slo": {"answer": {"p99": 1.0}}}
+
+
+def test_apply_bounds_sets_the_checker_options_without_touching_the_input():
+    options = {"slo": {"answer": {"p99": 1.0}}}
+    derived = derive_bounds(SCENARIO, one_merit_kill().ops, merit_rows())
+    applied = apply_bounds(options, derived)
+    assert applied["slo"] == {"answer": {"p99": 1.0}, "merit": {"oldest_age": pytest.approx(1.6)}}
+    assert applied["outcome_deadline_seconds"] == pytest.approx(8.1)
+    assert options == {"slo": {"answer": {"p99": 1.0}}}
+    CheckOptions.from_dict(applied)  # the checkers accept what we produce
+
+
+def test_no_bounds_asked_for_derives_nothing_and_an_unknown_name_is_refused():
+    assert derive_bounds({}, one_merit_kill().ops, merit_rows()) == {}
+    with pytest.raises(ValueError, match="derive_bounds"):
+        derive_bounds({"derive_bounds": ["slo.ai.p99"]}, [], [])
+
+
+def test_report_section_shows_each_bound_with_its_terms():
+    lines = "\n".join(bounds_markdown(derive_bounds(SCENARIO, one_merit_kill().ops, merit_rows())))
+    assert "slo.merit.oldest_age** = 1.6 s" in lines and "'queue_backlog': 5" in lines
+    assert "detection 4.0 s (liveness_ttl 3.0 + 2 x relay_interval 0.5)" in lines
+
+
+# ------------------------------------------------------------------ the checkers catch a stall
+
+
+def _ledgers(rows: list[OutboxRow]) -> Ledgers:
+    attempts = [{"attempt_id": r.attempt_id, "exam_code": "NOVA-101", "status": "finished", "finished_at": r.created_at}
+                for r in rows]
+    outbox = [dict(r.__dict__) for r in rows]
+    return Ledgers.from_exports(attempts=attempts, outbox=outbox, outcomes=[], answers=[], ai_effects=[], sms_effects=[])
+
+
+def _latency_with_derived(ops: Ops, rows: list[OutboxRow]) -> Any:
+    derived = derive_bounds(SCENARIO, ops.ops, rows)
+    return check_latency(ops.ops, _ledgers(rows), CheckOptions.from_dict(apply_bounds({}, derived)))
+
+
+def test_merit_oldest_age_within_the_derived_bound_is_valid():
+    ops = one_merit_kill()
+    for i in range(8):
+        ops.sample(T0 + i, oldest=1.5 if i == 3 else 0.2)  # the backlog after the kill: inside 1.6 s
+    assert _latency_with_derived(ops, merit_rows()).valid is True
+
+
+def test_a_stall_no_kill_explains_exceeds_the_derived_merit_bound():
+    ops = one_merit_kill()
+    for i in range(8):
+        ops.sample(T0 + i, oldest=0.2)
+    ops.sample(T0 + 9, oldest=4.0)  # the lane froze later, with every worker "ready"
+    result = _latency_with_derived(ops, merit_rows())
+    assert result.valid is False
+    assert result.examples["slo_violations"] == [
+        {"slo": "merit", "threshold": "oldest_age", "limit": pytest.approx(1.6), "observed": 4.0}]
+
+
+def test_an_outcome_later_than_the_derived_deadline_is_reported():
+    rows = merit_rows()
+    late = OutboxRow(operation_id="merit-late", attempt_id="late", kind="merit", status="done", attempts=1,
+                     created_at=T0 + 6.0, enqueued_at=T0 + 6.05, done_at=T0 + 6.0 + 9.0)  # after the valid ones
+    derived = derive_bounds(SCENARIO, one_merit_kill().ops, rows + [late])
+    result = check_jobs([], _ledgers(rows + [late]), CheckOptions.from_dict(apply_bounds({}, derived)))
+    assert result.valid is False
+    assert [e["operation_id"] for e in result.examples["deadline_exceeded"]] == ["merit-late"]
+    assert result.counts["deadline_exceeded"] == 1
+
+
+def test_module_exports_exactly_its_public_names():
+    public = {name for name in vars(bounds_module) if not name.startswith("_") and callable(getattr(bounds_module, name))
+              and getattr(getattr(bounds_module, name), "__module__", "") == "chaos.bounds"}
+    assert public <= set(bounds_module.__all__)
