@@ -3,8 +3,9 @@
 Process trees: a component's tree is its process, every descendant (by parent pid),
 and every member of the process groups those belong to. RQ's horse calls
 ``os.setpgrp``, so signalling the worker's group alone would leave the job running.
-We collect the whole tree first and signal second, because a dead parent's children
-are re-parented to init and can no longer be found through it.
+We freeze the whole tree first (SIGSTOP, round by round until it stops growing) and
+signal second, because a dead parent's children are re-parented to init and can no
+longer be found through it, and a child forked after a single snapshot would escape.
 
 A pid is identified by (pid, start time in clock ticks) so that a recycled pid is
 never signalled by mistake.
@@ -107,23 +108,55 @@ def collect_tree(roots: Iterable[Identity], procs: dict[int, ProcInfo] | None = 
     return {(pid, procs[pid].start) for pid in found if procs[pid].state != "Z"}
 
 
+_FREEZE_PASSES = 8
+"""Rounds of "find new members, SIGSTOP them" before the real signal. A frozen process
+cannot fork, so the tree stops growing after a round or two; eight is a safety cap."""
+
+
 def signal_tree(roots: Iterable[Identity], sig: int) -> set[Identity]:
-    """Collect the trees first, then signal every group and every pid. Returns the tree."""
-    procs = snapshot()
-    tree = collect_tree(roots, procs)
-    protected = _protected_groups()
-    for pgid in {procs[pid].pgid for pid, _ in tree} - protected:
+    """Freeze the whole tree, then signal every group and every pid. Returns the tree.
+
+    Freezing first closes a race that a single snapshot leaves open: a worker that
+    forks its job's horse between the snapshot and the signal (the horse then calls
+    ``setpgrp``, leaving the worker's group) would escape the kill and finish the job
+    it was meant to lose. Each round signals SIGSTOP to what it newly found; once a
+    round finds nothing new, no member can fork any more and ``sig`` goes to all.
+    SIGCONT needs no freeze (it cannot lose a race to a fork).
+    """
+    if sig == signal.SIGCONT:
+        procs = snapshot()
+        tree = collect_tree(roots, procs)
+        _signal_members(tree, procs, sig)
+        return tree
+    tree: set[Identity] = set()
+    roots = set(roots)
+    for _ in range(_FREEZE_PASSES):
+        procs = snapshot()
+        found = collect_tree(roots | tree, procs)
+        new = found - tree
+        tree |= found
+        if not new:
+            break
+        _signal_members(new, procs, signal.SIGSTOP)
+    if sig != signal.SIGSTOP:
+        _signal_members(tree, snapshot(), sig)
+    return tree
+
+
+def _signal_members(members: set[Identity], procs: dict[int, ProcInfo], sig: int) -> None:
+    """Signal each member's process group (unless protected), then each member by pid."""
+    groups = {procs[pid].pgid for pid, _ in members if pid in procs}
+    for pgid in groups - _protected_groups():
         try:
             os.killpg(pgid, sig)
         except (ProcessLookupError, PermissionError):
             pass
-    for pid, start in tree:
+    for pid, start in members:
         if is_alive((pid, start)):  # re-check: the pid could have been recycled meanwhile
             try:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
-    return tree
 
 
 def watch(stream: IO[str]) -> bool:

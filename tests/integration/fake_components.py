@@ -1,7 +1,7 @@
 """Stand-in components for runner tests: scripts small enough to start in milliseconds,
 so the supervisor, HAProxy and links are tested without the real stack."""
 
-__all__ = ["FAKE_HTTP", "FORKING_WORKER"]
+__all__ = ["FAKE_HTTP", "FORKING_WORKER", "FORK_STORM"]
 
 FAKE_HTTP = """
 import os, sys
@@ -33,3 +33,18 @@ time.sleep(600)
 """
 """Like an RQ worker with a job running: a forked child that leaves the parent's process
 group (RQ's horse calls os.setpgrp). argv: file to write the child's pid to."""
+
+FORK_STORM = """
+import os, sys, time
+out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+while True:
+    if os.fork() == 0:
+        os.setpgrp()
+        os.write(out, b"%d\\n" % os.getpid())
+        time.sleep(600)
+        os._exit(0)
+    time.sleep(0.001)
+"""
+"""A worker that forks a new horse every millisecond, each leaving the parent's process group
+at once: a kill that snapshots the tree and then signals it loses the race to the next fork.
+argv: file each child appends its pid to."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from fake_components import FORKING_WORKER
+from fake_components import FORK_STORM, FORKING_WORKER
 
 from stack.embedded.supervisor import BACKOFF_INITIAL, ProcessSpec, Supervisor
 from stack.embedded.watchdog import _read_stat
@@ -94,6 +94,25 @@ def test_kill_reaches_a_child_in_its_own_process_group(sup: Supervisor, tmp_path
     assert {parent, horse} <= set(sup.pids("forker"))
     sup.kill("forker", signal.SIGKILL)
     assert _wait(lambda: _gone(parent) and _gone(horse), 3), (_state(parent), _state(horse))
+
+
+def test_kill_wins_the_race_against_a_worker_forking_horses(sup: Supervisor, tmp_path: Path) -> None:
+    """Freeze first: a horse forked between a snapshot and the signal must die too.
+
+    With a single snapshot-then-signal pass this fails most times (a child forked after the
+    snapshot has already left the group); the fixed kill freezes the tree until it stops growing.
+    """
+    pidfile = tmp_path / "horses.pid"
+    for round_ in range(5):
+        name = f"storm{round_}"
+        sup.start(ProcessSpec(name, [sys.executable, "-c", FORK_STORM, str(pidfile)], autorestart=False))
+        sup.wait_ready(name, 5)
+        assert _wait(lambda: pidfile.exists() and len(pidfile.read_text().split()) > 20 * (round_ + 1), 10)
+        sup.kill(name, signal.SIGKILL)
+    horses = [int(pid) for pid in pidfile.read_text().split()]
+    # An escaped horse lives on (it sleeps 600 s), so waiting can only turn a failure into a pass
+    # if the horse really dies: the assertion never depends on the machine's speed.
+    assert _wait(lambda: all(_gone(pid) for pid in horses), 5), [p for p in horses if not _gone(p)]
 
 
 def test_pause_and_resume_the_whole_tree(sup: Supervisor, tmp_path: Path) -> None:

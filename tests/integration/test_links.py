@@ -207,7 +207,6 @@ def test_latency_on_the_ai_link_slows_calls_and_narrative_jobs(stack: EmbeddedSt
             assert client.get(health).status_code == 200
             return time.monotonic() - t0
 
-    baseline = min(timed_call() for _ in range(3))
     fault = FaultSpec(0, "toxic", "ai_provider", 5,
                       {"type": "latency", "stream": "downstream", "attributes": {"latency": 300}})
     detail = nemesis.start(fault)
@@ -219,10 +218,11 @@ def test_latency_on_the_ai_link_slows_calls_and_narrative_jobs(stack: EmbeddedSt
                          "the narrative job")
     finally:
         assert nemesis.end(fault)["removed"] is True
-    assert baseline < 0.2 and slowed >= 0.3, (baseline, slowed)
+    assert slowed >= 0.3, slowed  # a lower bound: a loaded machine is slower, never faster
     job_seconds = rows[0]["done_at"] - rows[0]["enqueued_at"]
     assert job_seconds >= 0.3, rows[0]  # the AI answer crossed the 300 ms toxic
-    assert min(timed_call() for _ in range(3)) < 0.2  # removed at end
+    # removed at end: the proxy holds no toxic on the link any more (asked, not timed)
+    assert httpx.get(f"{stack.urls['faultproxy']}/proxies/ai_provider/toxics", timeout=5).json() == []
 
 
 def test_sms_link_down_fails_jobs_then_exactly_one_sms_each(stack: EmbeddedStack, nemesis: NetworkNemesis,
