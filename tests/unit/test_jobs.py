@@ -271,8 +271,10 @@ def test_sms_and_narrative_carry_the_cards_position_and_record_what_was_sent(pro
         "message_id": sent.response["message_id"], "to": "student:s-a1", "body": "NOVA-101: you scored 4/4, position 5004."
     }
     assert written.request == {"operation_id": "narrative-a1", "attempt_id": "a1", "score": 4, "position": 5004}
-    assert narrative_rows[0]["payload"] == {"text": written.response["text"], "narrative_id": written.response["narrative_id"],
-                                            "score": card["score"], "position": 5004}
+    assert narrative_rows[0]["payload"] == {
+        "text": written.response["text"], "narrative_id": written.response["narrative_id"],
+        "score": card["score"], "position": 5004,
+    }
 
 
 @pytest.mark.parametrize("kind, provider", [("sms", "sms"), ("narrative", "ai")])
