@@ -2,7 +2,9 @@
 
 Every ``relay_interval`` seconds:
 
-1. pending rows -> enqueue a fresh job ``<operation_id>-<n>`` -> row ``enqueued``.
+1. pending rows -> enqueue a fresh job ``<operation_id>-<n>`` -> row ``enqueued``;
+   merit first: a narrative or SMS row only once its attempt's merit row is ``done``
+   (those jobs read the card), and failed for review with it if the merit row gave up.
 2. if the reconciler is on, each enqueued row's job is inspected in Valkey:
    - hash gone (Valkey restarted empty / flushed), or failed / stopped / canceled,
    - or ``started`` by a worker whose ``proctor:alive:<name>`` key is gone,
@@ -141,6 +143,7 @@ class Relay:
     def _pass(self) -> PassReport:
         report = PassReport()
         self.enqueue_pending(report)
+        self.fail_blocked(report)
         if self.settings.reconciler_enabled:
             self.reconcile(report)
         return report
@@ -159,7 +162,7 @@ class Relay:
 
     def enqueue_pending(self, report: PassReport) -> None:
         with self.engine.begin() as conn:
-            rows = outbox.rows_with_status(conn, "pending")
+            rows = outbox.enqueueable(conn)
         for row in rows:
             number = row["attempts"] + 1
             jid = enqueue_operation(self.redis, self.settings, row["kind"], row["operation_id"], number)
@@ -168,6 +171,23 @@ class Relay:
             if moved:
                 log.info("enqueued %s as %s", row["operation_id"], jid)
                 report.enqueued.append(row["operation_id"])
+
+    def fail_blocked(self, report: PassReport) -> None:
+        """A narrative/SMS row whose merit card gave up can never run: fail it for review, visibly."""
+        with self.engine.begin() as conn:
+            rows = outbox.blocked_by_failed_merit(conn)
+        for row in rows:
+            op = row["operation_id"]
+            reason = f"merit-{row['attempt_id']} failed for review; no card to report"
+            detail = {"operation_id": op, "reason": reason, "attempts": row["attempts"]}
+            with self.engine.begin() as conn:
+                moved = outbox.mark_failed_pending(conn, op, reason)
+                if moved:
+                    outcomes.write_failed_for_review(conn, op, row["attempt_id"], row["kind"], detail)
+                    outcomes.audit(conn, "relay", "failed_for_review", detail)
+            if moved:
+                log.error("gave up on %s: %s", op, reason)
+                report.failed.append(op)
 
     def reconcile(self, report: PassReport) -> None:
         with self.engine.begin() as conn:

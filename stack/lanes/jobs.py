@@ -4,7 +4,10 @@ Each job is idempotent by operation id: it first looks for a ``ready`` outcome a
 if there is one, only marks the outbox row done. Otherwise it does its work and
 writes the outcome and ``done`` in ONE transaction (BEGIN IMMEDIATE), re-checking
 for a ready outcome inside it, so two runs of one operation write one outcome.
-Provider calls carry ``Idempotency-Key: <operation_id>`` so a re-run after an
+The narrative and SMS jobs read score and position only from the ready merit card,
+never from a fresh computation: the relay hands them to a lane only once that card
+exists (docs/architecture.md, "Merit first"), so what a student is texted is what the
+card says. Provider calls carry ``Idempotency-Key: <operation_id>`` so a re-run after an
 unknown outcome (worker killed after the provider accepted) adds no second effect;
 ``PROCTOR_SMS_IDEMPOTENCY=off`` drops the key for SMS as the negative control.
 
@@ -24,12 +27,14 @@ import httpx
 from sqlalchemy import Connection, Engine, select
 
 from stack.config import CASE_AI_CALL_SECONDS, CASE_MERIT_COMPUTE_SECONDS, CASE_SMS_CALL_SECONDS, Settings, load_settings
-from stack.ledger import outbox, outcomes
+from stack.ledger import grading, outbox, outcomes
 from stack.ledger.engine import make_engine
+from stack.ledger.grading import OPTIONS, answer_key
 from stack.ledger.schema import answers, attempts, exams
 
 __all__ = [
     "OPTIONS",
+    "MeritCardNotReady",
     "answer_key",
     "compute_merit_card",
     "http_timeout",
@@ -39,9 +44,6 @@ __all__ = [
     "send_result_sms",
     "write_narrative",
 ]
-
-OPTIONS = "ABCD"
-"""Every question is multiple choice; the key is derived, so no fixture table is needed."""
 
 _CALL_CASE_SECONDS = {"merit": 0.0, "narrative": CASE_AI_CALL_SECONDS, "sms": CASE_SMS_CALL_SECONDS}
 _HTTP_SLACK_SECONDS = 10.0
@@ -95,43 +97,45 @@ def reset_process_state() -> None:
     _process = None
 
 
-def answer_key(exam_code: str, question: str) -> str:
-    """The correct option of a question: a stable hash, the same in every process."""
-    digest = hashlib.sha256(f"{exam_code}:{question}".encode()).digest()
-    return OPTIONS[digest[0] % len(OPTIONS)]
+class MeritCardNotReady(LookupError):
+    """A narrative or SMS job ran before its attempt's merit card was ready.
 
-
-def _score(exam_code: str, contents: dict[str, str]) -> int:
-    return sum(1 for question, content in contents.items() if content.strip().upper() == answer_key(exam_code, question))
+    The relay never enqueues one before the card, so this means something bypassed
+    that rule; the job fails loudly (and is retried) instead of computing a position.
+    """
 
 
 def merit_of(conn: Connection, attempt_id: str) -> dict[str, Any]:
-    """Score and position of an attempt among the finished attempts of its exam."""
+    """Score and position of an attempt among the finished attempts of its exam.
+
+    ``ranked_against`` names every attempt the position was computed against (its own
+    included), so a checker can recompute the position from the exports.
+    """
     attempt = conn.execute(select(attempts).where(attempts.c.id == attempt_id)).first()
     if attempt is None:
         raise LookupError(f"no attempt {attempt_id}")
     question_count = conn.execute(select(exams.c.question_count).where(exams.c.code == attempt.exam_code)).scalar_one()
+    finished = (attempts.c.exam_code == attempt.exam_code) & (attempts.c.status == "finished")
+    ranked = set(conn.execute(select(attempts.c.id).where(finished)).scalars()) | {attempt_id}
     rows = conn.execute(
         select(answers.c.attempt_id, answers.c.question, answers.c.content)
         .join(attempts, attempts.c.id == answers.c.attempt_id)
-        .where(attempts.c.exam_code == attempt.exam_code, attempts.c.status == "finished")
+        .where(finished | (attempts.c.id == attempt_id))
     )
     by_attempt: dict[str, dict[str, str]] = {}
     for row in rows:
         by_attempt.setdefault(row.attempt_id, {})[row.question] = row.content
-    finished = conn.execute(
-        select(attempts.c.id).where(attempts.c.exam_code == attempt.exam_code, attempts.c.status == "finished")
-    ).scalars().all()
-    scores = {other: _score(attempt.exam_code, by_attempt.get(other, {})) for other in finished}
-    score = scores.get(attempt_id, _score(attempt.exam_code, by_attempt.get(attempt_id, {})))
+    scores = {other: grading.score(attempt.exam_code, by_attempt.get(other, {})) for other in ranked}
+    own = scores[attempt_id]
     return {
         "attempt_id": attempt_id,
         "student_id": attempt.student_id,
         "exam_code": attempt.exam_code,
-        "score": score,
+        "score": own,
         "max_score": question_count,
-        "position": 1 + sum(1 for other in scores.values() if other > score),
-        "finished_attempts": len(finished),
+        "position": 1 + sum(1 for other in scores.values() if other > own),
+        "ranked_against": sorted(ranked),
+        "finished_attempts": len(ranked),
     }
 
 
@@ -166,14 +170,16 @@ def _commit_outcome(process: _Process, op: str, kind: str, payload: dict[str, An
     return {"operation_id": op, "status": "ready", "payload": stored["payload"]}
 
 
-def _merit_inputs(process: _Process, op: str) -> dict[str, Any]:
-    """The merit card if it is ready, else a fresh score (a narrative need not wait for the card)."""
+def _merit_card(process: _Process, op: str) -> dict[str, Any]:
+    """The ready merit card of the operation's attempt: the only source of score and position."""
     with process.engine.begin() as conn:
         row = outbox.get_row(conn, op)
         if row is None:
             raise LookupError(f"no outbox row {op}")
         card = outcomes.ready_outcome(conn, f"merit-{row['attempt_id']}")
-        return card["payload"] if card is not None else merit_of(conn, row["attempt_id"])
+    if card is None:
+        raise MeritCardNotReady(f"{op}: the merit card of attempt {row['attempt_id']} is not ready")
+    return card["payload"]
 
 
 def compute_merit_card(operation_id: str) -> dict[str, Any]:
@@ -193,8 +199,9 @@ def compute_merit_card(operation_id: str) -> dict[str, Any]:
 def _call_provider(process: _Process, url: str, request: dict[str, Any], reconcile: bool) -> dict[str, Any]:
     """One side-effecting provider call, reconciled before any replay.
 
-    A re-run may follow an unknown outcome (the worker died after the provider acted),
-    and its request can differ from the first one (a position moves as others finish).
+    A re-run may follow an unknown outcome (the worker died after the provider acted).
+    Its request is the same as the first one (both come from the write-once merit card),
+    but a provider may still hold another body under the key (a run of an older release).
     So: ask the provider what it did for this operation first; send with the operation
     id as Idempotency-Key; and if the provider says the key was used with another body
     (409), take what it recorded. Never a second effect, never a job failed for a call
@@ -223,12 +230,13 @@ def write_narrative(operation_id: str) -> dict[str, Any]:
     process = _current()
     if _already_ready(process, operation_id) is not None:
         return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    merit = _merit_inputs(process, operation_id)
-    request = {"operation_id": operation_id, "attempt_id": merit["attempt_id"],
-               "score": merit["score"], "position": merit["position"]}
+    card = _merit_card(process, operation_id)
+    request = {"operation_id": operation_id, "attempt_id": card["attempt_id"],
+               "score": card["score"], "position": card["position"]}
     body = _call_provider(process, f"{process.settings.ai_url}/v1/narratives", request, reconcile=True)
-    # The text is what the provider wrote (maybe on an earlier run, for an earlier position).
-    payload = {"text": body["text"], "narrative_id": body["narrative_id"], "score": merit["score"]}
+    # The text is what the provider wrote (maybe on an earlier run); score and position are the card's.
+    payload = {"text": body["text"], "narrative_id": body["narrative_id"],
+               "score": card["score"], "position": card["position"]}
     return _commit_outcome(process, operation_id, "narrative", payload)
 
 
@@ -236,9 +244,9 @@ def send_result_sms(operation_id: str) -> dict[str, Any]:
     process = _current()
     if _already_ready(process, operation_id) is not None:
         return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    merit = _merit_inputs(process, operation_id)
-    to = f"student:{merit['student_id']}"
-    text = f"{merit['exam_code']}: you scored {merit['score']}/{merit['max_score']}, position {merit['position']}."
+    card = _merit_card(process, operation_id)
+    to = f"student:{card['student_id']}"
+    text = f"{card['exam_code']}: you scored {card['score']}/{card['max_score']}, position {card['position']}."
     # Off only for the negative control: a naive client that replays blindly, with no key and
     # no look-up first, so a re-run after an unknown outcome sends a second SMS.
     request = {"operation_id": operation_id, "to": to, "body": text}

@@ -7,7 +7,8 @@ from typing import Callable
 
 from sqlalchemy import Connection, select
 
-from stack.ledger.schema import answers, attempts, outbox, outcomes
+from stack.ledger.grading import answer_keys
+from stack.ledger.schema import answers, attempts, exams, outbox, outcomes
 
 __all__ = ["EXPORT_TABLES", "export_rows"]
 
@@ -49,11 +50,21 @@ def _outcomes(conn: Connection) -> list[dict]:
     return [{**dict(r._mapping), "payload": json.loads(r.payload)} for r in conn.execute(query)]
 
 
+def _exams(conn: Connection) -> list[dict]:
+    """Each exam with its answer key, so a checker can re-score attempts from the exports."""
+    query = select(exams.c.code, exams.c.question_count).order_by(exams.c.code)
+    return [
+        {"exam_code": r.code, "question_count": r.question_count, "answer_key": answer_keys(r.code, r.question_count)}
+        for r in conn.execute(query)
+    ]
+
+
 EXPORT_TABLES: dict[str, Callable[[Connection], list[dict]]] = {
     "attempts": _attempts,
     "answers": _answers,
     "outbox": _outbox,
     "outcomes": _outcomes,
+    "exams": _exams,
 }
 
 

@@ -5,13 +5,18 @@ pending rows to enqueued and reconciles enqueued rows; a job marks its row done
 in the transaction that writes the outcome (see docs/architecture.md).
 Transitions out of ``enqueued`` compare the recorded ``job_id`` so a stale
 observation (the relay looked at an older job) can never move a newer enqueue.
+
+Merit first: a narrative or SMS row is handed to a lane only once its attempt's
+merit row is ``done`` (its card is written, in the same transaction), because those
+jobs read score and position from the card and nowhere else. If the merit row is
+``failed`` the relay fails its dependants for review too (``blocked_by_failed_merit``).
 """
 
 from __future__ import annotations
 
 import time
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import ColumnElement, Connection, exists, func, or_, select, update
 
 from stack.lanes.queues import operation_id
 from stack.ledger.schema import OUTBOX_KINDS, outbox
@@ -22,6 +27,9 @@ __all__ = [
     "mark_enqueued",
     "get_row",
     "rows_with_status",
+    "enqueueable",
+    "blocked_by_failed_merit",
+    "mark_failed_pending",
     "mark_done",
     "mark_reenqueued",
     "mark_failed",
@@ -32,6 +40,9 @@ __all__ = [
 
 NON_FINAL_STATUSES = ("pending", "enqueued")
 """Rows whose outcome the student is still waiting for."""
+
+NEEDS_MERIT = ("narrative", "sms")
+"""Kinds that read the merit card: enqueued only once the attempt's merit row is done."""
 
 
 def create_rows(conn: Connection, attempt_id: str, now: float | None = None) -> list[str]:
@@ -85,6 +96,48 @@ def rows_with_status(conn: Connection, status: str, limit: int = 500) -> list[di
     return [dict(row._mapping) for row in result]
 
 
+def _merit_row_is(status: str) -> ColumnElement[bool]:
+    merit = outbox.alias("merit")
+    return exists().where(merit.c.attempt_id == outbox.c.attempt_id, merit.c.kind == "merit", merit.c.status == status)
+
+
+def _may_enqueue() -> ColumnElement[bool]:
+    return or_(outbox.c.kind.not_in(NEEDS_MERIT), _merit_row_is("done"))
+
+
+def enqueueable(conn: Connection, limit: int = 500) -> list[dict]:
+    """Pending rows that may go to a lane now (merit first), oldest first.
+
+    Filtered in SQL, not after the limit: a backlog of waiting SMS rows must never hide
+    the merit rows they wait for.
+    """
+    result = conn.execute(
+        select(outbox).where(outbox.c.status == "pending", _may_enqueue())
+        .order_by(outbox.c.created_at, outbox.c.operation_id).limit(limit)
+    )
+    return [dict(row._mapping) for row in result]
+
+
+def blocked_by_failed_merit(conn: Connection, limit: int = 500) -> list[dict]:
+    """Pending narrative/SMS rows whose merit row gave up: they can never run."""
+    result = conn.execute(
+        select(outbox).where(outbox.c.status == "pending", outbox.c.kind.in_(NEEDS_MERIT), _merit_row_is("failed"))
+        .order_by(outbox.c.created_at, outbox.c.operation_id).limit(limit)
+    )
+    return [dict(row._mapping) for row in result]
+
+
+def mark_failed_pending(conn: Connection, op: str, reason: str, now: float | None = None) -> bool:
+    """Give up on a pending row that can never run; the caller writes the failed_for_review outcome."""
+    now = time.time() if now is None else now
+    result = conn.execute(
+        update(outbox)
+        .where(outbox.c.operation_id == op, outbox.c.status == "pending")
+        .values(status="failed", updated_at=now, last_error=reason)
+    )
+    return result.rowcount == 1
+
+
 def mark_done(conn: Connection, op: str, now: float | None = None) -> bool:
     """The outcome is written (same transaction). Any other state yields to the outcome: it is the truth."""
     now = time.time() if now is None else now
@@ -121,8 +174,13 @@ def mark_failed(conn: Connection, op: str, previous_job: str, reason: str, now: 
 
 
 def pending_for_attempt(conn: Connection, attempt_id: str) -> list[dict]:
-    """Rows of the attempt not yet handed to Valkey, in kind order (merit first: it is urgent)."""
-    result = conn.execute(select(outbox).where(outbox.c.attempt_id == attempt_id, outbox.c.status == "pending"))
+    """Rows of the attempt not yet handed to Valkey that may go now, merit first.
+
+    Right after finish that is only the merit row: its dependants wait for the card.
+    """
+    result = conn.execute(
+        select(outbox).where(outbox.c.attempt_id == attempt_id, outbox.c.status == "pending", _may_enqueue())
+    )
     rows = [dict(row._mapping) for row in result]
     return sorted(rows, key=lambda r: OUTBOX_KINDS.index(r["kind"]))
 

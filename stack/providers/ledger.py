@@ -57,6 +57,7 @@ class Effect:
             "idempotency_key": self.idempotency_key,
             "created_at": self.created_at,
             "request": self.request,
+            "response": self.response,
         }
 
 

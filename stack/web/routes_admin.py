@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 
-ExportTable = Literal["attempts", "answers", "outbox", "outcomes"]
+ExportTable = Literal["attempts", "answers", "outbox", "outcomes", "exams"]
 
 
 @router.post("/drain")

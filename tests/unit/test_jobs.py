@@ -7,6 +7,7 @@ gateway recorded the effect but before it answered.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from stack.lanes import jobs
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.schema import answers, attempts, students
+from stack.ledger.schema import outcomes as outcome_rows
 from stack.providers import ai, sms
 from stack.providers.ledger import EffectLedger
 
@@ -62,14 +64,15 @@ def providers(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[S
             yield settings
 
 
-def seed_attempt(settings: Settings, attempt_id: str, contents: dict[str, str]) -> None:
-    """A finished attempt with its answers and its three pending outbox rows."""
+def seed_attempt(settings: Settings, attempt_id: str, contents: dict[str, str], status: str = "finished") -> None:
+    """An attempt with its answers and, once finished, its three pending outbox rows."""
     now = time.time()
     with make_engine(settings).begin() as conn:
         conn.execute(students.insert().prefix_with("OR IGNORE").values(id="s-" + attempt_id, created_at=now))
         conn.execute(
             attempts.insert().values(
-                id=attempt_id, student_id="s-" + attempt_id, exam_code="NOVA-101", status="finished", started_at=now, finished_at=now
+                id=attempt_id, student_id="s-" + attempt_id, exam_code="NOVA-101", status=status, started_at=now,
+                finished_at=now if status == "finished" else None,
             )
         )
         for question, content in contents.items():
@@ -79,7 +82,8 @@ def seed_attempt(settings: Settings, attempt_id: str, contents: dict[str, str]) 
                     idempotency_key=f"k-{attempt_id}-{question}", body_sha256="0" * 64, node="web_1", created_at=now,
                 )
             )
-        outbox.create_rows(conn, attempt_id, now)
+        if status == "finished":
+            outbox.create_rows(conn, attempt_id, now)
 
 
 def all_correct() -> dict[str, str]:
@@ -127,6 +131,28 @@ def test_merit_position_ranks_among_finished_attempts(settings: Settings, monkey
     assert (card["score"], card["position"], card["finished_attempts"]) == (4, 1, 2)
 
 
+def test_merit_card_records_the_set_it_was_ranked_against(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ties share a position; an open attempt is not ranked; the set is what the position counts."""
+    use(settings, monkeypatch)
+    seed_attempt(settings, "c-tie", all_correct())
+    seed_attempt(settings, "b-tie", all_correct())
+    seed_attempt(settings, "a-low", {**all_correct(), "q1": "  " + all_wrong()["q1"].lower()})
+    seed_attempt(settings, "open", all_correct(), status="open")
+    card = jobs.compute_merit_card("merit-a-low")["payload"]
+    assert set(card) == {"attempt_id", "student_id", "exam_code", "score", "max_score", "position",
+                         "ranked_against", "finished_attempts", "computed_at"}
+    assert (card["score"], card["max_score"], card["position"]) == (3, 4, 3)
+    assert card["ranked_against"] == ["a-low", "b-tie", "c-tie"] and card["finished_attempts"] == 3
+    tie = jobs.compute_merit_card("merit-c-tie")["payload"]
+    assert (tie["score"], tie["position"], tie["ranked_against"]) == (4, 1, ["a-low", "b-tie", "c-tie"])
+
+
+def test_answers_are_scored_case_and_blank_insensitively(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    use(settings, monkeypatch)
+    seed_attempt(settings, "a1", {q: f" {right.lower()}\n" for q, right in all_correct().items()})
+    assert jobs.compute_merit_card("merit-a1")["payload"]["score"] == 4
+
+
 def test_concurrent_merit_runs_write_once(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     use(settings, monkeypatch)
     seed_attempt(settings, "a1", all_correct())
@@ -139,8 +165,19 @@ def test_concurrent_merit_runs_write_once(settings: Settings, monkeypatch: pytes
     assert len(rows) == 1
 
 
+def ready_card(settings: Settings, attempt_id: str, **fields: Any) -> dict[str, Any]:
+    """Compute the attempt's merit card (as its merit job would), optionally overriding fields."""
+    card = jobs.compute_merit_card(f"merit-{attempt_id}")["payload"]
+    if fields:
+        with make_engine(settings).begin() as conn:
+            conn.execute(outcome_rows.update().where(outcome_rows.c.operation_id == f"merit-{attempt_id}")
+                         .values(payload=json.dumps({**card, **fields})))
+    return {**card, **fields}
+
+
 def test_narrative_calls_the_provider_once_with_the_operation_as_key(providers: Settings) -> None:
     seed_attempt(providers, "a1", all_correct())
+    ready_card(providers, "a1")
     jobs.write_narrative("narrative-a1")
     jobs.write_narrative("narrative-a1")
     rows, row = ledger_state(providers, "narrative-a1")
@@ -152,6 +189,7 @@ def test_narrative_calls_the_provider_once_with_the_operation_as_key(providers: 
 
 def test_provider_refusal_fails_the_job_without_an_outcome(providers: Settings) -> None:
     seed_attempt(providers, "a1", all_correct())
+    ready_card(providers, "a1")
     httpx.put(f"{providers.ai_url}/admin/faults", json={"status": 402}, headers=ADMIN)
     with pytest.raises(httpx.HTTPStatusError):
         jobs.write_narrative("narrative-a1")
@@ -183,6 +221,7 @@ def test_sms_rerun_after_unknown_outcome(
     current = providers.with_overrides(sms_idempotency=idempotency)
     use(current, monkeypatch)
     seed_attempt(current, "a1", all_correct())
+    ready_card(current, "a1")
     run_killed_after_effect(current, "sms-a1")
     rows, _ = ledger_state(current, "sms-a1")
     assert rows == []  # the worker died before it could record the send
@@ -197,11 +236,12 @@ def test_sms_rerun_after_unknown_outcome(
 def test_rerun_whose_request_changed_reconciles_with_what_the_provider_did(
     providers: Settings, monkeypatch: pytest.MonkeyPatch, kind: str, provider: str, path: str
 ) -> None:
-    """A first run reached the provider and died; by the re-run the student's position moved,
-    so the new request differs under the same Idempotency-Key. The re-run must take the
+    """The provider already holds another body under the operation's key (a run of an older
+    release, whose position moved before the card was write-once). The re-run must take the
     recorded effect (reconcile before replay), not fail the job or charge twice."""
     use(providers, monkeypatch)
     seed_attempt(providers, "a1", all_correct())
+    ready_card(providers, "a1")
     op = f"{kind}-a1"
     first_body = ({"operation_id": op, "attempt_id": "a1", "score": 4, "position": 7} if kind == "narrative"
                   else {"operation_id": op, "to": "student:s-a1", "body": "NOVA-101: position 7."})
@@ -215,3 +255,35 @@ def test_rerun_whose_request_changed_reconciles_with_what_the_provider_did(
     assert gateway_effects(providers, provider, op) == 1
     recorded = rows[0]["payload"]
     assert ("placed #7" in recorded["text"]) if kind == "narrative" else (recorded["body"] == first_body["body"])
+
+
+def test_sms_and_narrative_carry_the_cards_position_and_record_what_was_sent(providers: Settings) -> None:
+    """The card says position 5004 while a fresh ranking would say 1: the jobs must say 5004."""
+    seed_attempt(providers, "a1", all_correct())
+    card = ready_card(providers, "a1", position=5004)
+    jobs.send_result_sms("sms-a1")
+    jobs.write_narrative("narrative-a1")
+    sms_rows, _ = ledger_state(providers, "sms-a1")
+    narrative_rows, _ = ledger_state(providers, "narrative-a1")
+    sent = EffectLedger(providers.run_dir / "sms_effects.db").for_operation("sms-a1")[0]
+    written = EffectLedger(providers.run_dir / "ai_effects.db").for_operation("narrative-a1")[0]
+    assert sms_rows[0]["payload"] == {
+        "message_id": sent.response["message_id"], "to": "student:s-a1", "body": "NOVA-101: you scored 4/4, position 5004."
+    }
+    assert written.request == {"operation_id": "narrative-a1", "attempt_id": "a1", "score": 4, "position": 5004}
+    assert narrative_rows[0]["payload"] == {
+        "text": written.response["text"], "narrative_id": written.response["narrative_id"],
+        "score": card["score"], "position": 5004,
+    }
+
+
+@pytest.mark.parametrize("kind, provider", [("sms", "sms"), ("narrative", "ai")])
+def test_jobs_never_compute_a_position_of_their_own(providers: Settings, kind: str, provider: str) -> None:
+    """Without a ready card the job fails loudly: no provider call, no outcome, the row untouched."""
+    seed_attempt(providers, "a1", all_correct())
+    run = jobs.send_result_sms if kind == "sms" else jobs.write_narrative
+    with pytest.raises(LookupError, match="merit card of attempt a1 is not ready"):  # jobs.MeritCardNotReady
+        run(f"{kind}-a1")
+    rows, row = ledger_state(providers, f"{kind}-a1")
+    assert rows == [] and row["status"] == "pending"
+    assert gateway_effects(providers, provider, f"{kind}-a1") == 0

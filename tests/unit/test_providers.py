@@ -148,10 +148,11 @@ def test_bad_fault_knobs_are_refused(ai_url: str) -> None:
 def test_admin_needs_the_token_and_exports_the_contract_shape(ai_url: str) -> None:
     assert httpx.get(f"{ai_url}/admin/ledger").status_code == 401
     assert httpx.get(f"{ai_url}/admin/ledger", headers={"X-Admin-Token": "wrong"}).status_code == 401
-    httpx.post(f"{ai_url}/v1/narratives", json=narrative())
+    created = httpx.post(f"{ai_url}/v1/narratives", json=narrative()).json()
     body = httpx.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
     assert body["provider"] == "ai" and isinstance(body["exported_at"], float)
-    assert set(body["effects"][0]) == {"id", "operation_id", "idempotency_key", "created_at", "request"}
+    assert set(body["effects"][0]) == {"id", "operation_id", "idempotency_key", "created_at", "request", "response"}
+    assert body["effects"][0]["response"] == created  # what the caller was told, for the payloads checker
 
 
 def test_ai_call_takes_scaled_case_time(tmp_path: Path) -> None:

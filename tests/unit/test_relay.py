@@ -98,7 +98,7 @@ def settings(tmp_path: Path, valkey_port: int) -> Settings:
 def seed_attempt(settings: Settings, attempt_id: str) -> None:
     now = time.time()
     with make_engine(settings).begin() as conn:
-        conn.execute(students.insert().values(id="s1", created_at=now))
+        conn.execute(students.insert().prefix_with("OR IGNORE").values(id="s1", created_at=now))
         conn.execute(
             attempts.insert().values(
                 id=attempt_id, student_id="s1", exam_code="NOVA-101", status="finished", started_at=now, finished_at=now
@@ -106,11 +106,18 @@ def seed_attempt(settings: Settings, attempt_id: str) -> None:
         )
         conn.execute(
             answers.insert().values(
-                receipt_id="r1", attempt_id=attempt_id, question="q1", content=answer_key("NOVA-101", "q1"),
+                receipt_id=f"r-{attempt_id}", attempt_id=attempt_id, question="q1", content=answer_key("NOVA-101", "q1"),
                 idempotency_key="k1", body_sha256="0" * 64, node="web_1", created_at=now,
             )
         )
         outbox.create_rows(conn, attempt_id, now)
+
+
+def card_ready(settings: Settings, attempt_id: str = "a1") -> None:
+    """What a merit job commits: the ready card and its row done, in one transaction."""
+    with make_engine(settings).begin() as conn:
+        outcomes.write_ready(conn, f"merit-{attempt_id}", attempt_id, "merit", {"score": 1, "position": 1})
+        outbox.mark_done(conn, f"merit-{attempt_id}")
 
 
 def relay(settings: Settings, valkey: Redis) -> Relay:
@@ -144,13 +151,19 @@ def job_field(valkey: Redis, jid: str, name: str) -> str | None:
 
 def test_pending_rows_are_enqueued_once_with_fresh_job_ids(settings: Settings, valkey: Redis) -> None:
     first = relay(settings, valkey).run_once()
-    second = relay(settings, valkey).run_once()
-    assert sorted(first.enqueued) == sorted(OPS) and second.enqueued == second.reenqueued == []
-    for op, lane in zip(OPS, ("merit", "ai", "sms")):
+    waiting = relay(settings, valkey).run_once()
+    assert first.enqueued == ["merit-a1"] and waiting.enqueued == []  # merit first: the others read its card
+    assert [row(settings, op)["status"] for op in OPS[1:]] == ["pending", "pending"]
+    card_ready(settings)
+    third = relay(settings, valkey).run_once()
+    fourth = relay(settings, valkey).run_once()
+    assert sorted(third.enqueued) == sorted(OPS[1:]) and fourth.enqueued == fourth.reenqueued == []
+    for op, lane in zip(OPS[1:], ("ai", "sms")):
         current = row(settings, op)
         assert (current["status"], current["attempts"], current["job_id"]) == ("enqueued", 1, f"{op}-1")
         assert Queue(lane, connection=valkey).job_ids == [f"{op}-1"]
         assert valkey.ttl(Job.key_for(f"{op}-1")) == -1  # no ttl: a job hash never silently expires
+    assert Queue("merit", connection=valkey).job_ids == ["merit-a1-1"]
 
 
 def test_worker_entry_point_runs_a_merit_job_to_done(settings: Settings, valkey: Redis) -> None:
@@ -170,8 +183,9 @@ def test_flushed_valkey_is_reenqueued_only_by_the_reconciler(settings: Settings,
     valkey.flushall()
     report = relay(current, valkey).run_once()
     merit = row(current, "merit-a1")
+    assert [row(current, op)["status"] for op in OPS[1:]] == ["pending", "pending"]  # still waiting for the card
     if reconciler:
-        assert sorted(report.reenqueued) == sorted(OPS)
+        assert report.reenqueued == ["merit-a1"]
         assert (merit["attempts"], merit["job_id"]) == (2, "merit-a1-2")
         assert "vanished" in merit["last_error"]
         assert Queue("merit", connection=valkey).job_ids == ["merit-a1-2"]
@@ -181,6 +195,7 @@ def test_flushed_valkey_is_reenqueued_only_by_the_reconciler(settings: Settings,
 
 
 def test_failed_job_is_reenqueued(settings: Settings, valkey: Redis) -> None:
+    card_ready(settings)
     relay(settings, valkey).run_once()
     worker = start_worker(settings, "ai", "--burst")  # the AI provider is down: the job fails
     worker.wait(timeout=30)
@@ -228,15 +243,31 @@ def test_max_attempts_fail_the_row_for_review(settings: Settings, valkey: Redis)
     for _ in range(2):
         valkey.flushall()
         report = relay(current, valkey).run_once()
-    assert sorted(report.failed) == sorted(OPS)
+    assert report.failed == ["merit-a1"]
     merit = row(current, "merit-a1")
     assert (merit["status"], merit["attempts"]) == ("failed", 2)
+    # The next pass fails the rows that waited for the card: never left pending, never run without it.
+    assert sorted(relay(current, valkey).run_once().failed) == sorted(OPS[1:])
     with make_engine(current).begin() as conn:
-        found = outcomes.find(conn, "merit-a1")
+        found = {op: outcomes.find(conn, op) for op in OPS}
         audits = conn.execute(select(audit_log.c.action)).scalars().all()
-    assert [(o["status"], o["payload"]["attempts"]) for o in found] == [("failed_for_review", 2)]
+    assert [(o["status"], o["payload"]["attempts"]) for o in found["merit-a1"]] == [("failed_for_review", 2)]
+    assert [(o["status"], o["payload"]["reason"]) for o in found["sms-a1"]] == [
+        ("failed_for_review", "merit-a1 failed for review; no card to report")]
+    assert [(row(current, op)["status"], row(current, op)["attempts"]) for op in OPS[1:]] == [("failed", 0)] * 2
     assert audits.count("failed_for_review") == 3
     assert relay(current, valkey).run_once().failed == []  # failed rows stay failed, reviewable
+
+
+def test_waiting_rows_never_hide_the_merit_rows_they_wait_for(settings: Settings) -> None:
+    """A backlog of narrative/SMS rows waiting for cards must not fill the relay's batch."""
+    for attempt in ("a2", "a3"):
+        seed_attempt(settings, attempt)
+    with make_engine(settings).begin() as conn:
+        for attempt in ("a1", "a2"):
+            outbox.mark_enqueued(conn, f"merit-{attempt}", 1, f"merit-{attempt}-1")
+        assert [r["operation_id"] for r in outbox.enqueueable(conn, limit=1)] == ["merit-a3"]
+        assert [r["operation_id"] for r in outbox.pending_for_attempt(conn, "a1")] == []
 
 
 def test_relay_keeps_looping_while_valkey_is_down(settings: Settings, caplog: pytest.LogCaptureFixture) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 from sqlalchemy import Engine
 from web_support import ADMIN, TestClient, answer, auth, start, token_for
 
 from stack.config import Settings
+from stack.ledger.grading import answer_key
 from stack.ledger.schema import outcomes
 from stack.web.app import create_app
 
@@ -18,6 +21,7 @@ EXPORT_FIELDS = {
     "outbox": ["operation_id", "attempt_id", "kind", "status", "attempts", "job_id", "last_error",
                "created_at", "enqueued_at", "done_at"],
     "outcomes": ["id", "operation_id", "attempt_id", "kind", "status", "payload", "created_at"],
+    "exams": ["exam_code", "question_count", "answer_key"],
 }
 SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-z_]+=\"[^\"]*\"(,[a-z_]+=\"[^\"]*\")*\})? (NaN|[-+]?[0-9.e+-]+)$")
 
@@ -45,6 +49,20 @@ def test_exports_follow_the_contract(app_client: TestClient, ledger: Engine) -> 
     assert (answers[0]["student_id"], answers[0]["content"], answers[0]["node"]) == ("s-7", "B", "web_test")
     rows = app_client.get("/admin/export/outcomes", headers={"X-Admin-Token": ADMIN}).json()["rows"]
     assert rows[0]["payload"] == {"score": 1} and rows[0]["attempt_id"] == attempt
+
+
+def test_exams_export_publishes_each_exams_answer_key(app_client: TestClient) -> None:
+    rows = app_client.get("/admin/export/exams", headers={"X-Admin-Token": ADMIN}).json()["rows"]
+    assert [(r["exam_code"], r["question_count"], sorted(r["answer_key"])) for r in rows] == [
+        ("NOVA-101", 3, ["q1", "q2", "q3"]), ("NOVA-102", 2, ["q1", "q2"])]
+    assert all(key == answer_key(r["exam_code"], q) for r in rows for q, key in r["answer_key"].items())
+
+
+def test_exports_import_neither_rq_nor_the_job_module() -> None:
+    """The answer key lives in stack.ledger.grading so that exporting it pulls in no queue code."""
+    probe = "import sys, stack.ledger.exports; print(sorted(m for m in ('rq', 'stack.lanes.jobs') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 def test_admin_needs_the_token_and_loopback(app_client: TestClient, settings: Settings, ledger: Engine) -> None:

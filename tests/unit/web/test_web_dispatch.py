@@ -28,9 +28,10 @@ def _finish(client: TestClient) -> str:
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["pooled", "fresh-connections"])
-def test_finish_enqueues_one_job_per_lane_without_ttl(
+def test_finish_enqueues_the_merit_job_without_ttl_and_the_rest_waits_for_the_card(
     settings: Settings, ledger: Engine, valkey_server: str, fresh: bool
 ) -> None:
+    """Narrative and SMS read the merit card, so only the relay enqueues them, once it is ready."""
     settings = settings.with_overrides(valkey_url=valkey_server, valkey_fresh_connections=fresh)
     app = create_app(settings)
     with TestClient(app) as client:
@@ -40,19 +41,19 @@ def test_finish_enqueues_one_job_per_lane_without_ttl(
     with ledger.connect() as conn:
         rows = {r.kind: r for r in conn.execute(select(outbox))}
     assert {k: (r.status, r.attempts, r.job_id) for k, r in rows.items()} == {
-        kind: ("enqueued", 1, f"{kind}-{attempt}-1") for kind in ("merit", "narrative", "sms")
+        "merit": ("enqueued", 1, f"merit-{attempt}-1"), "narrative": ("pending", 0, None), "sms": ("pending", 0, None)
     }
     redis = Redis.from_url(valkey_server)
     try:
-        for lane, kind in (("merit", "merit"), ("ai", "narrative"), ("sms", "sms")):
-            assert Queue(lane, connection=redis).job_ids == [f"{kind}-{attempt}-1"]
-            assert redis.ttl(Job.key_for(f"{kind}-{attempt}-1")) == -1  # no expiry on a must-run job
+        assert Queue("merit", connection=redis).job_ids == [f"merit-{attempt}-1"]
+        assert redis.ttl(Job.key_for(f"merit-{attempt}-1")) == -1  # no expiry on a must-run job
         samples = lane_samples(redis)
-        assert all(s.depth == 1 and 0 <= s.oldest_age < 60 for s in samples.values())
+        assert {lane: s.depth for lane, s in samples.items()} == {"merit": 1, "ai": 0, "sms": 0}
+        assert 0 <= samples["merit"].oldest_age < 60
     finally:
         redis.close()
     assert 'proctor_valkey_up{node="web_test"} 1' in metrics
-    assert 'proctor_lane_depth{lane="ai"} 1' in metrics
+    assert 'proctor_lane_depth{lane="merit"} 1' in metrics
 
 
 def test_a_second_enqueue_of_the_same_job_pushes_nothing(settings: Settings, ledger: Engine, valkey_server: str) -> None:
@@ -66,7 +67,7 @@ def test_a_second_enqueue_of_the_same_job_pushes_nothing(settings: Settings, led
         conn.execute(update(outbox).values(status="pending", attempts=0, job_id=None))
     redis = Redis.from_url(valkey_server)
     try:
-        assert dispatch_pending(ledger, redis, settings, attempt) == 3
+        assert dispatch_pending(ledger, redis, settings, attempt) == 1  # merit; the rest waits for the card
         assert Queue("merit", connection=redis).count == 1
     finally:
         redis.close()
@@ -90,7 +91,7 @@ MODULES = [
     "stack.web.app", "stack.web.auth", "stack.web.dispatch", "stack.web.metrics", "stack.web.routes_common",
     "stack.web.routes_sessions", "stack.web.routes_attempts", "stack.web.routes_answers",
     "stack.web.routes_outcomes", "stack.web.routes_admin", "stack.web.routes_health",
-    "stack.ledger.attempts", "stack.ledger.answers", "stack.ledger.exports",
+    "stack.ledger.attempts", "stack.ledger.answers", "stack.ledger.exports", "stack.ledger.grading", "stack.ledger.outbox",
 ]
 
 
