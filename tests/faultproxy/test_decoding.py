@@ -129,3 +129,17 @@ def test_body_at_the_limit_is_read(api: httpx.Client) -> None:
 def test_scanner_errors_are_exceptions_not_crashes() -> None:
     with pytest.raises(BadBody, match="exceeded max depth"):
         decode(b"{" + b'"a":{' * 10_000)
+
+
+def test_module_exports_are_exact() -> None:
+    from chaos.faultproxy import api, gojson, server
+
+    expected = {
+        gojson: ["BadBody", "GoNumber", "MAX_DEPTH", "decode", "kind", "field", "want", "dumps"],
+        api: ["VERSION", "Response", "Api", "BadBody", "decode", "error_response"],
+        server: ["MAX_BODY", "FaultProxyServer", "ThreadedFaultProxy", "start_faultproxy_process",
+                 "stop_faultproxy_process", "main"],
+    }
+    for module, names in expected.items():
+        assert module.__all__ == names
+        assert all(hasattr(module, name) for name in names)
