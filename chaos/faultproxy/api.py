@@ -6,19 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import os
 import re
 from dataclasses import dataclass, field as dc_field
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
 
+from .gojson import BadBody, decode, dumps, field, kind, want
 from .proxy import Proxy, ProxyError, resolve_listen
 from .toxics import TOXIC_TYPES, Toxic, float32
 
-__all__ = ["VERSION", "Response", "Api", "BadBody", "decode"]
+__all__ = ["VERSION", "Response", "Api", "BadBody", "decode", "error_response"]
 
 VERSION = "2.12.0"
+"""The Toxiproxy release this server speaks for: ``/version``, the start log, ``--help``."""
+
+_THREAD_DECODE_AT = 64 << 10  # bytes
+
+# Go's reflect spelling of PopulateJson's element type: an anonymous struct embedding
+# Proxy (embedded field names are not printed) and a nullable Enabled with its tag.
+_POPULATE_ITEM = 'struct { toxiproxy.Proxy; Enabled *bool "json:\\"enabled\\"" }'
 
 
 @dataclass
@@ -32,97 +39,23 @@ def _json(status: int, obj: Any) -> Response:
     return Response(status, dumps(obj), [("Content-Type", "application/json")])
 
 
-def _error(status: int, msg: str) -> Response:
-    # Go's http.Error: the JSON error is served as text/plain with a trailing newline.
-    return _plain(status, json.dumps({"error": msg, "status": status},
-                                     separators=(",", ":")) + "\n")
+def error_response(status: int, msg: str) -> Response:
+    """``{"error":…,"status":…}`` + newline as text/plain, like Go's ``http.Error``
+    around ``json.Marshal`` (so non-ASCII stays raw UTF-8 and ``<>&`` are escaped)."""
+    body = dumps({"error": msg, "status": status}) + b"\n"
+    return Response(status, body, _PLAIN_HEADERS.copy())
+
+
+_PLAIN_HEADERS = [("Content-Type", "text/plain; charset=utf-8"), ("X-Content-Type-Options", "nosniff")]
 
 
 def _plain(status: int, text: str) -> Response:
-    return Response(status, text.encode(), [("Content-Type", "text/plain; charset=utf-8"),
-                                            ("X-Content-Type-Options", "nosniff")])
+    return Response(status, text.encode(), _PLAIN_HEADERS.copy())
 
 
 def _request_id() -> str:
     """20 base32hex characters, like the xid Toxiproxy puts in X-Toxiproxy-Request-Id."""
     return base64.b32hexencode(os.urandom(12)).decode().lower()[:20]
-
-
-# --- Go encoding/json emulation ------------------------------------------------------
-class BadBody(Exception):
-    """Carries the Go-style message that follows ``bad request body: ``."""
-
-
-class GoNumber(float):
-    """A JSON number with a fraction or exponent; keeps its literal for messages."""
-
-    def __new__(cls, text: str) -> "GoNumber":
-        obj = super().__new__(cls, text)
-        obj.literal = text
-        return obj
-
-
-_DECODER = json.JSONDecoder(parse_float=GoNumber)
-_SYNTAX = {
-    "Expecting property name enclosed in double quotes": "looking for beginning of object key string",
-    "Expecting ':' delimiter": "after object key",
-    "Expecting ',' delimiter": "after object key:value pair",
-}
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-_FLOAT32_MAX = 3.4028234663852886e38
-_GO_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "bool": (bool,),
-                                          "float32": (int, float), "int64": (int,)}
-
-
-def decode(body: bytes) -> Any:
-    """First JSON value of ``body``; trailing garbage ignored (Go's ``Decoder.Decode``)."""
-    text = body.decode("utf-8", errors="replace")
-    start = len(text) - len(text.lstrip())
-    if start == len(text):
-        raise BadBody("EOF")
-    try:
-        return _DECODER.raw_decode(text, start)[0]
-    except json.JSONDecodeError as exc:
-        if exc.pos >= len(text.rstrip()):
-            raise BadBody("unexpected EOF") from None
-        why = _SYNTAX.get(exc.msg, "looking for beginning of value")
-        raise BadBody(f"invalid character '{text[exc.pos]}' {why}") from None
-
-
-def kind(value: Any) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return "number"
-    return {bool: "bool", str: "string", list: "array"}.get(type(value), "object")
-
-
-def field(obj: dict[str, Any], key: str) -> Any:
-    """Struct field ``key``: exact match, else case-insensitive (last wins), as in Go."""
-    if key in obj:
-        return obj[key]
-    return next((v for k, v in reversed(list(obj.items())) if k.lower() == key), None)
-
-
-def want(obj: dict[str, Any], key: str, path: str, go_type: str) -> Any:
-    """``obj[key]`` if it decodes into ``go_type``; None if absent or null."""
-    value = field(obj, key)
-    ok = _GO_TYPES[go_type]
-    if value is None or (isinstance(value, ok) and (go_type == "bool" or not isinstance(value, bool))
-                         and not (go_type == "int64" and not _INT64[0] <= value <= _INT64[1])
-                         and not (go_type == "float32" and abs(value) > _FLOAT32_MAX)):
-        return value
-    what = kind(value)
-    if what == "number" and go_type in ("int64", "float32"):
-        what = f"number {getattr(value, 'literal', value)}"
-    raise BadBody(f"json: cannot unmarshal {what} into Go struct field {path} of type {go_type}")
-
-
-def dumps(obj: Any) -> bytes:
-    """Compact JSON escaped like Go's ``json.Marshal`` (HTML-safe, U+2028/9 escaped)."""
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    for raw, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                     ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
-        text = text.replace(raw, esc)
-    return text.encode("utf-8")
 
 
 # --- routing -----------------------------------------------------------------------------
@@ -173,11 +106,11 @@ class Api:
             try:
                 return await handler(*args, body=body)
             except BadBody as exc:
-                return _error(400, f"bad request body: {exc}")
+                return error_response(400, f"bad request body: {exc}")
             except ProxyError as exc:
-                return _error(500, str(exc))
+                return error_response(500, str(exc))
             except _NotFound as exc:
-                return _error(404, str(exc))
+                return error_response(404, str(exc))
 
     async def shutdown(self) -> None:
         for proxy in self.proxies.values():
@@ -203,7 +136,7 @@ class Api:
 
     async def populate(self, body: bytes) -> Response:
         try:
-            items = _populate_items(body)
+            items = _populate_items(await _decode(body))
         except (BadBody, _Missing) as exc:
             bad = isinstance(exc, BadBody)
             return _populate_error(400, f"bad request body: {exc}" if bad else str(exc), None)
@@ -238,17 +171,17 @@ class Api:
         return _json(200, {n: self.proxies[n].to_json() for n in sorted(self.proxies)})
 
     async def create_proxy(self, body: bytes) -> Response:
-        obj = _object(decode(body), "toxiproxy.Proxy")
+        obj = _object(await _decode(body), "toxiproxy.Proxy")
         name = want(obj, "name", "Proxy.name", "string") or ""
         listen = want(obj, "listen", "Proxy.listen", "string") or ""
         upstream = want(obj, "upstream", "Proxy.upstream", "string") or ""
         enabled = want(obj, "enabled", "Proxy.enabled", "bool")
         if not name:
-            return _error(400, "missing required field: name")
+            return error_response(400, "missing required field: name")
         if not upstream:
-            return _error(400, "missing required field: upstream")
+            return error_response(400, "missing required field: upstream")
         if name in self.proxies:
-            return _error(409, "proxy already exists")
+            return error_response(409, "proxy already exists")
         proxy = Proxy(name, listen, upstream, self.seed)
         if enabled is not False:
             await proxy.start()
@@ -260,7 +193,7 @@ class Api:
 
     async def update_proxy(self, name: str, body: bytes) -> Response:
         proxy = self._get(name)
-        obj = _object(decode(body), "toxiproxy.Proxy")
+        obj = _object(await _decode(body), "toxiproxy.Proxy")
         want(obj, "name", "Proxy.name", "string")  # type-checked, ignored: names are immutable
         listen = _or(want(obj, "listen", "Proxy.listen", "string"), proxy.listen)
         upstream = _or(want(obj, "upstream", "Proxy.upstream", "string"), proxy.upstream)
@@ -289,24 +222,24 @@ class Api:
 
     async def create_toxic(self, name: str, body: bytes) -> Response:
         proxy = self._get(name)
-        obj = _object(decode(body), "toxics.ToxicWrapper")
+        obj = _object(await _decode(body), "toxics.ToxicWrapper")
         tname = want(obj, "name", "ToxicWrapper.name", "string") or ""
         ttype = want(obj, "type", "ToxicWrapper.type", "string") or ""
         stream = want(obj, "stream", "ToxicWrapper.stream", "string")
         toxicity = want(obj, "toxicity", "ToxicWrapper.toxicity", "float32")
         stream = "downstream" if stream is None else stream
         if stream.lower() not in ("upstream", "downstream"):
-            return _error(400, "stream was invalid, can be either upstream or downstream")
+            return error_response(400, "stream was invalid, can be either upstream or downstream")
         tname = tname or f"{ttype}_{stream}"
         cls = TOXIC_TYPES.get(ttype)
         if cls is None:
-            return _error(400, "invalid toxic type")
+            return error_response(400, "invalid toxic type")
         if tname in proxy.toxics:
-            return _error(409, "toxic already exists")
+            return error_response(409, "toxic already exists")
         toxic = cls(tname, stream, float32(1.0 if toxicity is None else toxicity), 0)
         attrs = _attributes(toxic, field(obj, "attributes"))
         if (problem := toxic.check(attrs)) is not None:
-            return _error(400, problem)
+            return error_response(400, problem)
         toxic.attributes = attrs
         proxy.add_toxic(toxic)
         return _json(200, toxic.to_json())
@@ -322,11 +255,11 @@ class Api:
 
     async def update_toxic(self, pname: str, tname: str, body: bytes) -> Response:
         found = self._toxic(pname, tname)
-        obj = _object(decode(body), "struct { Attributes interface {}; Toxicity float32 }")
+        obj = _object(await _decode(body), "struct { Attributes interface {}; Toxicity float32 }")
         attrs = _attributes(found, field(obj, "attributes"))  # merged into current values
         toxicity = want(obj, "toxicity", ".toxicity", "float32")
         if (problem := found.check(attrs)) is not None:
-            return _error(400, problem)
+            return error_response(400, problem)
         found.attributes = attrs
         if toxicity is not None:
             found.toxicity = float32(toxicity)
@@ -345,6 +278,14 @@ class _Missing(Exception):  # a required field is missing from a /populate item
 
 class _NotFound(Exception):  # answered with 404 and this message
     pass
+
+
+async def _decode(body: bytes) -> Any:
+    # Explaining a syntax error walks the body in Python (~1 s per MiB, see gojson), so
+    # large bodies are decoded in a thread and the proxies' data path keeps flowing.
+    if len(body) < _THREAD_DECODE_AT:
+        return decode(body)
+    return await asyncio.to_thread(decode, body)
 
 
 def _or(value: Any, default: Any) -> Any:  # partial decode: absent or null keeps
@@ -374,19 +315,19 @@ def _attributes(toxic: Toxic, value: Any) -> dict[str, int]:
     return attrs
 
 
-def _populate_items(body: bytes) -> list[tuple[str, str, str, bool]]:
-    value = decode(body)
+def _populate_items(value: Any) -> list[tuple[str, str, str, bool]]:
     if value is None:
         value = []
     if not isinstance(value, list):
-        raise BadBody(f"json: cannot unmarshal {kind(value)} into Go value of type []toxiproxy.Proxy")
+        raise BadBody(f"json: cannot unmarshal {kind(value)} into Go value of type []{_POPULATE_ITEM}")
     items = []
     for item in value:
-        obj = _object(item, "toxiproxy.Proxy")
+        obj = _object(item, _POPULATE_ITEM)
+        # Go names the anonymous struct "" in field errors, promoted fields included.
         enabled = want(obj, "enabled", ".enabled", "bool")
-        items.append((want(obj, "name", "Proxy.name", "string") or "",
-                      want(obj, "listen", "Proxy.listen", "string") or "",
-                      want(obj, "upstream", "Proxy.upstream", "string") or "", enabled is not False))
+        items.append((want(obj, "name", ".name", "string") or "",
+                      want(obj, "listen", ".listen", "string") or "",
+                      want(obj, "upstream", ".upstream", "string") or "", enabled is not False))
     for i, (name, _, upstream, _) in enumerate(items, 1):  # all checked before any apply
         if not name:
             raise _Missing(f"missing required field: name at proxy {i}")

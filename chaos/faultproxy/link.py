@@ -35,6 +35,8 @@ class Owner(Protocol):
 
     def close(self) -> None: ...
 
+    def finished(self, link: "Link") -> None: ...
+
 
 class Chunk:
     """Bytes as one ``recv`` returned them, stamped with the loop time they arrived."""
@@ -168,6 +170,7 @@ class Link:
         self.chain = chain  # the proxy's live list for this direction (shared, ordered)
         self.loop = asyncio.get_running_loop()
         self.closing = False
+        self.done = False  # the source's EOF went through the whole chain
         self._seed = seed
         self._rng: random.Random | None = None
         self._states: dict[Toxic, StageState] = {}
@@ -216,10 +219,16 @@ class Link:
             return
         self._eof = True
         if not self._active and self._worker is None:
-            self.owner.close()  # no half-close: one side's FIN ends the connection
+            self._finish()
             return
         self._queue.append(None)
         self._kick()
+
+    def _finish(self) -> None:
+        # No half-close: the connection closes our destination, and the other direction
+        # then sees EOF and runs its own chain (so its slow_close still delays).
+        self.done = True
+        self.owner.finished(self)
 
     def _kick(self) -> None:
         if self._worker is None:
@@ -231,7 +240,8 @@ class Link:
                 item = self._queue.popleft()
                 if item is None:
                     await self._eof_through(-1)
-                    self.owner.close()
+                    if not self.closing:
+                        self._finish()
                     return
                 self._queued -= len(item.data)
                 if self._queued <= _RESUME_AT:

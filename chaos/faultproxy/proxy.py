@@ -151,7 +151,25 @@ class Connection:
         else:
             self.client.resume("connect")
 
+    def finished(self, link: Link) -> None:
+        """``link`` passed its source's EOF down its chain: close the socket it writes to.
+
+        Closing stops reading it, which is EOF for the other link: it runs the EOF
+        through its own toxics before closing the last socket (Toxiproxy closes each
+        direction's output when its chain ends).  The connection is gone when both
+        directions are done.
+        """
+        if self.closed:
+            return
+        other = self.down if link is self.up else self.up
+        if other.done or link.dest.transport is None:
+            self.close()  # both done, or the upstream socket was never connected
+            return
+        link.dest.close()
+        other.feed_eof()  # now, not at connection_lost, which waits for the write flush
+
     def close(self) -> None:
+        """Hard close: both sockets and both links at once (disable, delete, toxics)."""
         if self.closed:
             return
         self.closed = True

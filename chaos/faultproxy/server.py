@@ -24,17 +24,27 @@ from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
-from .api import Api, BadBody, Response, decode
+from .api import VERSION, Api, BadBody, Response, decode, error_response
 
-__all__ = ["FaultProxyServer", "ThreadedFaultProxy", "start_faultproxy_process",
+__all__ = ["MAX_BODY", "FaultProxyServer", "ThreadedFaultProxy", "start_faultproxy_process",
            "stop_faultproxy_process", "main"]
+
+MAX_BODY = 1 << 20
+"""Largest request body read, in bytes.  Real Toxiproxy has no limit; API bodies are a
+few hundred bytes (a /populate of 1000 proxies is ~100 kB).  A larger Content-Length is
+refused before any of the body is read, and a chunked body as soon as it passes this."""
 
 _IDLE_TIMEOUT = 60.0  # Toxiproxy: idle 60 s, read 15 s
 _READ_TIMEOUT = 15.0
-_MAX_BODY = 16 << 20
+_RST_AVOIDANCE = 0.5  # as Go's server: FIN, wait, close, so the client reads the answer
 _REASONS = {100: "Continue", 200: "OK", 201: "Created", 204: "No Content",
             400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-            405: "Method Not Allowed", 409: "Conflict", 500: "Internal Server Error"}
+            405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
+            500: "Internal Server Error"}
+
+
+class _TooLarge(Exception):
+    """The request body is over :data:`MAX_BODY`; answered with 413, then the close."""
 
 
 def _log(msg: str, **fields: Any) -> None:
@@ -116,9 +126,11 @@ class FaultProxyServer:
                 break
             name, _, value = raw.decode("latin-1").partition(":")
             headers[name.strip().lower()] = value.strip()
-        if headers.get("expect", "").lower() == "100-continue":
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = await self._body(reader, headers)
+        try:
+            body = await self._body(reader, headers, writer)
+        except _TooLarge:
+            await self._refuse_body(writer)
+            return False
         conn = headers.get("connection", "").lower()
         close = conn == "close" or (version == "HTTP/1.0" and conn != "keep-alive")
         path = target.split("?", 1)[0]
@@ -126,7 +138,13 @@ class FaultProxyServer:
         await self._send(writer, resp, close=close, head=method == "HEAD")
         return not close
 
-    async def _body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    async def _body(self, reader: asyncio.StreamReader, headers: dict[str, str],
+                    writer: asyncio.StreamWriter) -> bytes:
+        length = int(headers.get("content-length", "0") or "0")
+        if length > MAX_BODY:
+            raise _TooLarge()  # before 100-continue: the client need not send it at all
+        if headers.get("expect", "").lower() == "100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if headers.get("transfer-encoding", "").lower() == "chunked":
             out = bytearray()
             while True:
@@ -135,14 +153,20 @@ class FaultProxyServer:
                     while (await reader.readline()) not in (b"\r\n", b"\n", b""):
                         pass  # trailers
                     return bytes(out)
+                if len(out) + size > MAX_BODY:
+                    raise _TooLarge()  # refused before the chunk is read
                 out += await reader.readexactly(size)
                 await reader.readline()
-                if len(out) > _MAX_BODY:
-                    raise ValueError("body too large")
-        length = int(headers.get("content-length", "0") or "0")
-        if length < 0 or length > _MAX_BODY:
+        if length < 0:
             raise ValueError("bad content-length")
         return await asyncio.wait_for(reader.readexactly(length), _READ_TIMEOUT) if length else b""
+
+    async def _refuse_body(self, writer: asyncio.StreamWriter) -> None:
+        resp = error_response(413, f"request body too large: the limit is {MAX_BODY} bytes")
+        await self._send(writer, resp, close=True)
+        if writer.can_write_eof():
+            writer.write_eof()
+        await asyncio.sleep(_RST_AVOIDANCE)  # unread body bytes make close() send an RST
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, resp: Response, close: bool,
@@ -279,7 +303,7 @@ async def _serve(args: argparse.Namespace) -> int:
             await server.stop()
             return 1
     _log("Starting Toxiproxy-compatible HTTP server", host=args.host, port=server.port,
-         seed=server.seed, version="2.12.0")
+         seed=server.seed, version=VERSION)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -292,7 +316,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="proctor faultproxy",
-                                     description="Toxiproxy 2.12.0-compatible fault proxy")
+                                     description=f"Toxiproxy {VERSION}-compatible fault proxy")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8474)
     parser.add_argument("--seed", type=int, default=None,

@@ -8,7 +8,12 @@ import time
 
 import httpx
 
-__all__ = ["Upstream", "make_proxy", "add_toxic", "connect", "recv_exact", "read_until_close", "rtt"]
+from chaos.faultproxy.server import ThreadedFaultProxy
+
+__all__ = ["Upstream", "make_proxy", "add_toxic", "connect", "recv_exact", "read_until_close",
+           "rtt", "echo", "held_links", "WAIT"]
+
+WAIT = 25.0  # hang guard for waits on events; the verdicts never depend on it
 
 
 class Upstream:
@@ -66,7 +71,7 @@ class Upstream:
                     break
         self.eof[i].set()
 
-    def wait_conns(self, n: int, timeout: float = 5.0) -> None:
+    def wait_conns(self, n: int, timeout: float = WAIT) -> None:
         deadline = time.monotonic() + timeout
         while len(self.conns) < n and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -123,6 +128,22 @@ def read_until_close(sock: socket.socket) -> tuple[bytes, str]:
         if not chunk:
             return bytes(out), "eof"
         out += chunk
+
+
+def echo(sock: socket.socket, payload: bytes = b"ping") -> None:
+    """The payload comes back whole through an echo upstream."""
+    sock.sendall(payload)
+    assert recv_exact(sock, len(payload)) == payload
+
+
+def held_links(fp: ThreadedFaultProxy, proxy: str = "p") -> int:
+    """Links of ``proxy`` with a chunk or EOF inside their toxic chain right now.
+
+    Read from the server's thread without a lock: attribute reads are atomic under the
+    GIL, and callers poll until the count they wait for.
+    """
+    conns = list(fp.server.api.proxies[proxy]._conns)
+    return sum(link._worker is not None for c in conns for link in (c.up, c.down))
 
 
 def rtt(sock: socket.socket, payload: bytes = b"ping") -> float:

@@ -19,8 +19,9 @@ def assert_error(r: httpx.Response, status: int, msg: str) -> None:
     assert r.status_code == status
     assert r.headers["content-type"] == ERR_CT
     assert r.headers["x-content-type-options"] == "nosniff"
-    assert r.content == json.dumps({"error": msg, "status": status},
-                                   separators=(",", ":")).encode() + b"\n"
+    # Go's json.Marshal leaves non-ASCII raw (no \u escapes).
+    assert r.content == json.dumps({"error": msg, "status": status}, separators=(",", ":"),
+                                   ensure_ascii=False).encode() + b"\n"
 
 
 def test_version_exact_bytes(api: httpx.Client) -> None:

@@ -12,7 +12,7 @@ from chaos.faultproxy.proxy import ProxyError, split_host_port
 from chaos.faultproxy.server import main, start_faultproxy_process, stop_faultproxy_process
 from chaos.faultproxy.toxics import float32, float32_json
 
-from .helpers import Upstream, connect, rtt
+from .helpers import Upstream, connect, echo
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,7 +27,7 @@ def test_process_with_config_and_graceful_stop(tmp_path: Path, upstream: Upstrea
         with httpx.Client(base_url=url, timeout=5) as api:
             listen = api.get("/proxies").json()["cfg"]["listen"]
             with connect(int(listen.rsplit(":", 1)[1])) as c:
-                assert rtt(c) < 0.5
+                echo(c)
     finally:
         code = stop_faultproxy_process(proc)
     assert code == 0  # SIGTERM is a graceful stop

@@ -1,0 +1,154 @@
+"""The toxics' computed schedules, on an injected clock and RNG (no sockets, no sleeping).
+
+``FakeLink`` stands in for :class:`chaos.faultproxy.link.Link`: ``hold`` records the
+loop time a toxic waits for and advances the fake clock to it at once, so each test
+reads the exact delays a toxic computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any, Callable
+
+import pytest
+
+from chaos.faultproxy.link import Chunk, StageState
+from chaos.faultproxy.toxics import (BandwidthToxic, LatencyToxic, SlowCloseToxic, TimeoutToxic,
+                                     Toxic)
+
+
+class FakeTimer:
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeLoop:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[FakeTimer] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> FakeTimer:
+        self.timers.append(FakeTimer(self.now + delay, callback))
+        return self.timers[-1]
+
+
+class FakeLink:
+    def __init__(self, seed: str = "1") -> None:
+        self.loop = FakeLoop()
+        self.rng = random.Random(seed)
+        self.closing = False
+        self.closed = 0
+        self.holds: list[float] = []  # every loop time a toxic waited for
+
+    def roll(self, toxicity: float) -> bool:
+        return True
+
+    def is_active(self, toxic: Toxic) -> bool:
+        return True
+
+    async def hold(self, toxic: Toxic, when: float) -> bool:
+        self.holds.append(when)
+        self.loop.now = max(self.loop.now, when)
+        return True
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def _toxic(cls: type[Toxic], **attrs: int) -> Toxic:
+    toxic = cls("t", "downstream", 1.0, 1)
+    toxic.attributes.update(attrs)
+    return toxic
+
+
+def _pipe(toxic: Toxic, link: FakeLink, chunks: list[Chunk]) -> list[tuple[float, bytes]]:
+    """Push ``chunks`` through ``toxic``; (fake time, data) of what it emitted."""
+    out: list[tuple[float, bytes]] = []
+
+    async def emit(chunk: Chunk) -> None:
+        out.append((link.loop.now, chunk.data))
+
+    async def run() -> None:
+        st = toxic.new_state(link)  # type: ignore[arg-type]
+        for chunk in chunks:
+            await toxic.pipe(link, st, chunk, emit)  # type: ignore[arg-type]
+
+    asyncio.run(run())
+    return out
+
+
+def test_latency_is_counted_from_arrival_so_chunks_pipeline() -> None:
+    link = FakeLink()
+    arrivals = [i * 0.01 for i in range(20)]  # 20 chunks, 10 ms apart
+    _pipe(_toxic(LatencyToxic, latency=100), link, [Chunk(b"x", t) for t in arrivals])
+    assert link.holds == pytest.approx([t + 0.1 for t in arrivals])  # not 0.1, 0.2, … 2.0
+
+
+def _jitter_offsets_ms(seed: str, n: int = 2000) -> list[int]:
+    link = FakeLink(seed)
+    _pipe(_toxic(LatencyToxic, latency=60, jitter=40), link, [Chunk(b"x", 0.0) for _ in range(n)])
+    return [round(when * 1000) - 60 for when in link.holds]
+
+
+def test_jitter_spans_go_range() -> None:
+    offsets = _jitter_offsets_ms("1")
+    assert min(offsets) == -40 and max(offsets) == 39  # U in [-jitter, jitter-1], as Go
+
+
+def test_same_seed_same_jitter_sequence() -> None:
+    assert _jitter_offsets_ms("7:p:1:down") == _jitter_offsets_ms("7:p:1:down")
+    assert _jitter_offsets_ms("7:p:1:down") != _jitter_offsets_ms("8:p:1:down")
+
+
+def test_stacked_latencies_add_through_the_chunk_stamp() -> None:
+    link = FakeLink()
+    first, second = _toxic(LatencyToxic, latency=100), _toxic(LatencyToxic, latency=30)
+    chunk = Chunk(b"x", 0.0)
+    _pipe(first, link, [chunk])
+    _pipe(second, link, [chunk])
+    assert link.holds == pytest.approx([0.1, 0.13])
+
+
+def test_bandwidth_sleeps_len_over_rate() -> None:
+    link = FakeLink()
+    out = _pipe(_toxic(BandwidthToxic, rate=100), link,
+                [Chunk(b"z" * 5_000, 0.0), Chunk(b"z" * 25_000, 0.0)])
+    # 100 KB/s = 100 B/ms: 5 000 B wait 50 ms; 25 000 B go as 10 000 B slices every 100 ms
+    # and the 5 000 B rest, 50 ms later.
+    assert [len(data) for _, data in out] == [5_000, 10_000, 10_000, 5_000]
+    assert [when for when, _ in out] == pytest.approx([0.05, 0.15, 0.25, 0.3])
+
+
+def test_slow_close_waits_its_delay_on_eof() -> None:
+    link = FakeLink()
+    toxic = _toxic(SlowCloseToxic, delay=500)
+    asyncio.run(toxic.on_eof(link, StageState(True)))  # type: ignore[arg-type]
+    assert link.holds == [0.5]
+
+
+def test_timeout_restarts_on_data_and_drops_it() -> None:
+    link = FakeLink()
+    toxic = _toxic(TimeoutToxic, timeout=300)
+    out: list[Any] = []
+    st = toxic.new_state(link)  # type: ignore[arg-type]
+    first = link.loop.timers[-1]
+    assert first.when == pytest.approx(0.3)
+    link.loop.now = 0.2
+
+    async def emit(chunk: Chunk) -> None:
+        out.append(chunk)
+
+    asyncio.run(toxic.pipe(link, st, Chunk(b"data", 0.2), emit))  # type: ignore[arg-type]
+    assert out == []  # dropped
+    assert first.cancelled and link.loop.timers[-1].when == pytest.approx(0.5)
+    link.loop.timers[-1].callback()
+    assert link.closed == 1
