@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from chaos.analyze import EXIT_UNKNOWN
 from chaos.stress import CpuHog
 from chaos.sweep_table import RunOutcome, SweepTable
 
@@ -157,10 +158,21 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from chaos.scenario import run_scenario
     from chaos.scenarios import SCENARIOS
 
     args = _parse(argv, SCENARIOS)
+    try:
+        return _sweep(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a crashed sweep is "could not tell" (2), never "invalid" (1)
+        print(f"proctor sweep: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from chaos.scenario import run_scenario
+
     seeds = sweep_seeds(args.first_seed, args.seeds)
     out_dir = _stamp_dir(args.out)
     started = time.monotonic()

@@ -245,3 +245,14 @@ def test_exports_are_exact() -> None:
         ["DEFAULT_FIRST_SEED", "EXCLUDED_BY_DEFAULT", "SWEEP_ROOT", "main", "run_sweep", "sweep_seeds"])
     assert sorted(table_module.__all__) == sorted(
         ["JUNIT_XML", "TABLE_JSON", "TABLE_MD", "RunOutcome", "SweepTable", "cell_word", "met_expectation"])
+
+
+def test_a_crashed_sweep_exits_2_not_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Python's own exit code for an uncaught exception is 1, which a CI gate reads as invalid."""
+    def no_room(_root: Path) -> Path:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(sweep_module, "_stamp_dir", no_room)
+    assert cli_main(["sweep", "--seeds", "1", "--out", str(tmp_path), "--scenario", "worker_kill"]) == 2
+    assert "proctor sweep: harness error: OSError: No space left on device" in capsys.readouterr().err
