@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "down": ("stack.embedded.cli", "down", "stop a running stack, leaving no process behind"),
     "demo": ("chaos.demo", "main", "start the stack, drive a short exam with faults, check it, report"),
     "run": ("chaos.run_cmd", "main", "run one chaos scenario outside pytest, with live progress"),
+    "sweep": ("chaos.sweep", "main", "every chaos scenario over N seeds (optionally under CPU load): a verdict table"),
     "check": ("chaos.analyze", "check_main", "re-run the checkers offline on a stored run folder"),
     "faultproxy": ("chaos.faultproxy.server", "main", "the Toxiproxy-compatible fault proxy server"),
 }

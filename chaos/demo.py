@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
+from chaos.analyze import EXIT_UNKNOWN
 from chaos.run_cmd import print_verdict
 
 __all__ = ["main"]
@@ -30,7 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {message}", flush=True)
 
-    result = run_scenario(get_scenario("demo"), args.seed, time_scale=args.time_scale, progress=progress)
+    try:
+        result = run_scenario(get_scenario("demo"), args.seed, time_scale=args.time_scale, progress=progress)
+    except Exception as exc:  # a harness error is "unknown" (2) like `proctor run`, never 1 or 0
+        print(f"proctor demo: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
     meta = json.loads((result.run_dir / "scenario.json").read_text())
     scale = meta["time_scale"]
     print()

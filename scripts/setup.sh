@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# An uncommented bookworm-backports entry (either source format) under apt dir $1: once
+# setup has written one, later runs leave the sources alone.
+backports_configured() {
+  grep -rqsE '^[^#]*bookworm-backports' "$1/sources.list" "$1/sources.list.d/"
+}
+
 need_apt=()
 command -v valkey-server >/dev/null 2>&1 || command -v redis-server >/dev/null 2>&1 || need_apt+=(valkey-server)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
@@ -23,14 +29,22 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   if [[ " ${need_apt[*]} " == *" valkey-server "* ]] && ! apt-cache policy valkey-server 2>/dev/null | grep -q backports; then
     . /etc/os-release
-    if [ "${VERSION_CODENAME:-}" = bookworm ] && ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
-      echo "deb http://deb.debian.org/debian bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list
+    if [ "${VERSION_CODENAME:-}" = bookworm ] && ! backports_configured /etc/apt; then
+      # Same mirror and keyring as the machine's own Debian source, never a hard-coded host.
+      target=/etc/apt/sources.list.d/bookworm-backports.sources
+      scripts/backports-source.sh /etc/apt bookworm > "$target.tmp" || {
+        rm -f "$target.tmp"
+        echo "setup: add bookworm-backports for your mirror yourself (see README, Troubleshooting)" >&2
+        exit 1
+      }
+      mv "$target.tmp" "$target"
+      echo "setup: wrote $target from the configured Debian source"
     fi
   fi
   echo "setup: apt-get install ${need_apt[*]}"
   apt-get update -qq
   for pkg in "${need_apt[@]}"; do
-    if [ "$pkg" = valkey-server ] && grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    if [ "$pkg" = valkey-server ] && backports_configured /etc/apt; then
       apt-get install -y -qq -t bookworm-backports valkey-server valkey-tools
     else
       apt-get install -y -qq "$pkg"

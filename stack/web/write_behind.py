@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 from sqlalchemy import Engine
 
@@ -37,10 +38,15 @@ class PendingAnswer:
 
 
 class WriteBehind:
-    def __init__(self, engine: Engine, node: str, delay: float) -> None:
+    def __init__(self, engine: Engine, node: str, delay: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.engine, self.node, self.delay = engine, node, delay
+        self.clock = clock  # a seam: tests hold time still, then move it past the delay
+        self.handled = 0  # pending answers taken off the queue (committed or dropped)
+        self.passes = 0  # completed looks at the queue, so a test can wait for the writer to have looked
         self._pending: deque[PendingAnswer] = deque()
         self._lock = threading.Lock()
+        self._progress = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="write-behind", daemon=True)
         self._thread.start()
@@ -50,11 +56,16 @@ class WriteBehind:
     def accept(self, attempt_id: str, question: str, content: str, key: str) -> str:
         receipt = uuid.uuid4().hex
         with self._lock:
-            self._pending.append(PendingAnswer(time.monotonic() + self.delay, attempt_id, question, content, key, receipt))
+            self._pending.append(PendingAnswer(self.clock() + self.delay, attempt_id, question, content, key, receipt))
         return receipt
 
+    def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Block until ``predicate`` (over ``handled`` / ``passes``) holds after a writer pass."""
+        with self._progress:
+            self._progress.wait_for(predicate)
+
     def _due(self) -> list[PendingAnswer]:
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             due = []
             while self._pending and self._pending[0].due <= now:
@@ -63,13 +74,21 @@ class WriteBehind:
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
-            for item in self._due():
-                try:
-                    submit_answer(self.engine, item.attempt_id, item.question, item.content, item.key, self.node)
-                except AnswerRejected as exc:  # e.g. finished meanwhile: the acknowledged answer is dropped
-                    log.warning("write-behind dropped %s/%s: %s", item.attempt_id, item.question, exc.reason)
-                except Exception:
-                    log.exception("write-behind failed for %s/%s", item.attempt_id, item.question)
+            due = self._due()
+            for item in due:
+                self._commit(item)
+            with self._progress:
+                self.handled += len(due)
+                self.passes += 1
+                self._progress.notify_all()
+
+    def _commit(self, item: PendingAnswer) -> None:
+        try:
+            submit_answer(self.engine, item.attempt_id, item.question, item.content, item.key, self.node)
+        except AnswerRejected as exc:  # e.g. finished meanwhile: the acknowledged answer is dropped
+            log.warning("write-behind dropped %s/%s: %s", item.attempt_id, item.question, exc.reason)
+        except Exception:
+            log.exception("write-behind failed for %s/%s", item.attempt_id, item.question)
 
     def close(self) -> None:
         self._stop.set()

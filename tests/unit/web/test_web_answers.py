@@ -202,18 +202,33 @@ def test_losing_an_insert_race_rereads_and_classifies(app_client: TestClient, le
     assert count_rows(ledger, answers) == 1
 
 
-def test_write_behind_acknowledges_before_the_ledger_has_it(settings, ledger, dispatcher) -> None:
-    """The negative-control mode really is ack-before-commit: 201 first, the row later."""
-    import time
+class ManualClock:
+    """A monotonic clock that moves only when the test says so."""
 
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_write_behind_acknowledges_before_the_ledger_has_it(settings, ledger, dispatcher) -> None:
+    """The negative-control mode really is ack-before-commit: 201 first, the row only once
+    the delay has passed. The sink's clock is held still, so no scheduling can reorder it."""
     from stack.web.app import create_app
 
     current = settings.with_overrides(answer_write_behind=0.3)
     with TestClient(create_app(current, dispatcher=dispatcher)) as client:
+        sink = client.app.state.proctor.write_behind
+        sink.clock = clock = ManualClock()
         token = token_for(client)
         attempt = start(client, token)
         reply = answer(client, token, attempt, "q1", "A")
         assert reply.status_code == 201
-        assert count_rows(ledger, answers) == 0  # acknowledged, not durable
-        time.sleep(0.6)
+        clock.now += 0.29
+        looked = sink.passes
+        sink.wait_for(lambda: sink.passes > looked + 1)  # a whole writer pass began after the ack
+        assert count_rows(ledger, answers) == 0 and sink.handled == 0  # acknowledged, not durable
+        clock.now += 0.02
+        sink.wait_for(lambda: sink.handled == 1)  # the writer committed it (pytest-timeout guards a hang)
         assert count_rows(ledger, answers) == 1
