@@ -224,3 +224,11 @@ def test_ai_effect_nobody_owes_is_unexpected() -> None:
         {"operation_id": "narrative-zz", "effect_ids": [9], "idempotency_keys": ["narrative-zz"]},
     ]
 
+
+
+def test_finishes_that_failed_or_never_completed_owe_nothing() -> None:
+    h = finished_in_history("a1")
+    h.call(1, "finish", {"attempt_id": "a2"}, outcome="fail", status=409)
+    h.call(2, "finish", {"attempt_id": "a3"}, outcome="info")
+    h.call(3, "finish", {"attempt_id": "a4"}, outcome=None)
+    assert run(good_exports("a1"), h)["valid"] is True
