@@ -113,3 +113,14 @@ def test_no_declared_list_is_unknown() -> None:
 def test_bad_declared_faults_name_the_field(faults: Any, match: str) -> None:
     with pytest.raises(OptionsError, match=match):
         CheckOptions.from_scenario({"faults": faults})
+
+
+def test_other_nemesis_ops_are_not_faults_and_a_repeated_start_is_undeclared() -> None:
+    h = HistoryBuilder()
+    h.op("nemesis", "info", "heal", {"healed": True})  # not a fault op: skipped, not the end of the scan
+    h.ops += played().ops
+    assert check(h)["valid"] is True
+    h.op("nemesis", "info", "fault-start", {"fault_id": 2, **DECLARED[2]})  # fault 2 started twice
+    result = check(h)
+    assert result["violations"] == ["undeclared"]
+    assert [(e["fault_id"], e["starts"], e["ends"]) for e in result["examples"]["undeclared"]] == [(2, 2, 1)]

@@ -158,3 +158,10 @@ def test_malformed_finish_is_unknown_and_later_finishes_are_still_judged() -> No
     assert run(good_exports("a1"), history=h)["valid"] == "unknown"
     h.call(1, "finish", {"attempt_id": "a2"}, status=202)
     assert run(good_exports("a1"), history=h)["violations"] == ["missing_rows"]
+
+
+def test_an_outcome_exactly_at_the_deadline_is_in_time() -> None:
+    exports = good_exports("a1")
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "sms")) + outbox_rows("a1", kinds=("narrative",), took=11.0)
+    assert run(exports, outcome_deadline_seconds=11)["valid"] is True  # finished_at 100, done 111: exactly 11 s
+    assert run(exports, outcome_deadline_seconds=10.5)["violations"] == ["deadline_exceeded"]

@@ -115,3 +115,8 @@ def test_files_that_do_not_name_this_table_are_refused(tmp_path: Path, name: str
     ledgers = load_ledgers(tmp_path)
     assert getattr(ledgers, table) is None
     assert match in ledgers.problems[table]
+
+
+def test_an_absent_optional_field_does_not_hide_the_fields_after_it() -> None:
+    row = {"receipt_id": "r1", "attempt_id": "a1", "question": "q1", "content": "B", "node": "web_1", "created_at": 5}
+    assert Ledgers.from_exports(answers=[row]).answers == (AnswerRow("r1", "a1", "q1", "B", None, None, "web_1", 5.0),)

@@ -77,6 +77,7 @@ def test_each_line_is_on_disk_before_close(tmp_path: Path) -> None:
 def test_complete_keeps_process_and_f_and_measures_latency(tmp_path: Path) -> None:
     clock = FakeClock()
     with History(tmp_path / "h.jsonl", clock=clock) as history:
+        clock.now += 1.0  # the invoke is not at time 0: latency is measured from it, not from the origin
         invoked = history.invoke(7, "answer", {"q": 1})
         clock.now += 0.25
         done = history.complete(invoked, "info", error="ReadTimeout")
