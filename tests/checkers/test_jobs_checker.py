@@ -165,3 +165,5 @@ def test_an_outcome_exactly_at_the_deadline_is_in_time() -> None:
     exports["outbox"] = outbox_rows("a1", kinds=("merit", "sms")) + outbox_rows("a1", kinds=("narrative",), took=11.0)
     assert run(exports, outcome_deadline_seconds=11)["valid"] is True  # finished_at 100, done 111: exactly 11 s
     assert run(exports, outcome_deadline_seconds=10.5)["violations"] == ["deadline_exceeded"]
+    exports["attempts"] = [attempt_row("a1", finished_at=95.0)]  # measured from the finish, not the row's creation
+    assert run(exports, outcome_deadline_seconds=11)["violations"] == ["deadline_exceeded"]

@@ -120,3 +120,8 @@ def test_files_that_do_not_name_this_table_are_refused(tmp_path: Path, name: str
 def test_an_absent_optional_field_does_not_hide_the_fields_after_it() -> None:
     row = {"receipt_id": "r1", "attempt_id": "a1", "question": "q1", "content": "B", "node": "web_1", "created_at": 5}
     assert Ledgers.from_exports(answers=[row]).answers == (AnswerRow("r1", "a1", "q1", "B", None, None, "web_1", 5.0),)
+
+
+def test_from_exports_skips_a_table_given_as_none_and_reads_the_rest() -> None:
+    ledgers = Ledgers.from_exports(answers=None, attempts=[{"attempt_id": "a1", "status": "open"}])
+    assert ledgers.answers is None and ledgers.attempts is not None and len(ledgers.attempts) == 1

@@ -170,3 +170,12 @@ def test_fault_windows_pair_by_fault_id_and_keep_unhealed_faults() -> None:
     ]
     assert fault_windows(ops) == [FaultWindow(1, "kill", "web_1", 0.0, 0.2), FaultWindow(2, "pause", "relay", 0.1, None)]
     assert monitor_samples(ops) == []
+
+
+def test_a_fault_end_without_its_start_is_no_window() -> None:
+    ops = [
+        op(0, "nemesis", "info", "fault-end", value={"fault_id": 5, "kind": "kill", "target": "web_1"}),
+        op(1, "nemesis", "info", "fault-start", value={"fault_id": 1, "kind": "kill", "target": "web_1"}),
+        op(2, "nemesis", "info", "fault-end", value={"fault_id": 1, "kind": "kill", "target": "web_1"}),
+    ]
+    assert fault_windows(ops) == [FaultWindow(1, "kill", "web_1", 0.1, 0.2)]
