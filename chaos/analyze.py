@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from chaos.bounds import apply_bounds, derive_bounds
+from chaos.bounds import apply_bounds, derive_bounds, underivable_notes
 from chaos.checkers import run_checkers
 from chaos.checkers.base import UNKNOWN, CheckOptions, Result, compose
-from chaos.history import HistoryFormatError, Op, fault_windows, load_history
+from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, read_history
 from chaos.ledgers import load_ledgers
 from chaos.plots import plot_run
 from chaos.report import REPORT_MD, build_report, verdict_word, write_report
@@ -79,11 +79,33 @@ def _time_scale(scenario: dict[str, Any], notes: list[str]) -> float:
     return scale
 
 
-def _load_history(run_dir: Path) -> tuple[list[Op] | None, str | None]:
+def _load_history(run_dir: Path) -> tuple[HistoryFile | None, str | None]:
     try:
-        return load_history(run_dir / HISTORY_FILE), None
+        return read_history(run_dir / HISTORY_FILE), None
     except (OSError, HistoryFormatError) as exc:
         return None, f"history could not be read: {type(exc).__name__}: {exc}"
+
+
+def _history_problems(read: HistoryFile | None, problem: str | None) -> list[str]:
+    """Why the history cannot be judged whole; [] when it can."""
+    if read is None:
+        return [problem or "history missing"]
+    if read.torn is not None:
+        return [f"{HISTORY_FILE} {read.torn.describe()}"]
+    if not read.ops:
+        return [f"{HISTORY_FILE} is empty: nothing was recorded, so nothing can be judged"]
+    return []
+
+
+def _verdict(read: HistoryFile | None, problems: list[str], run_dir: Path, options: CheckOptions) -> Result:
+    if read is None or not read.ops:
+        # Without ops nothing can be judged: an empty history would look vacuous or make
+        # every ledger row "unexpected", both wrong claims about the stack.
+        return compose([Result.unknown("history", problems)])
+    checked = run_checkers(read.ops, load_ledgers(run_dir), options)
+    if problems:  # a torn history or an underivable bound: judge what is there, never call it valid
+        checked = compose([Result.unknown("history", problems), *checked.checks.values()])
+    return checked
 
 
 def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
@@ -97,16 +119,12 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
     scenario, notes = load_scenario(run_dir)
     time_scale = _time_scale(scenario, notes)
-    history, problem = _load_history(run_dir)
+    read, problem = _load_history(run_dir)
+    history = read.ops if read is not None else None
     # Bounds that follow from the fault schedule are derived from what this run measured.
     bounds = derive_bounds(scenario, history or [], load_ledgers(run_dir).outbox)
-    options = CheckOptions.from_dict(apply_bounds(scenario.get("options"), bounds))
-    if history is None:
-        # Without the history nothing can be judged: an empty one would look vacuous or
-        # make every ledger row "unexpected", both wrong claims about the stack.
-        result = compose([Result.unknown("history", [problem or "history missing"])])
-    else:
-        result = run_checkers(history, load_ledgers(run_dir), options)
+    options = CheckOptions.from_scenario({**scenario, "options": apply_bounds(scenario.get("options"), bounds)})
+    result = _verdict(read, _history_problems(read, problem) + underivable_notes(bounds), run_dir, options)
     plot_names = _plots(history or [], run_dir, notes) if plots else []
     report = build_report(scenario, result, options, time_scale, plot_names, notes)
     report["faults"] = _fault_rows(history or [])

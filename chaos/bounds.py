@@ -53,6 +53,7 @@ __all__ = [
     "bounds_markdown",
     "derive_bounds",
     "kill_windows",
+    "underivable_notes",
 ]
 
 DEADLINE = "outcome_deadline_seconds"
@@ -217,6 +218,17 @@ def _deadline(lanes: Mapping[str, Mapping[str, Any]], relay: float, shared: Mapp
     if errors or not per_lane:
         return {"value": None, "formula": formula, "terms": terms, "note": "; ".join(errors) or "no jobs at all"}
     return {"value": max(per_lane.values()), "formula": formula, "terms": terms}
+
+
+def underivable_notes(derived: Mapping[str, Any]) -> list[str]:
+    """One note per bound the run asked for but could not derive: the verdict is then unknown.
+
+    Leaving such a bound out would silently drop its check (a killed worker that never came
+    back makes the merit bound underivable, and with two merit workers nothing else would
+    notice), so an underivable bound is never a pass.
+    """
+    return [f"bound {name} could not be derived: {bound.get('note', 'no value')}"
+            for name, bound in derived.items() if bound.get("value") is None]
 
 
 def apply_bounds(options: Mapping[str, Any] | None, derived: Mapping[str, Any]) -> dict[str, Any]:

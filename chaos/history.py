@@ -8,8 +8,9 @@ The nemesis appends ``fault-start``/``fault-end`` and the monitor appends
 offline on a stored run folder.
 
 The file is JSON Lines, one op per line, flushed as it is written: if the
-harness crashes, every op written so far is still on disk (a torn last line is
-skipped by :func:`load_history`).
+harness crashes, every op written so far is still on disk. A torn last line is
+left out of the ops and reported by :func:`read_history` (line number and bytes),
+so a checker can say the history is incomplete instead of judging it whole.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "COMPLETION_TYPES",
     "FaultWindow",
     "History",
+    "HistoryFile",
     "HistoryFormatError",
     "NEMESIS",
     "MONITOR",
@@ -37,6 +39,8 @@ __all__ = [
     "load_history",
     "monitor_samples",
     "pair_ops",
+    "read_history",
+    "TornLine",
 ]
 
 NEMESIS = "nemesis"
@@ -203,9 +207,29 @@ class History:
         self.close()
 
 
-def load_history(path: str | os.PathLike[str]) -> list[Op]:
-    """Read a history file, sorted by index. A torn last line (a crash mid-write) is skipped;
-    a bad line anywhere else raises HistoryFormatError naming the line."""
+@dataclass(frozen=True)
+class TornLine:
+    """The last line of a history file that is not a valid op (the writer died mid-line)."""
+
+    line: int
+    bytes: int
+    error: str
+
+    def describe(self) -> str:
+        return f"line {self.line} is torn ({self.bytes} bytes, {self.error}): the history is incomplete"
+
+
+@dataclass(frozen=True)
+class HistoryFile:
+    """A history as read from disk: its ops, sorted by index, and the torn last line if any."""
+
+    ops: list[Op]
+    torn: TornLine | None = None
+
+
+def read_history(path: str | os.PathLike[str]) -> HistoryFile:
+    """Read a history file. A bad last line (a crash mid-write) is left out and reported
+    in ``torn``; a bad line anywhere else raises HistoryFormatError naming the line."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     ops: list[Op] = []
     for number, line in enumerate(lines, start=1):
@@ -214,9 +238,19 @@ def load_history(path: str | os.PathLike[str]) -> list[Op]:
         try:
             ops.append(Op.from_dict(json.loads(line)))
         except (json.JSONDecodeError, HistoryFormatError, TypeError, ValueError) as exc:
-            if number == len(lines):
-                break
-            raise HistoryFormatError(f"{path}:{number}: {exc}") from None
+            if number < len(lines):
+                raise HistoryFormatError(f"{path}:{number}: {exc}") from None
+            torn = TornLine(number, len(line.encode("utf-8")), f"{type(exc).__name__}: {exc}"[:200])
+            return HistoryFile(_by_index(ops), torn)
+    return HistoryFile(_by_index(ops))
+
+
+def load_history(path: str | os.PathLike[str]) -> list[Op]:
+    """The ops of a history file (see read_history; a torn last line is left out)."""
+    return read_history(path).ops
+
+
+def _by_index(ops: list[Op]) -> list[Op]:
     return sorted(ops, key=lambda op: op.index)
 
 

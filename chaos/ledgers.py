@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Mapping, TypeVar
 
 __all__ = [
     "AnswerRow",
     "AttemptRow",
     "EffectRow",
+    "ExamRow",
     "LANE_OF_KIND",
     "LEDGER_FILES",
     "LedgerFormatError",
@@ -43,6 +44,7 @@ LEDGER_FILES = {
     "outcomes": "outcomes.json",
     "ai_effects": "ai_effects.json",
     "sms_effects": "sms_effects.json",
+    "exams": "exams.json",
 }
 """Ledgers attribute -> file name under <run_dir>/ledgers/."""
 
@@ -107,9 +109,20 @@ class EffectRow:
     idempotency_key: str | None = None
     created_at: float | None = None
     request: Any = None
+    response: Any = None
+    """What the provider answered (absent in run folders older than the payload checks)."""
 
 
-Row = TypeVar("Row", AttemptRow, AnswerRow, OutboxRow, OutcomeRow, EffectRow)
+@dataclass(frozen=True)
+class ExamRow:
+    """One exam: its answer key is what merit scores are recomputed from."""
+
+    exam_code: str
+    question_count: int
+    answer_key: Mapping[str, str]
+
+
+Row = TypeVar("Row", AttemptRow, AnswerRow, OutboxRow, OutcomeRow, EffectRow, ExamRow)
 
 _ROW_TYPES: dict[str, type] = {
     "attempts": AttemptRow,
@@ -118,6 +131,7 @@ _ROW_TYPES: dict[str, type] = {
     "outcomes": OutcomeRow,
     "ai_effects": EffectRow,
     "sms_effects": EffectRow,
+    "exams": ExamRow,
 }
 
 _FLOAT_FIELDS = {"started_at", "finished_at", "created_at", "enqueued_at", "done_at"}
@@ -133,6 +147,7 @@ class Ledgers:
     outcomes: tuple[OutcomeRow, ...] | None = None
     ai_effects: tuple[EffectRow, ...] | None = None
     sms_effects: tuple[EffectRow, ...] | None = None
+    exams: tuple[ExamRow, ...] | None = None
     exported_at: Mapping[str, float] = field(default_factory=dict)
     problems: Mapping[str, str] = field(default_factory=dict)
 
@@ -159,7 +174,7 @@ class Ledgers:
         for table, document in exports.items():
             if document is None:
                 continue
-            rows, at = _rows_of(table, document, source=table)
+            rows, at = _rows_of(table, document, source=table, allow_bare_list=True)
             tables[table] = rows
             if at is not None:
                 exported_at[table] = at
@@ -189,24 +204,37 @@ def load_ledgers(run_dir: str | Path) -> Ledgers:
     return Ledgers(**tables, exported_at=exported_at, problems=problems)
 
 
-def _rows_of(table: str, document: Any, source: str) -> tuple[tuple[Any, ...], float | None]:
-    """Rows and exported_at of one export document (or a bare list of rows)."""
+def _rows_of(table: str, document: Any, source: str, allow_bare_list: bool = False) -> tuple[tuple[Any, ...], float | None]:
+    """Rows and exported_at of one export document.
+
+    The document must name what it holds (``"table"`` for a stack table, ``"provider"``
+    for a provider ledger): a file copied from the wrong table or provider is refused,
+    not read as this one. A bare list of rows names nothing, so only in-memory callers
+    (``Ledgers.from_exports``) may pass one.
+    """
     exported_at = None
     if isinstance(document, Mapping):
-        declared = document.get("table") or document.get("provider")
-        expected = table.removesuffix("_effects")
-        if declared is not None and declared != expected:
-            raise LedgerFormatError(f"{source}: holds {declared!r}, expected {expected!r}")
-        key = "effects" if table.endswith("_effects") else "rows"
+        identity, expected = ("provider", table.removesuffix("_effects")) if table.endswith("_effects") else ("table", table)
+        if document.get(identity) != expected:
+            raise LedgerFormatError(f"{source}: {identity}={document.get(identity)!r}, expected {expected!r}")
+        key = "effects" if identity == "provider" else "rows"
         if not isinstance(document.get(key), list):
             raise LedgerFormatError(f"{source}: no {key!r} list")
-        if document.get("exported_at") is not None:
-            exported_at = float(document["exported_at"])
+        exported_at = _exported_at(document.get("exported_at"), source)
         document = document[key]
-    if not isinstance(document, Sequence) or isinstance(document, (str, bytes)):
-        raise LedgerFormatError(f"{source}: expected an export object or a list of rows")
+    elif not (allow_bare_list and isinstance(document, list)):
+        raise LedgerFormatError(f"{source}: expected an export object naming its {'provider' if table.endswith('_effects') else 'table'}"
+                                f", got {type(document).__name__}")
     row_type = _ROW_TYPES[table]
     return tuple(_row(row_type, raw, f"{source} row {i}") for i, raw in enumerate(document)), exported_at
+
+
+def _exported_at(value: Any, source: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LedgerFormatError(f"{source}: exported_at={value!r} is not a number")
+    return float(value)
 
 
 def _row(row_type: type[Row], raw: Any, where: str) -> Row:
@@ -214,10 +242,10 @@ def _row(row_type: type[Row], raw: Any, where: str) -> Row:
         raise LedgerFormatError(f"{where}: expected an object, got {type(raw).__name__}")
     values: dict[str, Any] = {}
     for spec in fields(row_type):
-        if spec.name not in raw:
-            if spec.default is not MISSING:  # optional field: keep its default
-                continue
+        if raw.get(spec.name) is None and spec.default is MISSING:
             raise LedgerFormatError(f"{where}: missing field {spec.name!r}")
+        if spec.name not in raw:  # optional field: keep its default
+            continue
         values[spec.name] = _coerce(spec.name, raw[spec.name], where)
     return row_type(**values)
 
@@ -236,6 +264,11 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             return json.loads(value)
         except json.JSONDecodeError:
             return value
-    if name in {"attempt_id", "operation_id", "question", "receipt_id", "kind", "status"}:
+    if name == "question_count":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LedgerFormatError(f"{where}: question_count={value!r} is not a whole number >= 1")
+    if name == "answer_key" and not (isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())):
+        raise LedgerFormatError(f"{where}: answer_key must map each question to a letter, got {value!r:.80}")
+    if name in {"attempt_id", "operation_id", "question", "receipt_id", "kind", "status", "exam_code"}:
         return str(value)
     return value

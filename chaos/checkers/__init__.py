@@ -21,8 +21,10 @@ from chaos.checkers.base import (
 )
 from chaos.checkers.connections import check_connections
 from chaos.checkers.effects import check_effects
+from chaos.checkers.faults import check_faults
 from chaos.checkers.jobs import check_jobs
 from chaos.checkers.latency import check_latency
+from chaos.checkers.payloads import check_payloads
 from chaos.checkers.stats import check_stats
 from chaos.history import Op
 from chaos.ledgers import Ledgers
@@ -37,8 +39,10 @@ __all__ = [
     "check_answers",
     "check_connections",
     "check_effects",
+    "check_faults",
     "check_jobs",
     "check_latency",
+    "check_payloads",
     "check_safe",
     "check_stats",
     "compose",
@@ -47,9 +51,11 @@ __all__ = [
 
 CHECKERS: dict[str, Checker] = {
     "stats": check_stats,
+    "faults": check_faults,
     "answers": check_answers,
     "effects": check_effects,
     "jobs": check_jobs,
+    "payloads": check_payloads,
     "latency": check_latency,
     "connections": check_connections,
 }

@@ -12,7 +12,15 @@ of the ``answers`` ledger:
   this "recovered"; here it is invalid, because a failure that took effect is what
   makes clients retry and write twice;
 - a ledger row with no invoke for its key is **unexpected**;
-- two rows for one key, or one receipt id on two rows, is **duplicated**.
+- two rows for one key, or one receipt id on two rows, is **duplicated**;
+- a row must carry what the client was told and sent: the ``receipt_id`` of its
+  ``ok`` completion (**receipt_mismatch**), one of the idempotency keys sent for
+  it (**idempotency_key_mismatch**), and the student the attempt was started for
+  (**student_mismatch**; from the history, else the attempts ledger).
+
+An answer invoke without attempt_id, question, content or idempotency_key, an
+``ok`` without a receipt id, or a row whose student cannot be verified makes the
+result unknown: a history the checker cannot read is not a history that passed.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from chaos.checkers.base import CheckOptions, Result, build_result
+from chaos.checkers.acknowledged import attempt_students
+from chaos.checkers.base import CheckOptions, Result, build_result, unknown_unless_invalid
 from chaos.history import Op, pair_ops
 from chaos.ledgers import AnswerRow, Ledgers
 
@@ -31,6 +40,8 @@ NAME = "answers"
 
 Key = tuple[str, str]
 
+_ANSWER_FIELDS = ("attempt_id", "question", "content", "idempotency_key")
+
 
 @dataclass
 class _Tries:
@@ -39,6 +50,11 @@ class _Tries:
     ok: list[Any] = field(default_factory=list)
     info: list[Any] = field(default_factory=list)
     fail: list[Any] = field(default_factory=list)
+    keys: set[str] = field(default_factory=set)
+    receipts: set[str] = field(default_factory=set)
+    """Receipt ids the ok completions carried."""
+    unreceipted: int = 0
+    """ok completions that carried no receipt id."""
 
     @property
     def sent(self) -> list[Any]:
@@ -56,9 +72,17 @@ def check_answers(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions
         _judge_key(key, attempt, rows.get(key, []), bad, info)
     bad["unexpected"] = [_row_example(r) for key in sorted(set(rows) - set(tries)) for r in rows[key]]
     bad["duplicated"] = _duplicates(ledgers.answers, rows)
+    bad.update(_identity_problems(tries, rows))
+    students, unverified = _student_problems(history, ledgers)
+    bad["student_mismatch"] = students
     counts = {"attempted": len(tries), "acknowledged": sum(bool(t.ok) for t in tries.values()), "rows": len(ledgers.answers)}
-    notes = [f"{malformed} answer invoke(s) without attempt_id/question were ignored"] if malformed else []
-    return build_result(NAME, bad=bad, info=info, counts=counts, notes=notes)
+    reasons = [f"{malformed} answer invoke(s) lack one of {', '.join(_ANSWER_FIELDS)}: they cannot be judged"] if malformed else []
+    unreceipted = sum(t.unreceipted for t in tries.values())
+    if unreceipted:
+        reasons.append(f"{unreceipted} ok answer(s) carry no receipt_id: the receipt cannot be checked")
+    if unverified:
+        reasons.append(f"{unverified} answer row(s) whose student cannot be verified (no student_id, or no start in the history nor attempt row)")
+    return unknown_unless_invalid(build_result(NAME, bad=bad, info=info, counts=counts), reasons)
 
 
 def _tries_by_key(history: Sequence[Op]) -> tuple[dict[Key, _Tries], int]:
@@ -68,12 +92,17 @@ def _tries_by_key(history: Sequence[Op]) -> tuple[dict[Key, _Tries], int]:
         if invoked.f != "answer":
             continue
         value = invoked.value if isinstance(invoked.value, dict) else {}
-        if not value.get("attempt_id") or not value.get("question"):
+        if not all(value.get(name) for name in _ANSWER_FIELDS):
             malformed += 1
             continue
-        key = (str(value["attempt_id"]), str(value["question"]))
+        attempt = tries[(str(value["attempt_id"]), str(value["question"]))]
         outcome = done.type if done is not None else "info"  # never completed = indeterminate
-        getattr(tries[key], outcome).append(value.get("content"))
+        getattr(attempt, outcome).append(value["content"])
+        attempt.keys.add(str(value["idempotency_key"]))
+        if outcome == "ok" and done is not None and done.receipt_id:
+            attempt.receipts.add(str(done.receipt_id))
+        elif outcome == "ok":
+            attempt.unreceipted += 1
     return dict(tries), malformed
 
 
@@ -120,6 +149,35 @@ def _duplicates(all_rows: Sequence[AnswerRow], rows: dict[Key, list[AnswerRow]])
         receipts[row.receipt_id] += 1
     found += [{"receipt_id": rid, "rows": n} for rid, n in sorted(receipts.items()) if n > 1]
     return found
+
+
+def _identity_problems(tries: dict[Key, _Tries], rows: dict[Key, list[AnswerRow]]) -> dict[str, list[Any]]:
+    """Rows whose receipt id or idempotency key is not what the client was told or sent."""
+    receipts: list[Any] = []
+    keys: list[Any] = []
+    for key, attempt in sorted(tries.items()):
+        for row in rows.get(key, []):
+            example = {"attempt_id": key[0], "question": key[1], "receipt_id": row.receipt_id}
+            if attempt.receipts and row.receipt_id not in attempt.receipts:
+                receipts.append({**example, "acknowledged": sorted(attempt.receipts)})
+            if row.idempotency_key not in attempt.keys:
+                keys.append({**example, "idempotency_key": row.idempotency_key, "sent": sorted(attempt.keys)})
+    return {"receipt_mismatch": receipts, "idempotency_key_mismatch": keys}
+
+
+def _student_problems(history: Sequence[Op], ledgers: Ledgers) -> tuple[list[Any], int]:
+    """Rows filed under another student than the attempt's (history first, then the attempts ledger)."""
+    students = {a.attempt_id: a.student_id for a in ledgers.attempts or () if a.student_id}
+    students.update(attempt_students(history))
+    wrong: list[Any] = []
+    unverified = 0
+    for row in sorted(ledgers.answers or (), key=lambda r: (r.attempt_id, r.question)):
+        expected = students.get(row.attempt_id)
+        if expected is None or row.student_id is None:
+            unverified += 1
+        elif row.student_id != expected:
+            wrong.append({**_row_example(row), "student_id": row.student_id, "expected": expected})
+    return wrong, unverified
 
 
 def _row_example(row: AnswerRow) -> dict[str, Any]:

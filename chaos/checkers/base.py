@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
 
 from chaos.history import Op
@@ -20,6 +20,7 @@ from chaos.ledgers import OUTBOX_KINDS, Ledgers
 __all__ = [
     "CheckOptions",
     "Checker",
+    "DeclaredFault",
     "MAX_EXAMPLES",
     "OptionsError",
     "Result",
@@ -30,6 +31,7 @@ __all__ = [
     "compose",
     "merge_validity",
     "summarize",
+    "unknown_unless_invalid",
 ]
 
 UNKNOWN: Literal["unknown"] = "unknown"
@@ -107,6 +109,16 @@ def build_result(
     return Result(name, not violations, all_counts, examples, list(notes), dict(details or {}), violations=violations)
 
 
+def unknown_unless_invalid(result: Result, reasons: Sequence[str]) -> Result:
+    """A proven violation stays invalid; otherwise any reason (input the checker could not
+    judge) makes the result unknown, with the reasons as notes."""
+    if reasons:
+        result.notes.extend(reasons)
+        if result.valid is True:
+            result.valid = UNKNOWN
+    return result
+
+
 def merge_validity(verdicts: Iterable[Validity]) -> Validity:
     """false > unknown > true; no verdicts at all is unknown (nothing was proven)."""
     verdicts = list(verdicts)
@@ -160,6 +172,18 @@ def summarize(values: Iterable[float]) -> dict[str, float | int | None]:
 
 
 @dataclass(frozen=True)
+class DeclaredFault:
+    """One fault of scenario.json's "faults" list (FaultSpec.as_dict: at, kind, target,
+    duration, then its params flattened in). Its position in the list is its fault_id."""
+
+    fault_id: int
+    at: float
+    kind: str
+    target: str
+    duration: float
+
+
+@dataclass(frozen=True)
 class CheckOptions:
     """The "options" object of scenario.json; defaults are the strict choice."""
 
@@ -179,6 +203,14 @@ class CheckOptions:
     """Connection errors each stack component may report (its own counters); None = not checked."""
     max_connects_per_process: int | None = None
     """Valkey connections any one stack process may open over the run (pooled: a handful); None = not checked."""
+    declared_faults: tuple[DeclaredFault, ...] | None = None
+    """scenario.json's top-level "faults" (not an option): what the nemesis was told to do; None = not declared."""
+
+    @classmethod
+    def from_scenario(cls, scenario: Mapping[str, Any]) -> "CheckOptions":
+        """The options of a scenario.json document, plus its declared faults."""
+        options = cls.from_dict(scenario.get("options"))
+        return replace(options, declared_faults=_declared_faults(scenario.get("faults")))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "CheckOptions":
@@ -258,3 +290,23 @@ def _slo(value: Any) -> dict[str, dict[str, float]]:
             raise OptionsError(f"options.slo.{key}: {bad} are not among {SLO_THRESHOLDS}")
         slo[key] = {name: _positive(v, f"options.slo.{key}.{name}") for name, v in limits.items()}
     return slo
+
+
+def _declared_faults(value: Any) -> tuple[DeclaredFault, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise OptionsError(f"faults={value!r:.80}: expected a list of faults")
+    declared = []
+    for fault_id, fault in enumerate(value):
+        where = f"faults[{fault_id}]"
+        if not isinstance(fault, Mapping):
+            raise OptionsError(f"{where}={fault!r:.80}: expected an object")
+        for key in ("kind", "target"):
+            if not isinstance(fault.get(key), str):
+                raise OptionsError(f"{where}.{key}={fault.get(key)!r}: expected a string")
+        for key in ("at", "duration"):
+            if isinstance(fault.get(key), bool) or not isinstance(fault.get(key), (int, float)):
+                raise OptionsError(f"{where}.{key}={fault.get(key)!r}: expected a number of seconds")
+        declared.append(DeclaredFault(fault_id, float(fault["at"]), fault["kind"], fault["target"], float(fault["duration"])))
+    return tuple(declared)

@@ -1,6 +1,8 @@
 """Effects: every finished attempt got each outcome exactly once, and each side effect at most once.
 
-For every attempt the ledger shows ``finished``, per outbox kind (merit, narrative, sms):
+For every attempt that finished (the ledger shows it ``finished``, or the history
+acknowledged its finish: a row that vanished from the ledger still owes its work),
+per outbox kind (merit, narrative, sms):
 
 - exactly one outcome row for ``<kind>-<attempt_id>``, with status ``ready``; a
   ``failed_for_review`` outcome is accepted only for kinds in
@@ -16,7 +18,8 @@ Duplicates are any operation id with more than one outcome row or more than one
 provider effect (count > 1; Jepsen's set-full ``duplicated`` reducer tests
 ``< 1`` and never fires, so this checker's tests include failing histories).
 Outcomes or effects for attempts that never finished are **unexpected**; an ``ok``
-finish whose attempt is not finished in the ledger is **finish_lost**.
+finish whose attempt is not finished in the ledger is **finish_lost**. A finish
+invoke without an attempt_id makes the result unknown.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
-from chaos.checkers.base import CheckOptions, Result, build_result
-from chaos.history import Op, pair_ops
+from chaos.checkers.acknowledged import acknowledged_finishes
+from chaos.checkers.base import CheckOptions, Result, build_result, unknown_unless_invalid
+from chaos.history import Op
 from chaos.ledgers import OUTBOX_KINDS, EffectRow, Ledgers, OutboxRow, OutcomeRow
 
 __all__ = ["NAME", "check_effects"]
@@ -41,7 +45,9 @@ def check_effects(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions
     if any(getattr(ledgers, table) is None for table in needed):
         return Result.unknown(NAME, ledgers.missing(*needed) + ["cannot account for every effect"])
     assert ledgers.attempts is not None and ledgers.outcomes is not None and ledgers.outbox is not None
-    finished = {a.attempt_id for a in ledgers.attempts if a.status == "finished"}
+    in_ledger = {a.attempt_id for a in ledgers.attempts if a.status == "finished"}
+    acknowledged, malformed = acknowledged_finishes(history)
+    finished = in_ledger | set(acknowledged)
     outcomes = _group(ledgers.outcomes)
     outbox = {row.operation_id: row for row in ledgers.outbox}
     effects = {table: _group(getattr(ledgers, table)) for table in _PROVIDER_KIND}
@@ -58,7 +64,7 @@ def check_effects(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions
         for op, rows in sorted(outcomes.items())
         if rows[0].attempt_id not in finished or rows[0].kind not in OUTBOX_KINDS
     ]
-    bad["finish_lost"] = _finish_lost(history, finished)
+    bad["finish_lost"] = [{"attempt_id": aid, "index": acknowledged[aid]} for aid in sorted(set(acknowledged) - in_ledger)]
     counts = {
         "finished_attempts": len(finished),
         "outcomes": len(ledgers.outcomes),
@@ -68,7 +74,8 @@ def check_effects(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions
         "duplicated": sum(len(v) for k, v in bad.items() if k.startswith("duplicated_")),
         "missing": sum(len(v) for k, v in bad.items() if k.startswith("missing_") or k.endswith("_effect_missing")),
     }
-    return build_result(NAME, bad=bad, info=info, counts=counts)
+    reasons = [f"{malformed} finish invoke(s) without attempt_id: cannot tell which attempts finished"] if malformed else []
+    return unknown_unless_invalid(build_result(NAME, bad=bad, info=info, counts=counts), reasons)
 
 
 def _group(rows: Iterable[OutcomeRow | EffectRow]) -> dict[str, list[Any]]:
@@ -139,15 +146,3 @@ def _effect_example(rows: list[EffectRow]) -> dict[str, Any]:
 def _duplicated(grouped: Mapping[str, list[Any]], describe: Any) -> list[dict[str, Any]]:
     """Operation ids recorded more than once (frequency > 1 is a duplicate)."""
     return [{"operation_id": op, "count": len(rows), **describe(rows)} for op, rows in sorted(grouped.items()) if len(rows) > 1]
-
-
-def _finish_lost(history: Sequence[Op], finished: set[str]) -> list[dict[str, Any]]:
-    """Acknowledged finishes the ledger does not show: the finish itself was lost."""
-    lost: dict[str, dict[str, Any]] = {}
-    for invoked, done in pair_ops(history):
-        if invoked.f != "finish" or done is None or done.type != "ok" or not isinstance(invoked.value, dict):
-            continue
-        attempt_id = invoked.value.get("attempt_id")
-        if attempt_id is not None and str(attempt_id) not in finished:
-            lost.setdefault(str(attempt_id), {"attempt_id": str(attempt_id), "index": done.index})
-    return [lost[key] for key in sorted(lost)]

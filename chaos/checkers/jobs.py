@@ -8,7 +8,9 @@ Read after the run has healed and gone quiet, every row must be final:
 - ``pending``/``enqueued`` only for kinds in ``allow_pending``; otherwise the job
   vanished or is stuck: **stuck** (the worker died, the queue lost it, the relay
   never re-enqueued it);
-- every finished attempt has all three rows (**missing_rows**), no row exists for
+- every finished attempt (finished in the ledger, or acknowledged finished in the
+  history: a vanished attempt row still owes its work) has all three rows
+  (**missing_rows**), no row exists for
   an attempt that did not finish (**orphan_rows**: the rows are written in the
   finishing transaction), and no (attempt, kind) has two rows (**duplicated_rows**).
 
@@ -22,7 +24,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-from chaos.checkers.base import CheckOptions, Result, build_result, summarize
+from chaos.checkers.acknowledged import acknowledged_finishes
+from chaos.checkers.base import CheckOptions, Result, build_result, summarize, unknown_unless_invalid
 from chaos.history import Op
 from chaos.ledgers import OUTBOX_KINDS, Ledgers, OutboxRow, OutcomeRow
 
@@ -37,7 +40,9 @@ def check_jobs(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -
     needed = ("attempts", "outbox", "outcomes")
     if ledgers.attempts is None or ledgers.outbox is None or ledgers.outcomes is None:
         return Result.unknown(NAME, ledgers.missing(*needed) + ["cannot tell finished work from vanished work"])
-    finished = {a.attempt_id: a.finished_at for a in ledgers.attempts if a.status == "finished"}
+    acknowledged, malformed = acknowledged_finishes(history)
+    finished: dict[str, float | None] = {aid: None for aid in acknowledged}
+    finished.update({a.attempt_id: a.finished_at for a in ledgers.attempts if a.status == "finished"})
     review = _final_review_times(ledgers.outcomes)
     exported_at = ledgers.exported_at.get("outbox")
 
@@ -56,7 +61,8 @@ def check_jobs(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -
     details = {"completion_seconds": completion_seconds(ledgers.outbox)}
     if options.outcome_deadline_seconds is not None:
         details["outcome_deadline_seconds"] = options.outcome_deadline_seconds
-    return build_result(NAME, bad=bad, info=info, counts=counts, details=details)
+    reasons = [f"{malformed} finish invoke(s) without attempt_id: cannot tell which attempts finished"] if malformed else []
+    return unknown_unless_invalid(build_result(NAME, bad=bad, info=info, counts=counts, details=details), reasons)
 
 
 def completion_seconds(rows: Sequence[OutboxRow]) -> dict[str, dict[str, Any]]:

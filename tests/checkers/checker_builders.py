@@ -39,6 +39,8 @@ class HistoryBuilder:
     def call(self, process: int, f: str, value: Any = None, outcome: str | None = "ok", latency: float = 0.01, **fields: Any) -> None:
         """One try; ``outcome=None`` leaves the invoke without completion."""
         invoked = self.op(process, "invoke", f, value)
+        if f == "answer" and outcome == "ok" and isinstance(value, dict) and "receipt_id" not in fields:
+            fields["receipt_id"] = f"r-{value.get('attempt_id')}-{value.get('question')}"  # as answer_row's default
         if outcome is not None:
             self.op(process, outcome, f, value, at=invoked.time + latency, latency=latency, **fields)
 

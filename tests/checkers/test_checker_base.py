@@ -94,9 +94,11 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
     assert result.valid is False  # stats: vacuous
     assert {n: c.valid for n, c in result.checks.items()} == {
         "stats": False,
+        "faults": UNKNOWN,  # no declared faults: cannot tell whether the chaos happened
         "answers": UNKNOWN,
         "effects": UNKNOWN,
         "jobs": UNKNOWN,
+        "payloads": UNKNOWN,
         "latency": True,
         "connections": True,  # no limits set: it only measures
     }
@@ -105,12 +107,15 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
 EXPORTS = {
     "chaos.checkers": [
         "CHECKERS", "CheckOptions", "Checker", "OptionsError", "Result", "UNKNOWN", "check_answers", "check_connections",
-        "check_effects", "check_jobs", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
+        "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
     ],
     "chaos.checkers.base": [
-        "CheckOptions", "Checker", "MAX_EXAMPLES", "OptionsError", "Result", "UNKNOWN", "Validity", "build_result",
-        "check_safe", "compose", "merge_validity", "summarize",
+        "CheckOptions", "Checker", "DeclaredFault", "MAX_EXAMPLES", "OptionsError", "Result", "UNKNOWN", "Validity",
+        "build_result", "check_safe", "compose", "merge_validity", "summarize", "unknown_unless_invalid",
     ],
+    "chaos.checkers.acknowledged": ["acknowledged_finishes", "attempt_students"],
+    "chaos.checkers.faults": ["NAME", "check_faults"],
+    "chaos.checkers.payloads": ["NAME", "check_payloads", "score_of", "sms_body"],
     "chaos.checkers.answers": ["NAME", "check_answers"],
     "chaos.checkers.effects": ["NAME", "check_effects"],
     "chaos.checkers.jobs": ["NAME", "check_jobs", "completion_seconds"],

@@ -126,13 +126,44 @@ def test_effect_for_attempt_that_never_finished_is_unexpected() -> None:
     assert result["examples"]["unexpected_outcomes"] == [{"operation_id": "merit-a2", "attempt_id": "a2", "kind": "merit"}]
 
 
-def test_acknowledged_finish_not_in_ledger_is_lost() -> None:
+def finished_in_history(*attempt_ids: str) -> HistoryBuilder:
+    """Valid ops first: other calls, then an acknowledged finish per attempt."""
     h = HistoryBuilder()
+    h.call(1, "session", {"student_id": "s1"}, status=201)
+    for attempt_id in attempt_ids:
+        h.call(1, "finish", {"attempt_id": attempt_id}, status=202)
+    return h
+
+
+def test_acknowledged_finish_whose_attempt_row_vanished_is_lost_and_still_owes_its_work() -> None:
+    h = finished_in_history("a1")
+    h.call(1, "answer", {"attempt_id": "a2", "question": "q1"}, status=201)
     h.call(1, "finish", {"attempt_id": "a2"}, status=202)
     h.call(1, "finish", {"attempt_id": "a2"}, status=202)  # a replay: still one lost finish
     result = run(good_exports("a1"), h)
-    assert result["violations"] == ["finish_lost"]
-    assert result["examples"]["finish_lost"] == [{"attempt_id": "a2", "index": 1}]
+    assert result["violations"] == ["missing_merit", "missing_narrative", "missing_sms", "finish_lost"]
+    assert result["examples"]["finish_lost"] == [{"attempt_id": "a2", "index": 7}]
+    assert result["counts"]["finished_attempts"] == 2
+
+
+def test_vanished_attempt_row_with_its_outcomes_left_is_only_finish_lost() -> None:
+    exports = good_exports("a1", "a2")
+    exports["attempts"] = exports["attempts"][:1]
+    result = run(exports, finished_in_history("a1", "a2"))
+    assert result["violations"] == ["finish_lost"]  # its outcomes and effects are owed, so not unexpected
+
+
+def test_malformed_finish_makes_it_unknown_and_later_finishes_are_still_judged() -> None:
+    h = finished_in_history("a1")
+    h.call(1, "finish", {"idempotency_key": "f"}, status=202)
+    h.call(1, "finish", {"attempt_id": "a3"}, status=202)
+    result = run(good_exports("a1"), h)
+    assert result["valid"] is False and "finish_lost" in result["violations"]
+    assert result["notes"] == ["1 finish invoke(s) without attempt_id: cannot tell which attempts finished"]
+    assert run(good_exports("a1"), finished_in_history("a1"))["valid"] is True
+    h = finished_in_history("a1")
+    h.call(1, "finish", None, status=202)
+    assert run(good_exports("a1"), h)["valid"] == "unknown"
 
 
 @pytest.mark.parametrize("allowed", [True, False])
@@ -193,3 +224,11 @@ def test_ai_effect_nobody_owes_is_unexpected() -> None:
         {"operation_id": "narrative-zz", "effect_ids": [9], "idempotency_keys": ["narrative-zz"]},
     ]
 
+
+
+def test_finishes_that_failed_or_never_completed_owe_nothing() -> None:
+    h = finished_in_history("a1")
+    h.call(1, "finish", {"attempt_id": "a2"}, outcome="fail", status=409)
+    h.call(2, "finish", {"attempt_id": "a3"}, outcome="info")
+    h.call(3, "finish", {"attempt_id": "a4"}, outcome=None)
+    assert run(good_exports("a1"), h)["valid"] is True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from checker_builders import attempt_row, good_exports, outbox_rows, outcome_rows
+from checker_builders import HistoryBuilder, attempt_row, good_exports, outbox_rows, outcome_rows
 
 from chaos.checkers.base import CheckOptions
 from chaos.checkers.jobs import check_jobs
@@ -16,11 +16,12 @@ def counts(rows: int = 3, done: int = 3, failed: int = 0, finished: int = 1, **p
     return {**base, **{k: 0 for k in BAD}, "pending_allowed": 0, **problems}
 
 
-def run(exports: dict, exported_at: float | None = None, **options) -> dict:
+def run(exports: dict, exported_at: float | None = None, history: HistoryBuilder | None = None, **options) -> dict:
     docs = dict(exports)
     if exported_at is not None:
         docs["outbox"] = {"table": "outbox", "exported_at": exported_at, "rows": exports["outbox"]}
-    return check_jobs([], Ledgers.from_exports(**docs), CheckOptions.from_dict(options)).to_dict()
+    ops = history.ops if history is not None else []
+    return check_jobs(ops, Ledgers.from_exports(**docs), CheckOptions.from_dict(options)).to_dict()
 
 
 def summary(count: int, value: float | None) -> dict:
@@ -110,14 +111,16 @@ def test_unknown_status_is_invalid() -> None:
 
 
 def test_outcome_later_than_deadline_is_invalid() -> None:
-    exports = good_exports("a1")
-    exports["outbox"] = outbox_rows("a1", kinds=("merit", "sms")) + outbox_rows("a1", kinds=("narrative",), took=12.0)
-    result = run(exports, outcome_deadline_seconds=10)
+    exports = good_exports("a0", "a1")
+    # merit-a0 is not final yet (allowed): the deadline scan must go on past it to narrative-a1.
+    exports["outbox"] = (outbox_rows("a0", status="pending", kinds=("merit",)) + outbox_rows("a0", kinds=("narrative", "sms"))
+                         + outbox_rows("a1", kinds=("merit", "sms")) + outbox_rows("a1", kinds=("narrative",), took=12.0))
+    result = run(exports, outcome_deadline_seconds=10, allow_pending=["merit"])
     assert result["valid"] is False
-    assert result["counts"] == counts(deadline_exceeded=1)
-    assert result["examples"] == {"deadline_exceeded": [{"operation_id": "narrative-a1", "status": "done", "seconds": 12.0, "deadline": 10.0}]}
+    assert result["counts"] == counts(rows=6, done=5, finished=2, deadline_exceeded=1, pending_allowed=1)
+    assert result["examples"]["deadline_exceeded"] == [{"operation_id": "narrative-a1", "status": "done", "seconds": 12.0, "deadline": 10.0}]
     assert result["details"]["outcome_deadline_seconds"] == 10.0
-    assert result["details"]["completion_seconds"]["narrative"] == summary(1, 12.0)
+    assert result["details"]["completion_seconds"]["narrative"] == {"count": 2, "p50": 0.5, "p95": 12.0, "p99": 12.0, "max": 12.0}
 
 
 def test_failed_for_review_counts_as_final_at_its_outcome_time() -> None:
@@ -135,3 +138,32 @@ def test_unread_outbox_is_unknown() -> None:
     result = check_jobs([], Ledgers.from_exports(**exports), CheckOptions()).to_dict()
     assert result["valid"] == "unknown"
     assert result["notes"] == ["ledger outbox was not read: not exported", "cannot tell finished work from vanished work"]
+
+
+def test_acknowledged_finish_whose_attempt_row_and_rows_vanished_is_missing_rows() -> None:
+    h = HistoryBuilder()
+    h.call(1, "session", {"student_id": "s1"}, status=201)
+    h.call(1, "finish", {"attempt_id": "a1"}, status=202)
+    h.call(2, "finish", {"attempt_id": "a2"}, status=202)  # acknowledged; the ledger has no trace of a2
+    result = run(good_exports("a1"), history=h, outcome_deadline_seconds=10)  # no crash on an attempt without rows
+    assert result["violations"] == ["missing_rows"]
+    assert result["examples"]["missing_rows"] == [{"attempt_id": "a2", "missing_kinds": ["merit", "narrative", "sms"]}]
+    assert result["counts"]["finished_attempts"] == 2
+
+
+def test_malformed_finish_is_unknown_and_later_finishes_are_still_judged() -> None:
+    h = HistoryBuilder()
+    h.call(1, "finish", {"attempt_id": "a1"}, status=202)
+    h.call(1, "finish", {}, status=202)
+    assert run(good_exports("a1"), history=h)["valid"] == "unknown"
+    h.call(1, "finish", {"attempt_id": "a2"}, status=202)
+    assert run(good_exports("a1"), history=h)["violations"] == ["missing_rows"]
+
+
+def test_an_outcome_exactly_at_the_deadline_is_in_time() -> None:
+    exports = good_exports("a1")
+    exports["outbox"] = outbox_rows("a1", kinds=("merit", "sms")) + outbox_rows("a1", kinds=("narrative",), took=11.0)
+    assert run(exports, outcome_deadline_seconds=11)["valid"] is True  # finished_at 100, done 111: exactly 11 s
+    assert run(exports, outcome_deadline_seconds=10.5)["violations"] == ["deadline_exceeded"]
+    exports["attempts"] = [attempt_row("a1", finished_at=95.0)]  # measured from the finish, not the row's creation
+    assert run(exports, outcome_deadline_seconds=11)["violations"] == ["deadline_exceeded"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from checker_builders import HistoryBuilder, answer, good_exports, ledgers_from, outbox_rows
+from checker_builders import HistoryBuilder, answer, attempt_row, good_exports, ledgers_from, outbox_rows
 
 from chaos.checkers.base import CheckOptions, OptionsError
 from chaos.checkers.latency import check_latency, resolve_slo_key
@@ -11,6 +11,7 @@ from chaos.checkers.latency import check_latency, resolve_slo_key
 
 def history(latencies: list[float]) -> HistoryBuilder:
     h = HistoryBuilder()
+    h.call(300, "merit_card", {"attempt_id": "a0"}, outcome=None)  # never completed, before the rest: the scan goes on
     for n, latency in enumerate(latencies):
         h.call(n, "answer", answer("a1", f"q{n}", "B"), latency=latency)
     return h
@@ -27,14 +28,17 @@ def test_quantiles_per_f_by_nearest_rank() -> None:
     result = run(h)
     assert result["valid"] is True
     assert result["details"]["ops"] == {"answer": {"count": 100, "p50": 0.5, "p95": 0.95, "p99": 0.99, "max": 1.0}}
-    assert result["details"]["incomplete"] == {"finish": 1}
+    assert result["details"]["incomplete"] == {"finish": 1, "merit_card": 1}
 
 
 def test_lanes_from_outbox_and_oldest_age_from_samples() -> None:
     h = history([0.1])
     h.sample(1.0, merit=(3, 0.2), ai=(40, 5.0))
     h.sample(2.0, merit=(0, 0.0), ai=(10, 7.5))
-    result = run(h)
+    exports = good_exports("a1")
+    exports["outbox"] = outbox_rows("a0", status="pending", kinds=("merit",)) + exports["outbox"]  # not done: skipped, not the end
+    exports["attempts"].append(attempt_row("a0", status="open"))
+    result = run(h, exports)
     lanes = result["details"]["lanes"]
     assert lanes["merit"] == {"count": 1, "p50": 0.5, "p95": 0.5, "p99": 0.5, "max": 0.5, "wait": {"count": 1, "p50": 0.4, "p95": 0.4, "p99": 0.4, "max": 0.4}, "oldest_age": 0.2}
     assert lanes["ai"]["oldest_age"] == 7.5
@@ -93,3 +97,10 @@ def test_slo_key_resolution() -> None:
 def test_bad_slo_options_are_rejected(slo: dict) -> None:
     with pytest.raises(OptionsError, match="options.slo"):
         CheckOptions.from_dict({"slo": slo})
+
+
+def test_oldest_age_on_an_op_is_unknown_but_the_op_thresholds_after_it_are_still_compared() -> None:
+    result = run(history([0.1] * 98 + [0.9, 2.0]), slo={"answer": {"oldest_age": 1.0, "p99": 0.5}})
+    assert result["valid"] is False
+    assert result["examples"]["slo_violations"] == [{"slo": "answer", "threshold": "p99", "limit": 0.5, "observed": 0.9}]
+    assert result["notes"] == ["slo answer: oldest_age applies to lanes only"]

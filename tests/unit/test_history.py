@@ -12,12 +12,14 @@ import chaos.history as history_module
 from chaos.history import (
     FaultWindow,
     History,
+    HistoryFile,
     HistoryFormatError,
     Op,
     fault_windows,
     load_history,
     monitor_samples,
     pair_ops,
+    read_history,
 )
 
 
@@ -32,8 +34,9 @@ class FakeClock:
 def test_all_is_exact() -> None:
     assert sorted(history_module.__all__) == sorted(
         [
-            "COMPLETION_TYPES", "FaultWindow", "History", "HistoryFormatError", "NEMESIS", "MONITOR", "Op",
+            "COMPLETION_TYPES", "FaultWindow", "History", "HistoryFile", "HistoryFormatError", "NEMESIS", "MONITOR", "Op",
             "client_ops", "fault_windows", "load_history", "monitor_samples", "pair_ops",
+            "read_history", "TornLine",
         ]
     )
 
@@ -74,6 +77,7 @@ def test_each_line_is_on_disk_before_close(tmp_path: Path) -> None:
 def test_complete_keeps_process_and_f_and_measures_latency(tmp_path: Path) -> None:
     clock = FakeClock()
     with History(tmp_path / "h.jsonl", clock=clock) as history:
+        clock.now += 1.0  # the invoke is not at time 0: latency is measured from it, not from the origin
         invoked = history.invoke(7, "answer", {"q": 1})
         clock.now += 0.25
         done = history.complete(invoked, "info", error="ReadTimeout")
@@ -105,15 +109,33 @@ def test_concurrent_appends_get_dense_unique_indexes(tmp_path: Path) -> None:
     assert len({history.new_process() for _ in range(5)}) == 5
 
 
-def test_torn_last_line_is_skipped_but_a_bad_middle_line_raises(tmp_path: Path) -> None:
-    good = json.dumps({"index": 0, "time": 0.1, "process": 1, "type": "invoke", "f": "answer", "value": None})
+def line(index: int) -> str:
+    return json.dumps({"index": index, "time": index / 10, "process": 1, "type": "invoke", "f": "answer", "value": None})
+
+
+def test_torn_last_line_is_left_out_and_reported_with_line_and_bytes(tmp_path: Path) -> None:
     path = tmp_path / "h.jsonl"
-    path.write_text(good + "\n" + '{"index": 1, "ti')
-    assert [op.index for op in load_history(path)] == [0]
-    path.write_text('{"index": 1, "ti\n' + good + "\n")
-    with pytest.raises(HistoryFormatError, match=r"h.jsonl:1"):
+    # A blank line mid-file is skipped and reading goes on past it; the torn line comes last.
+    path.write_text(line(0) + "\n\n" + line(1) + "\n" + line(2) + "\n" + '{"index": 3, "ti')
+    read = read_history(path)
+    assert [op.index for op in read.ops] == [0, 1, 2]
+    assert read.torn is not None and (read.torn.line, read.torn.bytes) == (5, 16)
+    assert read.torn.describe().startswith("line 5 is torn (16 bytes, JSONDecodeError")
+    assert [op.index for op in load_history(path)] == [0, 1, 2]
+
+
+def test_a_whole_history_has_no_torn_line(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_text(line(0) + "\n\n" + line(1) + "\n")
+    assert read_history(path) == HistoryFile([load_history(path)[0], load_history(path)[1]], None)
+
+
+def test_a_bad_line_before_the_last_raises_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_text(line(0) + "\n" + '{"index": 1, "ti\n' + line(2) + "\n")
+    with pytest.raises(HistoryFormatError, match=r"h.jsonl:2"):
         load_history(path)
-    path.write_text(json.dumps({"index": 0, "time": 0, "process": 1, "type": "maybe", "f": "x"}) + "\n" + good + "\n")
+    path.write_text(line(0) + "\n" + json.dumps({"index": 1, "time": 0, "process": 1, "type": "maybe", "f": "x"}) + "\n" + line(2) + "\n")
     with pytest.raises(HistoryFormatError, match="maybe"):
         load_history(path)
 
@@ -148,3 +170,12 @@ def test_fault_windows_pair_by_fault_id_and_keep_unhealed_faults() -> None:
     ]
     assert fault_windows(ops) == [FaultWindow(1, "kill", "web_1", 0.0, 0.2), FaultWindow(2, "pause", "relay", 0.1, None)]
     assert monitor_samples(ops) == []
+
+
+def test_a_fault_end_without_its_start_is_no_window() -> None:
+    ops = [
+        op(0, "nemesis", "info", "fault-end", value={"fault_id": 5, "kind": "kill", "target": "web_1"}),
+        op(1, "nemesis", "info", "fault-start", value={"fault_id": 1, "kind": "kill", "target": "web_1"}),
+        op(2, "nemesis", "info", "fault-end", value={"fault_id": 1, "kind": "kill", "target": "web_1"}),
+    ]
+    assert fault_windows(ops) == [FaultWindow(1, "kill", "web_1", 0.1, 0.2)]
