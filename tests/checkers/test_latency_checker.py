@@ -104,3 +104,30 @@ def test_oldest_age_on_an_op_is_unknown_but_the_op_thresholds_after_it_are_still
     assert result["valid"] is False
     assert result["examples"]["slo_violations"] == [{"slo": "answer", "threshold": "p99", "limit": 0.5, "observed": 0.9}]
     assert result["notes"] == ["slo answer: oldest_age applies to lanes only"]
+
+
+def test_a_value_exactly_at_the_limit_keeps_the_slo() -> None:
+    """An SLO is exceeded only above its limit: p99 == limit is kept (kills a `>` -> `>=` mutant)."""
+    assert run(history([0.1] * 99 + [0.5]), slo={"answer": {"p99": 0.1}})["valid"] is True
+    assert run(history([0.1] * 98 + [0.2, 0.5]), slo={"answer": {"p99": 0.1}})["valid"] is False  # the control
+
+
+def test_a_completion_without_latency_is_timed_from_its_invoke() -> None:
+    h = history([0.1])
+    invoked = h.op(7, "invoke", "finish", {"attempt_id": "a1"})
+    h.op(7, "ok", "finish", {"attempt_id": "a1"}, at=invoked.time + 0.25)  # no latency field: older writers
+    assert run(h)["details"]["ops"]["finish"]["max"] == pytest.approx(0.25)
+
+
+def test_a_done_row_without_done_at_is_left_out_of_the_lane_figures() -> None:
+    exports = good_exports("a1")
+    broken = outbox_rows("a0", kinds=("merit",))
+    broken[0]["done_at"] = None
+    exports["outbox"] = broken + exports["outbox"]  # before the good rows: the scan must go on
+    exports["attempts"].append(attempt_row("a0"))
+    assert run(history([0.1]), exports)["details"]["lanes"]["merit"]["count"] == 1
+
+
+def test_a_bare_prefix_is_an_op_name_not_an_empty_lane() -> None:
+    assert resolve_slo_key("lane") == ("op", "lane")
+    assert resolve_slo_key("lane:merit") == ("lane", "merit") and resolve_slo_key("op:merit") == ("op", "merit")

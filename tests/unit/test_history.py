@@ -179,3 +179,13 @@ def test_a_fault_end_without_its_start_is_no_window() -> None:
         op(2, "nemesis", "info", "fault-end", value={"fault_id": 1, "kind": "kill", "target": "web_1"}),
     ]
     assert fault_windows(ops) == [FaultWindow(1, "kill", "web_1", 0.1, 0.2)]
+
+
+def test_only_the_nemesis_opens_fault_windows() -> None:
+    """A client op that happens to be called fault-start (any f is a client's to choose) is no fault."""
+    ops = [
+        op(0, "nemesis", "info", "fault-start", value={"fault_id": 1, "kind": "kill", "target": "web_1"}),
+        op(1, "nemesis", "info", "fault-end", value={"fault_id": 1, "kind": "kill", "target": "web_1"}),
+        op(2, 3, "invoke", "fault-start", value={"fault_id": 2, "kind": "kill", "target": "web_2"}),
+    ]
+    assert fault_windows(ops) == [FaultWindow(1, "kill", "web_1", 0.0, 0.1)]
