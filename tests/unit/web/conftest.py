@@ -13,11 +13,12 @@ from typing import Iterator
 
 import pytest
 from sqlalchemy import Engine
-from web_support import ADMIN, LOOPBACK, RecordingDispatcher, TestClient, closed_port
+from web_support import ADMIN, LOOPBACK, ROSTER, ROSTER_KEY, STUDENTS, RecordingDispatcher, TestClient, closed_port
 
 from stack.config import Settings
 from stack.ledger.engine import init_ledger, make_engine
-from stack.web.app import create_app
+from stack.ledger.roster import issue_roster
+from stack.web.app import create_admin_app, create_app
 
 
 @pytest.fixture
@@ -28,6 +29,7 @@ def settings(tmp_path: Path) -> Settings:
         exams={"NOVA-101": 3, "NOVA-102": 2},
         token_secret="test-secret",
         admin_token=ADMIN,
+        roster_key=ROSTER_KEY,
         node_name="web_test",
         max_body_bytes=1024,
     )
@@ -37,6 +39,8 @@ def settings(tmp_path: Path) -> Settings:
 def ledger(settings: Settings) -> Iterator[Engine]:
     engine = make_engine(settings)
     init_ledger(engine, settings)
+    ROSTER.clear()
+    ROSTER.update({exam: issue_roster(engine, ROSTER_KEY, exam, STUDENTS) for exam in settings.exams})
     yield engine
     engine.dispose()
 
@@ -50,6 +54,13 @@ def dispatcher() -> RecordingDispatcher:
 def app_client(settings: Settings, ledger: Engine, dispatcher: RecordingDispatcher) -> Iterator[TestClient]:
     app = create_app(settings, dispatcher=dispatcher)
     with TestClient(app, client=LOOPBACK) as client:
+        yield client
+
+
+@pytest.fixture
+def admin_client(app_client: TestClient) -> Iterator[TestClient]:
+    """The admin listener of the node behind ``app_client`` (same state)."""
+    with TestClient(create_admin_app(app_client.app), client=LOOPBACK) as client:  # type: ignore[arg-type]
         yield client
 
 
