@@ -15,7 +15,15 @@ from typing import Any, Mapping
 
 from stack.embedded import StackError
 
-__all__ = ["HAPROXY_SOURCE", "ROSTER_NAME", "read_roster", "run_secrets", "roster_student_ids", "write_private_json"]
+__all__ = [
+    "HAPROXY_SOURCE",
+    "ROSTER_NAME",
+    "login_body",
+    "read_roster",
+    "roster_student_ids",
+    "run_secrets",
+    "write_private_json",
+]
 
 ROSTER_NAME = "roster.json"
 HAPROXY_SOURCE = "127.0.0.2"
@@ -55,3 +63,9 @@ def read_roster(run_dir: Path, exam_code: str) -> dict[str, str]:
     if exam_code not in exams:
         raise StackError(f"{path}: no roster for exam {exam_code!r} (has {sorted(exams)})")
     return dict(exams[exam_code])
+
+
+def login_body(run_dir: Path, exam_code: str, index: int = 0) -> dict[str, str]:
+    """The POST /v1/sessions body of the ``index``-th rostered student of an exam."""
+    student_id = roster_student_ids(index + 1)[index]
+    return {"student_id": student_id, "exam_code": exam_code, "access_code": read_roster(run_dir, exam_code)[student_id]}

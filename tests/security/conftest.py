@@ -1,0 +1,8 @@
+"""Security tests reuse the web tests' fixtures: an app on a tmp SQLite ledger with a roster."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "web"))
+
+from web_fixtures import admin_client, app_client, dispatcher, ledger, settings, valkey_server  # noqa: E402,F401
