@@ -16,6 +16,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stack.config import Settings, SettingsError, insecure_secrets, load_settings
@@ -29,7 +30,7 @@ from stack.web import (
     routes_sessions,
 )
 from stack.web.dispatch import Dispatcher, ValkeyClients, ValkeyDispatcher
-from stack.web.guards import ledger_busy_handler
+from stack.web.guards import ledger_busy_handler, unparsable_body_handler
 from stack.web.ratelimit import RequestLimiter
 from stack.web.routes_common import RequestGuard, WebState, validation_error_handler
 from stack.web.routes_health import drain_on_sigterm
@@ -93,6 +94,7 @@ def _wire(app: FastAPI, state: WebState, routers: tuple) -> None:  # type: ignor
         app.include_router(module.router)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(OperationalError, ledger_busy_handler)
+    app.add_exception_handler(StarletteHTTPException, unparsable_body_handler)
     app.add_middleware(RequestGuard, settings=state.settings, counters=state.counters)
 
 

@@ -7,7 +7,9 @@ import logging
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
 
@@ -22,6 +24,7 @@ __all__ = [
     "documented",
     "is_ledger_busy",
     "ledger_busy_handler",
+    "unparsable_body_handler",
 ]
 
 log = logging.getLogger(__name__)
@@ -100,3 +103,13 @@ async def ledger_busy_handler(request: Request, exc: Exception) -> JSONResponse:
                         headers={"Retry-After": str(BUSY_RETRY_AFTER)})
 
 
+
+
+async def unparsable_body_handler(request: Request, exc: Exception) -> Response:
+    """FastAPI answers a body it cannot even decode with a bare 400; it is invalid input like
+    any other, so it gets the documented 422 naming the body."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code != 400:
+        return await http_exception_handler(request, exc)
+    detail = [{"loc": ["body"], "msg": "request body could not be parsed", "type": "body_unparsable"}]
+    return JSONResponse({"detail": detail}, status_code=422)
