@@ -113,6 +113,17 @@ def _parse_addresses(name: str, raw: str) -> tuple[str, ...]:
     return addresses
 
 
+def _parse_rate(name: str, raw: str) -> str:
+    """A limit in the ``limits`` notation: ``3000/minute``, ``50 per second``."""
+    from limits import parse
+
+    try:
+        parse(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a rate such as 3000/minute") from None
+    return raw
+
+
 def _parse_exams(name: str, raw: str) -> dict[str, int]:
     """``NOVA-101:20,NOVA-102:10`` -> {code: question count}."""
     exams: dict[str, int] = {}
@@ -145,6 +156,7 @@ class Settings:
     admin_port: int = 0  # PROCTOR_ADMIN_PORT: the node's loopback admin listener (0 = none)
     rate_limits: bool = True  # PROCTOR_RATE_LIMITS: off = no request limiter (negative control)
     roster_size: int = 1000  # PROCTOR_ROSTER_SIZE: students enrolled per exam by `proctor up`
+    login_network_limit: str = "3000/minute"  # PROCTOR_LOGIN_NETWORK_LIMIT: logins per client address
     node_name: str = "web_1"  # PROCTOR_NODE_NAME
     exams: Mapping[str, int] = field(default_factory=lambda: {"NOVA-101": 20})  # PROCTOR_EXAMS
     token_ttl_seconds: float = 3600.0  # PROCTOR_TOKEN_TTL (real seconds)
@@ -203,6 +215,7 @@ ENV_NAMES: dict[str, str] = {
     "admin_port": "PROCTOR_ADMIN_PORT",
     "rate_limits": "PROCTOR_RATE_LIMITS",
     "roster_size": "PROCTOR_ROSTER_SIZE",
+    "login_network_limit": "PROCTOR_LOGIN_NETWORK_LIMIT",
     "node_name": "PROCTOR_NODE_NAME",
     "exams": "PROCTOR_EXAMS",
     "token_ttl_seconds": "PROCTOR_TOKEN_TTL",
@@ -227,6 +240,7 @@ _PARSERS = {
     "allow_default_secrets": _parse_bool,
     "rate_limits": _parse_bool,
     "roster_size": _parse_positive_int,
+    "login_network_limit": _parse_rate,
     "trusted_proxies": _parse_addresses,
     "answer_write_behind": _parse_non_negative_float,
     "reconciler_enabled": _parse_bool,

@@ -108,6 +108,7 @@ class EmbeddedStack:
             raise StackError(f"component modules not found: {', '.join(missing)} (see docs/architecture.md)")
         self._binaries = {"valkey": find_valkey(), "haproxy": find_haproxy()}
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.chmod(0o700)  # evidence (ledger.db, roster, history, exports) is the owner's alone
         self._status = "starting"
         try:
             self._start_all()

@@ -31,6 +31,8 @@ from stack.web import (
 )
 from stack.web.dispatch import Dispatcher, ValkeyClients, ValkeyDispatcher
 from stack.web.guards import ledger_busy_handler, unparsable_body_handler
+from limits import parse as parse_rate
+
 from stack.web.ratelimit import RequestLimiter
 from stack.web.routes_common import RequestGuard, WebState, validation_error_handler
 from stack.web.routes_health import drain_on_sigterm
@@ -59,7 +61,8 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
     clients = ValkeyClients(settings)
     dispatcher = ValkeyDispatcher(settings, engine, clients) if dispatcher is None else dispatcher
     state = WebState(settings=settings, engine=engine, read_engine=read_engine, clients=clients, dispatcher=dispatcher,
-                     limiter=RequestLimiter(clients, enabled=settings.rate_limits))
+                     limiter=RequestLimiter(clients, enabled=settings.rate_limits,
+                                            login_network=parse_rate(settings.login_network_limit)))
     if settings.answer_write_behind > 0:
         state.write_behind = WriteBehind(engine, settings.node_name, settings.answer_write_behind)
 

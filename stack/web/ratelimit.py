@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 ACCOUNT_ROUTE = parse("600/minute")
 """Per account and route: a merit-card poll every 0.25 s is 240/minute; 600 leaves room."""
 LOGIN_NETWORK = parse("3000/minute")
-"""Logins per client address: a 20/s login ramp from one address (an exam hall) is 1200."""
+"""Default logins per client address (PROCTOR_LOGIN_NETWORK_LIMIT): a 20/s login ramp from
+one address (an exam hall) is 1200."""
 LOGIN_FAILURES = parse("10/minute")
 """Failed logins per (exam, student): a student mistyping is fine, guessing is not."""
 
@@ -66,8 +67,10 @@ def too_many(verdict: Verdict) -> HTTPException:
 class RequestLimiter:
     """Counts in Valkey, or in memory while Valkey is unreachable (see the module doc)."""
 
-    def __init__(self, clients: ValkeyClients | None, enabled: bool = True) -> None:
+    def __init__(self, clients: ValkeyClients | None, enabled: bool = True,
+                 login_network: RateLimitItem = LOGIN_NETWORK) -> None:
         self.enabled = enabled
+        self.login_network = login_network
         self._clients = clients
         self._shared: SlidingWindowCounterRateLimiter | None = None
         self._local = SlidingWindowCounterRateLimiter(MemoryStorage())

@@ -9,7 +9,7 @@ from stack.ledger.roster import verify_access_code
 from stack.web.auth import issue_token
 from stack.web.guards import client_address, documented
 from stack.web.inputs import Text
-from stack.web.ratelimit import LOGIN_FAILURES, LOGIN_NETWORK, too_many
+from stack.web.ratelimit import LOGIN_FAILURES, too_many
 from stack.web.routes_common import StateDep
 
 __all__ = ["SessionRequest", "router"]
@@ -33,7 +33,7 @@ def _refused() -> HTTPException:
 @router.post("/v1/sessions", status_code=201, responses=documented(401, 422, 429))
 def create_session(body: SessionRequest, request: Request, state: StateDep) -> dict:
     limiter = state.limiter
-    network = limiter.hit(LOGIN_NETWORK, "login", client_address(request))
+    network = limiter.hit(limiter.login_network, "login", client_address(request))
     if not network.allowed:
         raise too_many(network)
     account = ("login-failures", body.exam_code, body.student_id)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-from limits import parse
 from sqlalchemy import Engine
 from web_support import ROSTER, ROSTER_KEY, RecordingDispatcher, TestClient, auth, start, token_for
 
@@ -61,16 +60,10 @@ def _login(client: TestClient, student: str, code: str, forwarded: str | None = 
                        headers=headers)
 
 
-@pytest.fixture
-def tight_network_limit(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(routes_sessions, "LOGIN_NETWORK", parse("5/minute"))
-    return 5
-
-
-def test_a_spoofed_forwarded_for_from_outside_the_proxies_changes_nothing(
-    settings: Settings, ledger: Engine, tight_network_limit: int
-) -> None:
-    app = create_app(settings.with_overrides(trusted_proxies=("127.0.0.2",)), dispatcher=RecordingDispatcher())
+def test_a_spoofed_forwarded_for_from_outside_the_proxies_changes_nothing(settings: Settings, ledger: Engine) -> None:
+    tight_network_limit = 5
+    app = create_app(settings.with_overrides(trusted_proxies=("127.0.0.2",), login_network_limit="5/minute"),
+                     dispatcher=RecordingDispatcher())
     code = ROSTER["NOVA-101"]["s-1"]
     with TestClient(app, client=("127.0.0.1", 5000)) as direct:
         spoofed = [_login(direct, "s-1", code, forwarded=f"198.51.100.{i}").status_code for i in range(8)]
