@@ -137,7 +137,9 @@ class History:
         self._type_counts: Counter[str] = Counter()
         self._processes = itertools.count()
         # Line-buffered append: each op reaches the OS as soon as it is written.
-        self._file = open(self.path, "a", encoding="utf-8", buffering=1)
+        # 0600: the history holds answer contents (evidence, private to the run's owner).
+        self._file = open(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8",
+                          buffering=1)
 
     def append(self, *, process: int | str, type: str, f: str, value: Any = None, **fields: Any) -> Op:
         """Write one op; optional fields are status, node, receipt_id, latency, error (or extra keys)."""

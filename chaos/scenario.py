@@ -25,6 +25,7 @@ from chaos.snapshot import snapshot_ledgers, wait_until_settled
 from chaos.workload import WorkloadSpec, WorkloadStats, run_workload
 from stack.config import Settings
 from stack.embedded import EmbeddedStack, StackSpec
+from stack.embedded.secrets import read_roster
 
 __all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir", "RESULTS_ROOT"]
 
@@ -145,10 +146,10 @@ def _run_on_stack(stack: EmbeddedStack, scenario: Scenario, seed: int, progress:
         nemesis.heal()  # always, even when the load or a fault raised
         progress("healed")
     allow_pending = frozenset(scenario.options.get("allow_pending", []))
-    settled, waited, still_open = wait_until_settled(
-        stack.urls["api"], stack.settings.admin_token, scenario.quiet_timeout, allow_pending)
+    settled, waited, still_open = wait_until_settled(  # exports: the admin listener, never the load balancer
+        stack.urls["admin"], stack.settings.admin_token, scenario.quiet_timeout, allow_pending)
     progress(f"quiet period: settled={settled} after {waited:.1f}s ({still_open} outbox rows open)")
-    counts = snapshot_ledgers(stack.urls["api"], {"ai": stack.urls["ai_provider"], "sms": stack.urls["sms_gateway"]},
+    counts = snapshot_ledgers(stack.urls["admin"], {"ai": stack.urls["ai_provider"], "sms": stack.urls["sms_gateway"]},
                               stack.settings.admin_token, run_dir / "ledgers")
     history.close()
     meta.update(ended_at=time.time(), workload_stats=stats.as_dict(), recovery_seconds=round(waited, 3),
@@ -180,7 +181,8 @@ async def _load_and_faults(
     background = {name: asyncio.create_task(gen(stack, history, stop_background))
                   for name, gen in scenario.background.items()}
     try:
-        stats = await run_workload(stack.urls["api"], history, scenario.workload, seed, counts)
+        roster = read_roster(stack.run_dir, scenario.workload.exam_code)
+        stats = await run_workload(stack.urls["api"], history, scenario.workload, seed, counts, roster=roster)
         await schedule
         stop_background.set()
         for name, task in background.items():
@@ -212,7 +214,7 @@ def _scenario_meta(
         "seed": seed,
         "time_scale": settings.time_scale,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
-                     if k not in {"token_secret", "admin_token"}},
+                     if k not in {"token_secret", "admin_token", "roster_key"}},
         "options": scenario.options,
         "derive_bounds": list(scenario.derive_bounds),
         "expect_valid": scenario.expect_valid,

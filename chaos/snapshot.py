@@ -41,13 +41,19 @@ def snapshot_ledgers(
     counts: dict[str, int] = {}
     for table in STACK_TABLES:
         data = fetch_table(api_url, admin_token, table)
-        (dest / f"{table}.json").write_text(json.dumps(data, indent=1))
+        _write_private(dest / f"{table}.json", data)
         counts[table] = len(data["rows"])
     for provider, url in provider_urls.items():
         data = _fetch_effects(url, admin_token)
-        (dest / f"{provider}_effects.json").write_text(json.dumps(data, indent=1))
+        _write_private(dest / f"{provider}_effects.json", data)
         counts[f"{provider}_effects"] = len(data["effects"])
     return counts
+
+
+def _write_private(path: Path, data: dict[str, Any]) -> None:
+    """Exports hold every answer: readable by the run's owner only (0600)."""
+    path.write_text(json.dumps(data, indent=1))
+    path.chmod(0o600)
 
 
 def wait_until_settled(

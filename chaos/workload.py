@@ -1,4 +1,5 @@
-"""The exam workload: students arrive at a target rate, sign in, start an attempt,
+"""The exam workload: students arrive at a target rate, sign in with their roster access
+code (``<run_dir>/roster.json``, written by ``proctor up``), start an attempt,
 answer questions, finish, and poll for their merit card — for a bounded time.
 
 Arrivals are an open model (a student arrives on schedule whether or not earlier
@@ -14,7 +15,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import httpx
 
@@ -80,20 +81,22 @@ def _quantile(sorted_values: list[float], q: float) -> float | None:
 
 
 async def student_flow(
-    client: ExamClient, spec: WorkloadSpec, rng: random.Random, student_id: str, stats: WorkloadStats
+    client: ExamClient, spec: WorkloadSpec, rng: random.Random, student_id: str, stats: WorkloadStats,
+    access_code: str = "",
 ) -> None:
     """One student's exam; stops at the first definite failure or exhausted retries."""
     process = client.processes.new()
+    # The access code goes in the request only: the history's value never holds it.
     session = await client.call(
         process,
         Call("session", "POST", "/v1/sessions", {"student_id": student_id},
-             json={"student_id": student_id, "exam_code": spec.exam_code}),
+             json={"student_id": student_id, "exam_code": spec.exam_code, "access_code": access_code}),
     )
     if session.type != "ok":
         stats.gave_up += 1
         return
     auth = {"Authorization": f"Bearer {session.body['token']}"}
-    start_key = f"start-{student_id}"
+    start_key = f"start-{uuid.UUID(int=rng.getrandbits(128)).hex}"  # seeded, not derivable from the student
     started = await client.call(
         session.process,
         Call("start", "POST", "/v1/attempts", {"student_id": student_id, "idempotency_key": start_key},
@@ -150,9 +153,16 @@ async def _poll_merit_card(
 
 
 async def run_workload(
-    base_url: str, history: History, spec: WorkloadSpec, seed: int, counts: Counter | None = None
+    base_url: str, history: History, spec: WorkloadSpec, seed: int, counts: Counter | None = None,
+    roster: Mapping[str, str] | None = None,
 ) -> WorkloadStats:
-    """Drive students at ``spec.arrival_rate`` for ``spec.duration`` seconds, then wait for them."""
+    """Drive students at ``spec.arrival_rate`` for ``spec.duration`` seconds, then wait for them.
+    ``roster``: {student_id: access code} of ``spec.exam_code`` (stack.embedded.secrets.read_roster)."""
+    students = sorted((roster or {}).items())
+    wanted = int(spec.arrival_rate * spec.duration)
+    if len(students) < wanted:
+        raise ValueError(f"workload needs {wanted} rostered students of {spec.exam_code}, the roster has "
+                         f"{len(students)} (PROCTOR_ROSTER_SIZE)")
     rng = random.Random(seed)
     stats = WorkloadStats()
     processes = ProcessIds()
@@ -161,8 +171,8 @@ async def run_workload(
     timeout = httpx.Timeout(spec.request_timeout)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as http:
         client = ExamClient(http, history, processes, max_tries=spec.max_tries, counts=counts)
-        tasks = [asyncio.create_task(_arrive(client, spec, gate, rng, i, stats))
-                 for i in range(int(spec.arrival_rate * spec.duration))]
+        tasks = [asyncio.create_task(_arrive(client, spec, gate, rng, i, stats, students[i]))
+                 for i in range(wanted)]
         stats.students = len(tasks)
         await asyncio.gather(*tasks)
         stats.retries = client.retries
@@ -171,9 +181,9 @@ async def run_workload(
 
 async def _arrive(
     client: ExamClient, spec: WorkloadSpec, gate: asyncio.Semaphore, rng: random.Random, index: int,
-    stats: WorkloadStats,
+    stats: WorkloadStats, student: tuple[str, str],
 ) -> None:
     student_rng = random.Random(rng.random() + index)
     await asyncio.sleep(index / spec.arrival_rate)
     async with gate:
-        await student_flow(client, spec, student_rng, f"student-{index:05d}", stats)
+        await student_flow(client, spec, student_rng, student[0], stats, access_code=student[1])

@@ -11,6 +11,7 @@ TTL, HTTP timeouts) are real seconds and are *not* scaled.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -25,8 +26,10 @@ __all__ = [
     "CASE_BACKOFF_MAX_SECONDS",
     "CASE_RETRY_WINDOW_SECONDS",
     "DEFAULT_TIME_SCALE",
+    "KNOWN_DEFAULT_SECRETS",
     "Settings",
     "SettingsError",
+    "insecure_secrets",
     "load_settings",
 ]
 
@@ -51,6 +54,11 @@ CASE_RETRY_WINDOW_SECONDS = 12 * 3600.0
 
 DEFAULT_TIME_SCALE = 0.01
 """Real seconds per case second: 0.01 runs a 10 s AI call in 0.1 s."""
+
+
+KNOWN_DEFAULT_SECRETS = frozenset({"", "proctor-dev-secret", "proctor-admin"})
+"""Secrets anyone can read in this repository (the old defaults) or none at all. A stack
+refuses them unless ``PROCTOR_ALLOW_DEFAULT_SECRETS=on``, a flag only tests set."""
 
 
 class SettingsError(ValueError):
@@ -94,6 +102,28 @@ def _parse_positive_int(name: str, raw: str) -> int:
     return value
 
 
+def _parse_addresses(name: str, raw: str) -> tuple[str, ...]:
+    """``127.0.0.2,10.0.0.5`` -> the addresses whose forwarded headers a node trusts."""
+    addresses = tuple(part.strip() for part in raw.split(",") if part.strip())
+    for address in addresses:
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise SettingsError(f"{name}={raw!r}: {address!r} is not an IP address") from None
+    return addresses
+
+
+def _parse_rate(name: str, raw: str) -> str:
+    """A limit in the ``limits`` notation: ``3000/minute``, ``50 per second``."""
+    from limits import parse
+
+    try:
+        parse(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a rate such as 3000/minute") from None
+    return raw
+
+
 def _parse_exams(name: str, raw: str) -> dict[str, int]:
     """``NOVA-101:20,NOVA-102:10`` -> {code: question count}."""
     exams: dict[str, int] = {}
@@ -118,8 +148,15 @@ class Settings:
     valkey_ca: str = ""  # PROCTOR_VALKEY_CA: CA bundle for rediss://
     ai_url: str = "http://127.0.0.1:8101"  # PROCTOR_AI_URL
     sms_url: str = "http://127.0.0.1:8102"  # PROCTOR_SMS_URL
-    token_secret: str = "proctor-dev-secret"  # PROCTOR_TOKEN_SECRET
-    admin_token: str = "proctor-admin"  # PROCTOR_ADMIN_TOKEN
+    token_secret: str = "proctor-dev-secret"  # PROCTOR_TOKEN_SECRET; `proctor up` draws a random one per run
+    admin_token: str = "proctor-admin"  # PROCTOR_ADMIN_TOKEN; `proctor up` draws a random one per run
+    roster_key: str = ""  # PROCTOR_ROSTER_KEY: HMAC key of the access-code hashes (random per run)
+    allow_default_secrets: bool = False  # PROCTOR_ALLOW_DEFAULT_SECRETS: test-only, accept KNOWN_DEFAULT_SECRETS
+    trusted_proxies: tuple[str, ...] = ()  # PROCTOR_TRUSTED_PROXIES: peers whose X-Forwarded-For counts
+    admin_port: int = 0  # PROCTOR_ADMIN_PORT: the node's loopback admin listener (0 = none)
+    rate_limits: bool = True  # PROCTOR_RATE_LIMITS: off = no request limiter (negative control)
+    roster_size: int = 1000  # PROCTOR_ROSTER_SIZE: students enrolled per exam by `proctor up`
+    login_network_limit: str = "3000/minute"  # PROCTOR_LOGIN_NETWORK_LIMIT: logins per client address
     node_name: str = "web_1"  # PROCTOR_NODE_NAME
     exams: Mapping[str, int] = field(default_factory=lambda: {"NOVA-101": 20})  # PROCTOR_EXAMS
     token_ttl_seconds: float = 3600.0  # PROCTOR_TOKEN_TTL (real seconds)
@@ -155,6 +192,8 @@ class Settings:
                 env[name] = "on" if value else "off"
             elif f.name == "exams":
                 env[name] = ",".join(f"{code}:{count}" for code, count in value.items())
+            elif f.name == "trusted_proxies":
+                env[name] = ",".join(value)
             else:
                 env[name] = str(value)
         return env
@@ -170,6 +209,13 @@ ENV_NAMES: dict[str, str] = {
     "sms_url": "PROCTOR_SMS_URL",
     "token_secret": "PROCTOR_TOKEN_SECRET",
     "admin_token": "PROCTOR_ADMIN_TOKEN",
+    "roster_key": "PROCTOR_ROSTER_KEY",
+    "allow_default_secrets": "PROCTOR_ALLOW_DEFAULT_SECRETS",
+    "trusted_proxies": "PROCTOR_TRUSTED_PROXIES",
+    "admin_port": "PROCTOR_ADMIN_PORT",
+    "rate_limits": "PROCTOR_RATE_LIMITS",
+    "roster_size": "PROCTOR_ROSTER_SIZE",
+    "login_network_limit": "PROCTOR_LOGIN_NETWORK_LIMIT",
     "node_name": "PROCTOR_NODE_NAME",
     "exams": "PROCTOR_EXAMS",
     "token_ttl_seconds": "PROCTOR_TOKEN_TTL",
@@ -190,6 +236,12 @@ _PARSERS = {
     "liveness_ttl": _parse_positive_float,
     "max_job_attempts": _parse_positive_int,
     "max_body_bytes": _parse_positive_int,
+    "admin_port": lambda name, raw: 0 if raw.strip() == "0" else _parse_positive_int(name, raw),
+    "allow_default_secrets": _parse_bool,
+    "rate_limits": _parse_bool,
+    "roster_size": _parse_positive_int,
+    "login_network_limit": _parse_rate,
+    "trusted_proxies": _parse_addresses,
     "answer_write_behind": _parse_non_negative_float,
     "reconciler_enabled": _parse_bool,
     "sms_idempotency": _parse_bool,
@@ -205,8 +257,18 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     values: dict[str, object] = {}
     for attr, name in ENV_NAMES.items():
         raw = environ.get(name)
-        if raw is None or raw == "" and attr != "database_url":
+        if raw is None or raw == "" and attr not in ("database_url", "trusted_proxies"):
             continue
         parse = _PARSERS.get(attr)
         values[attr] = parse(name, raw) if parse else raw
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def insecure_secrets(settings: Settings) -> list[str]:
+    """Names of the secret variables that hold a known default (or nothing); [] when the
+    test-only PROCTOR_ALLOW_DEFAULT_SECRETS flag is on."""
+    if settings.allow_default_secrets:
+        return []
+    named = {"PROCTOR_TOKEN_SECRET": settings.token_secret, "PROCTOR_ADMIN_TOKEN": settings.admin_token,
+             "PROCTOR_ROSTER_KEY": settings.roster_key}
+    return [name for name, value in named.items() if value in KNOWN_DEFAULT_SECRETS]

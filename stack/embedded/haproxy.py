@@ -35,8 +35,10 @@ _SUN_PATH_MAX = 97  # HAProxy's own limit: sun_path (108) less the ".<pid>.tmp" 
 _SHORT_SOCKET_ROOT = Path("/tmp")
 
 
-def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Path) -> str:
-    server_lines = [f"    server {name} 127.0.0.1:{port} check" for name, port in servers.items()]
+def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Path, source: str | None = None) -> str:
+    # ``source``: the address HAProxy connects from, the one the nodes trust for X-Forwarded-For.
+    via = f" source {source}" if source else ""
+    server_lines = [f"    server {name} 127.0.0.1:{port} check{via}" for name, port in servers.items()]
     return "\n".join(
         [
             "global",
@@ -58,6 +60,13 @@ def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Pa
             "",
             "frontend api",
             f"    bind 127.0.0.1:{frontend_port}",
+            # The client's own X-Forwarded-For is a claim, not a fact: drop it, then
+            # ``option forwardfor`` adds the one address HAProxy saw.
+            "    http-request del-header X-Forwarded-For",
+            "    option forwardfor",
+            # Admin lives on each node's loopback listener, not behind the load balancer;
+            # refusing the path here too means a misrouted node still exposes nothing.
+            "    http-request deny deny_status 404 if { path_beg /admin }",
             f"    default_backend {BACKEND}",
             "",
             f"backend {BACKEND}",
@@ -72,14 +81,14 @@ def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Pa
 
 
 def write_haproxy_config(
-    run_dir: Path, frontend_port: int, servers: Mapping[str, int]
+    run_dir: Path, frontend_port: int, servers: Mapping[str, int], source: str | None = None
 ) -> tuple[Path, Path]:
     """Write ``<run_dir>/haproxy/haproxy.cfg``; return (config path, admin socket path)."""
     folder = (run_dir / "haproxy").resolve()
     folder.mkdir(parents=True, exist_ok=True)
     socket_path = admin_socket_path(folder)
     config = folder / "haproxy.cfg"
-    config.write_text(_config_text(frontend_port, servers, socket_path))
+    config.write_text(_config_text(frontend_port, servers, socket_path, source))
     return config, socket_path
 
 

@@ -39,7 +39,9 @@ DEFAULT_COMMANDS: dict[str, tuple[str, ...]] = {
     # not an X-Forwarded-For that any loopback client could send.
     "ai_provider": ("{python}", "-m", "uvicorn", "stack.providers.ai:create_app", *_UVICORN, "--no-proxy-headers"),
     "sms_gateway": ("{python}", "-m", "uvicorn", "stack.providers.sms:create_app", *_UVICORN, "--no-proxy-headers"),
-    "web": ("{python}", "-m", "uvicorn", "stack.web.app:create_app", *_UVICORN),
+    # Two listeners (public + loopback admin) and no uvicorn proxy headers: the node trusts
+    # X-Forwarded-For only from PROCTOR_TRUSTED_PROXIES (stack.web.serve).
+    "web": ("{python}", "-m", "stack.web.serve", "--port", "{port}"),
     "relay": ("{python}", "-m", "stack.relay"),
     "worker": ("{python}", "-m", "stack.lanes.worker", "{lane}", "--name", "{name}"),
 }

@@ -30,6 +30,7 @@ from stack.embedded.certs import CertPaths, make_certs
 from stack.embedded.links import COMPONENT as FAULTPROXY
 from stack.embedded.links import LinkManager
 from stack.embedded.manifest import package_versions, update_latest_link, write_manifest
+from stack.embedded.secrets import HAPROXY_SOURCE, ROSTER_NAME, roster_student_ids, run_secrets, write_private_json
 from stack.embedded.ports import HOST, free_port
 from stack.embedded.spec import (
     COMPONENT_MODULES,
@@ -48,6 +49,7 @@ from stack.embedded.spec import (
 from stack.embedded.supervisor import ProcessSpec, Supervisor
 from stack.embedded.watchdog import identity
 from stack.ledger.engine import init_ledger, make_engine
+from stack.ledger.roster import issue_roster
 
 __all__ = [
     "EmbeddedStack",
@@ -107,6 +109,7 @@ class EmbeddedStack:
             raise StackError(f"component modules not found: {', '.join(missing)} (see docs/architecture.md)")
         self._binaries = {"valkey": find_valkey(), "haproxy": find_haproxy()}
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.chmod(0o700)  # evidence (ledger.db, roster, history, exports) is the owner's alone
         self._status = "starting"
         try:
             self._start_all()
@@ -162,6 +165,7 @@ class EmbeddedStack:
         self._write_manifest()
         self._start_stage([self._valkey_spec()])
         init_ledger(self.engine, self.settings)  # once, so components never race to create tables
+        self._issue_roster()
         providers = [self._python_spec("ai_provider", "ai_provider"), self._python_spec("sms_gateway", "sms_gateway")]
         self._start_stage(providers + self._faultproxy_stage())
         if self._links.active:
@@ -173,6 +177,13 @@ class EmbeddedStack:
         self._start_stage([self._haproxy_spec()])
         self._start_stage([self._python_spec("relay", "relay")])
         self._start_stage([self._worker_spec(lane, i) for lane in LANES for i in range(1, self.spec.worker_count(lane) + 1)])
+
+    def _issue_roster(self) -> None:
+        """Enrol ``roster_size`` students per exam with fresh access codes; the codes go to
+        ``roster.json`` (0600) for the harness, their HMACs to the ledger."""
+        ids = roster_student_ids(self.settings.roster_size)
+        exams = {code: issue_roster(self.engine, self.settings.roster_key, code, ids) for code in self.settings.exams}
+        write_private_json(self.run_dir / ROSTER_NAME, {"exams": exams})
 
     def _start_stage(self, specs: list[ProcessSpec]) -> None:
         sup = self._supervisor()
@@ -310,6 +321,7 @@ class EmbeddedStack:
         self._links.remove(name)  # a web_N link goes with its node
         for table in (self._kinds, self._health, self._ports, self._urls):
             table.pop(name, None)  # type: ignore[attr-defined]
+            table.pop(f"{name}_admin", None)  # type: ignore[attr-defined]
 
     def _reload_haproxy(self) -> None:
         self._write_haproxy_config()
@@ -340,6 +352,7 @@ class EmbeddedStack:
             raise StackError("settings_overrides['run_dir']: use StackSpec.run_dir")
         base = load_settings()  # the caller's environment (e.g. TIME_SCALE=...) is the default
         return base.with_overrides(
+            **{**run_secrets(), "trusted_proxies": (HAPROXY_SOURCE,)},
             **overrides,
             run_dir=self.run_dir,
             valkey_url=self._urls["valkey"],
@@ -353,6 +366,8 @@ class EmbeddedStack:
         env.update(self.settings.to_env())
         env.update(self._link_env(name))
         env.update(PROCTOR_COMPONENT=name, PROCTOR_NODE_NAME=name, PYTHONUNBUFFERED="1")
+        if f"{name}_admin" in self._ports:
+            env["PROCTOR_ADMIN_PORT"] = str(self._ports[f"{name}_admin"])
         return env
 
     def _argv(self, kind: str, name: str, port: int | None = None, lane: str = "") -> list[str]:
@@ -392,6 +407,10 @@ class EmbeddedStack:
         name = f"web_{index}"
         self._ports[name] = free_port()
         self._urls[name] = f"http://{HOST}:{self._ports[name]}"
+        self._ports[f"{name}_admin"] = free_port()  # loopback admin listener; HAProxy never routes it
+        self._urls[f"{name}_admin"] = f"http://{HOST}:{self._ports[f'{name}_admin']}"
+        first = min((n for n in self._urls if re.fullmatch(r"web_\d+_admin", n)), key=lambda n: int(n.split("_")[1]))
+        self._urls["admin"] = self._urls[first]
         if self._links.wants(name):
             self._links.add(name, self._ports[name])  # HAProxy reaches the node through it
         return self._http_spec("web", name, self._ports[name], "/readyz", STAGE_FRONT)
@@ -417,10 +436,11 @@ class EmbeddedStack:
             return False
 
     def _write_haproxy_config(self) -> Path:
-        webs = {n: p for n, p in sorted(self._ports.items(), key=lambda kv: kv[0]) if n.startswith("web_")}
+        webs = {n: p for n, p in sorted(self._ports.items(), key=lambda kv: kv[0])
+                if re.fullmatch(r"web_\d+", n)}
         webs = dict(sorted(webs.items(), key=lambda kv: int(kv[0].rsplit("_", 1)[1])))
         webs = {name: self._links.listen_port(name) or port for name, port in webs.items()}
-        config, sock = hap.write_haproxy_config(self.run_dir, self._ports["haproxy"], webs)
+        config, sock = hap.write_haproxy_config(self.run_dir, self._ports["haproxy"], webs, source=HAPROXY_SOURCE)
         self._urls["haproxy_socket"] = str(sock)
         return config
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool
 
@@ -30,6 +33,13 @@ def _sqlite_query_only(dbapi_connection, _record) -> None:  # type: ignore[no-un
     cursor.close()
 
 
+def _create_private(path: Path) -> None:
+    """Create the SQLite file 0600 before SQLite does (it holds every answer); SQLite gives
+    its -wal and -shm files the main file's permissions."""
+    if not path.exists():
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+
+
 def make_engine(settings: Settings, *, read_only: bool = False) -> Engine:
     """The ledger engine. ``read_only`` (SQLite): plain deferred BEGIN and ``query_only``, so
     status polls, exports and metrics read a WAL snapshot instead of queueing for the write
@@ -37,6 +47,8 @@ def make_engine(settings: Settings, *, read_only: bool = False) -> Engine:
     url = settings.ledger_url
     if url.startswith("sqlite"):
         settings.run_dir.mkdir(parents=True, exist_ok=True)
+        if not settings.database_url:  # the run folder's own ledger.db
+            _create_private(settings.run_dir / "ledger.db")
         # NullPool: a connection per transaction avoids sharing SQLite handles across the
         # threads uvicorn and RQ use; opening a local file is cheap.
         engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})

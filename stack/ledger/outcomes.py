@@ -1,9 +1,11 @@
 """Outcomes: the results students read (merit card, narrative, SMS receipt).
 
-Write-once per operation: ``write_ready`` checks for an existing ``ready`` row and
-inserts only if there is none. Call it inside the job's BEGIN IMMEDIATE
-transaction so the check and the insert hold the write lock together; the
-schema deliberately has no unique index (the effects checker proves the rule).
+Write-once per operation is enforced by the database: a partial unique index
+(``uq_outcome_ready``: one ``ready`` row per operation id) on SQLite and PostgreSQL.
+``write_ready`` still checks first (the common replay costs no failed insert), and
+inserts inside a savepoint, so losing a race to a concurrent job (PostgreSQL's read
+committed lets both checks pass) rolls back only the insert and reads as "already
+done", leaving the caller's transaction usable.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from typing import Any
 
 from sqlalchemy import Connection, select
+from sqlalchemy.exc import IntegrityError
 
 from stack.ledger.schema import audit_log, outcomes
 
@@ -54,10 +57,17 @@ def _insert(conn: Connection, op: str, attempt_id: str, kind: str, status: str, 
 def write_ready(
     conn: Connection, op: str, attempt_id: str, kind: str, payload: dict[str, Any], now: float | None = None
 ) -> bool:
-    """Insert the ``ready`` outcome unless one exists. True if this call wrote it."""
+    """Insert the ``ready`` outcome unless one exists. True if this call wrote it; False when
+    one existed or a concurrent writer's committed first (the unique index said so)."""
     if ready_outcome(conn, op) is not None:
         return False
-    _insert(conn, op, attempt_id, kind, "ready", payload, time.time() if now is None else now)
+    try:
+        with conn.begin_nested():
+            _insert(conn, op, attempt_id, kind, "ready", payload, time.time() if now is None else now)
+    except IntegrityError:
+        if ready_outcome(conn, op) is None:
+            raise  # not the write-once index (a foreign key, say): a real error
+        return False
     return True
 
 

@@ -29,7 +29,9 @@ __all__ = [
     "outbox",
     "outcomes",
     "audit_log",
+    "roster",
     "OUTBOX_KINDS",
+    "OUTCOME_READY_INDEX",
     "OUTBOX_STATUSES",
     "OUTCOME_STATUSES",
 ]
@@ -52,6 +54,16 @@ students = Table(
     metadata,
     Column("id", String(64), primary_key=True),
     Column("created_at", Float, nullable=False),
+)
+
+roster = Table(
+    "roster",
+    metadata,
+    # Who may sit which exam, and the keyed hash (HMAC-SHA256, hex) of their access code.
+    # The code itself is never stored: it exists only in the run folder's roster.json (0600).
+    Column("exam_code", String(64), ForeignKey("exams.code"), primary_key=True),
+    Column("student_id", String(64), ForeignKey("students.id"), primary_key=True),
+    Column("code_hmac", String(64), nullable=False),
 )
 
 exams = Table(
@@ -109,8 +121,9 @@ Index("ix_outbox_status", outbox.c.status)
 outcomes = Table(
     "outcomes",
     metadata,
-    # No uniqueness on operation_id at the schema level on purpose: the write-once rule
-    # lives in the job's code, and the effects checker is what proves it held.
+    # Write-once is the database's rule (uq_outcome_ready below), not only the job's: a
+    # check-then-insert holds on SQLite's BEGIN IMMEDIATE but not under PostgreSQL's read
+    # committed, where a re-enqueued job racing its paused original would write twice.
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("operation_id", String(128), nullable=False),
     Column("attempt_id", String(64), ForeignKey("attempts.id"), nullable=False),
@@ -120,6 +133,14 @@ outcomes = Table(
     Column("created_at", Float, nullable=False),
 )
 Index("ix_outcomes_operation", outcomes.c.operation_id)
+OUTCOME_READY_INDEX = "uq_outcome_ready"
+Index(
+    OUTCOME_READY_INDEX,
+    outcomes.c.operation_id,
+    unique=True,
+    sqlite_where=outcomes.c.status == "ready",
+    postgresql_where=outcomes.c.status == "ready",
+)
 
 audit_log = Table(
     "audit_log",

@@ -1,8 +1,11 @@
-"""FastAPI app factory for one web node: wiring only, no logic.
+"""FastAPI app factories for one web node: wiring only, no logic.
 
-``python -m uvicorn stack.web.app:create_app --factory`` reads the environment;
-tests pass Settings (and may inject a dispatcher). The ledger's tables are created
-by the runner (or the test) before any node starts, never here.
+A node has two listeners (``python -m stack.web.serve``): the public API, which HAProxy
+routes, and the admin API (drain, undrain, exports) on ``PROCTOR_ADMIN_PORT``, bound to
+loopback and never routed. ``create_node`` is the ASGI app serving both, telling them
+apart by the local port a request arrived on. Tests pass Settings (and may inject a
+dispatcher) to ``create_app`` and build the admin side with ``create_admin_app``. The
+ledger's tables are created by the runner (or the test) before any node starts.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from typing import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from stack.config import Settings, load_settings
+from stack.config import Settings, SettingsError, insecure_secrets, load_settings
 from stack.ledger.engine import make_engine
 from stack.web import (
     routes_admin,
@@ -24,22 +30,39 @@ from stack.web import (
     routes_sessions,
 )
 from stack.web.dispatch import Dispatcher, ValkeyClients, ValkeyDispatcher
+from stack.web.guards import ledger_busy_handler, unparsable_body_handler
+from limits import parse as parse_rate
+
+from stack.web.ratelimit import RequestLimiter
 from stack.web.routes_common import RequestGuard, WebState, validation_error_handler
 from stack.web.routes_health import drain_on_sigterm
 from stack.web.write_behind import WriteBehind
 
-__all__ = ["create_app"]
+__all__ = ["NodeApp", "create_admin_app", "create_app", "create_node", "refuse_insecure_secrets"]
 
-_ROUTERS = (routes_sessions, routes_attempts, routes_answers, routes_outcomes, routes_admin, routes_health)
+_PUBLIC_ROUTERS = (routes_sessions, routes_attempts, routes_answers, routes_outcomes, routes_health)
+_ADMIN_ROUTERS = (routes_admin, routes_health)
+
+
+def refuse_insecure_secrets(settings: Settings) -> None:
+    """A node never runs on a secret that is written in this repository (or empty)."""
+    weak = insecure_secrets(settings)
+    if weak:
+        raise SettingsError(f"{', '.join(weak)}: a known default or empty secret; `proctor up` draws random "
+                            "ones per run (PROCTOR_ALLOW_DEFAULT_SECRETS=on is for tests only)")
 
 
 def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None) -> FastAPI:
+    """The public API of a node (no admin routes)."""
     settings = load_settings() if settings is None else settings
+    refuse_insecure_secrets(settings)
     engine = make_engine(settings)
     read_engine = make_engine(settings, read_only=True)
     clients = ValkeyClients(settings)
     dispatcher = ValkeyDispatcher(settings, engine, clients) if dispatcher is None else dispatcher
-    state = WebState(settings=settings, engine=engine, read_engine=read_engine, clients=clients, dispatcher=dispatcher)
+    state = WebState(settings=settings, engine=engine, read_engine=read_engine, clients=clients, dispatcher=dispatcher,
+                     limiter=RequestLimiter(clients, enabled=settings.rate_limits,
+                                            login_network=parse_rate(settings.login_network_limit)))
     if settings.answer_write_behind > 0:
         state.write_behind = WriteBehind(engine, settings.node_name, settings.answer_write_behind)
 
@@ -56,9 +79,42 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
         read_engine.dispose()
 
     app = FastAPI(title=f"Proctor web node {settings.node_name}", lifespan=lifespan)
+    _wire(app, state, _PUBLIC_ROUTERS)
+    return app
+
+
+def create_admin_app(public: FastAPI) -> FastAPI:
+    """The admin API over the same node state as ``public`` (whose lifespan owns it)."""
+    state: WebState = public.state.proctor
+    app = FastAPI(title=f"Proctor web node {state.settings.node_name} (admin)")
+    _wire(app, state, _ADMIN_ROUTERS)
+    return app
+
+
+def _wire(app: FastAPI, state: WebState, routers: tuple) -> None:  # type: ignore[type-arg]
     app.state.proctor = state
-    for module in _ROUTERS:
+    for module in routers:
         app.include_router(module.router)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
-    app.add_middleware(RequestGuard, settings=settings, counters=state.counters)
-    return app
+    app.add_exception_handler(OperationalError, ledger_busy_handler)
+    app.add_exception_handler(StarletteHTTPException, unparsable_body_handler)
+    app.add_middleware(RequestGuard, settings=state.settings, counters=state.counters)
+
+
+class NodeApp:
+    """Both listeners of a node in one ASGI app: a request on the admin port goes to the
+    admin API, anything else to the public one. Lifespan belongs to the public app."""
+
+    def __init__(self, public: FastAPI, admin: FastAPI, admin_port: int) -> None:
+        self.public, self.admin, self.admin_port = public, admin, admin_port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        server = scope.get("server") or (None, None)
+        target: ASGIApp = self.admin if scope["type"] == "http" and server[1] == self.admin_port else self.public
+        await target(scope, receive, send)
+
+
+def create_node(settings: Settings | None = None) -> NodeApp:
+    settings = load_settings() if settings is None else settings
+    public = create_app(settings)
+    return NodeApp(public, create_admin_app(public), settings.admin_port)

@@ -1,8 +1,10 @@
 """Session tokens: HMAC-signed, expiring, and the only identity a request carries.
 
 A token is ``v1.<payload>.<signature>`` (URL-safe base64, no padding), the payload
-being JSON ``{"sid", "exam", "exp"}``. Identity is never derived from an address:
-behind a load balancer every student shares one (the incident's 429 storm).
+being JSON ``{"sid", "exam", "exp"}``: it is scoped to one student AND one exam, and
+every attempt route checks both. Identity is never derived from an address: behind a
+load balancer every student shares one (the incident's 429 storm). Tokens are issued
+only against a roster access code (routes_sessions); the secret is random per run.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def issue_token(secret: str, student_id: str, exam_code: str, ttl: float, now: f
 
 
 def verify_token(secret: str, token: str, now: float | None = None) -> Principal:
+    if not token.isascii():  # a real token is base64 and dots; anything else is not one (and not a 500)
+        raise InvalidToken("malformed token")
     version, _, rest = token.partition(".")
     payload, _, signature = rest.partition(".")
     if version != _VERSION or not payload or not signature:

@@ -1,4 +1,7 @@
-"""Admin routes (loopback + X-Admin-Token): drain the node, export the ledger."""
+"""Admin routes (X-Admin-Token, loopback peers): drain and undrain the node, export the ledger.
+
+Served only on the node's admin listener (``PROCTOR_ADMIN_PORT``, bound to 127.0.0.1),
+which HAProxy never routes: the public API of a node has no /admin path at all."""
 
 from __future__ import annotations
 
@@ -31,6 +34,18 @@ def drain(state: StateDep) -> dict:
         with state.engine.begin() as conn:
             audit(conn, "admin", "node.drain", {"node": state.settings.node_name})
     return {"node": state.settings.node_name, "draining": True}
+
+
+@router.post("/undrain")
+def undrain(state: StateDep) -> dict:
+    """The undo of drain: readyz answers 200 again and the load balancer routes here."""
+    was = state.draining.is_set()
+    state.draining.clear()
+    if was:
+        log.warning("node %s undrained on admin request", state.settings.node_name)
+        with state.engine.begin() as conn:
+            audit(conn, "admin", "node.undrain", {"node": state.settings.node_name})
+    return {"node": state.settings.node_name, "draining": False}
 
 
 @router.get("/export/{table}")

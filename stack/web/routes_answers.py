@@ -5,16 +5,18 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Response
 from pydantic import BaseModel
 
 from stack.ledger.answers import AnswerRejected, submit_answer
 from stack.ledger.attempts import Attempt
+from stack.web.guards import account_limit, documented
+from stack.web.inputs import Text
 from stack.web.routes_common import AttemptDep, StateDep
 
 __all__ = ["AnswerBody", "router"]
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(account_limit)])
 
 _QUESTION = re.compile(r"q([1-9][0-9]*)")
 
@@ -29,7 +31,7 @@ _REJECTION_TEXT = {
 
 
 class AnswerBody(BaseModel):
-    content: str
+    content: Text
 
 
 def _check_question(attempt: Attempt, question: str, count: int | None) -> None:
@@ -38,7 +40,7 @@ def _check_question(attempt: Attempt, question: str, count: int | None) -> None:
         raise HTTPException(status_code=404, detail=f"unknown question {question!r} for exam {attempt.exam_code}")
 
 
-@router.put("/v1/attempts/{attempt_id}/answers/{question}")
+@router.put("/v1/attempts/{attempt_id}/answers/{question}", responses=documented(401, 403, 404, 409, 422, 429))
 def put_answer(
     question: str,
     body: AnswerBody,

@@ -5,21 +5,22 @@ from __future__ import annotations
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Response
 
 from stack.ledger.attempts import StartKeyConflict, ensure_student, finish_attempt, start_attempt
+from stack.web.guards import account_limit, documented
 from stack.web.routes_common import AttemptDep, PrincipalDep, StateDep, attempt_links
 
 __all__ = ["router"]
 
 log = logging.getLogger(__name__)
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(account_limit)])
 
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)]
 
 
-@router.post("/v1/attempts", status_code=201)
+@router.post("/v1/attempts", status_code=201, responses=documented(401, 404, 409, 422, 429))
 def create_attempt(principal: PrincipalDep, state: StateDep, response: Response, key: IdempotencyKey = None) -> dict:
     questions = state.question_count(principal.exam_code)
     if questions is None:
@@ -44,7 +45,7 @@ def create_attempt(principal: PrincipalDep, state: StateDep, response: Response,
     }
 
 
-@router.post("/v1/attempts/{attempt_id}/finish", status_code=202)
+@router.post("/v1/attempts/{attempt_id}/finish", status_code=202, responses=documented(401, 403, 404, 422, 429))
 def finish(attempt: AttemptDep, state: StateDep) -> dict:
     try:
         result = finish_attempt(state.engine, attempt.id, state.settings.node_name)

@@ -23,6 +23,7 @@ from stack.ledger.attempts import Attempt, get_attempt, question_count
 from stack.web.auth import Principal, bearer_principal
 from stack.web.dispatch import Dispatcher, ValkeyClients
 from stack.web.metrics import RequestCounters
+from stack.web.ratelimit import RequestLimiter
 from stack.web.write_behind import WriteBehind
 
 __all__ = [
@@ -54,6 +55,7 @@ class WebState:
     counters: RequestCounters = field(default_factory=RequestCounters)
     draining: threading.Event = field(default_factory=threading.Event)
     write_behind: WriteBehind | None = None  # only for the write-behind negative control
+    limiter: RequestLimiter = field(default_factory=lambda: RequestLimiter(None, enabled=False))
     _exams: dict[str, int] = field(default_factory=dict)
 
     def question_count(self, exam_code: str) -> int | None:
@@ -77,13 +79,16 @@ PrincipalDep = Annotated[Principal, Depends(bearer_principal)]
 
 
 def owned_attempt(attempt_id: str, principal: PrincipalDep, state: StateDep) -> Attempt:
-    """The attempt named in the path if the token's student owns it: 404 unknown, 403 not theirs."""
+    """The attempt named in the path if the token covers it: 404 unknown, 403 when it is another
+    student's or another exam's (a token is scoped to one student and one exam)."""
     with state.read_engine.connect() as conn:
         attempt = get_attempt(conn, attempt_id)
     if attempt is None:
         raise HTTPException(status_code=404, detail="unknown attempt")
     if attempt.student_id != principal.student_id:
         raise HTTPException(status_code=403, detail="attempt belongs to another student")
+    if attempt.exam_code != principal.exam_code:
+        raise HTTPException(status_code=403, detail="token is for another exam")
     return attempt
 
 
@@ -108,7 +113,9 @@ def _is_loopback(host: str | None) -> bool:
 
 
 def require_admin(request: Request, state: StateDep) -> None:
-    """Admin routes: loopback clients with the admin token only (403 otherwise)."""
+    """Admin routes: loopback peers with the admin token only (403 otherwise). They are served
+    only on the node's admin listener (bound to loopback, never routed by HAProxy); the peer
+    checked here is the socket's, never a forwarded header."""
     client = request.client.host if request.client else None
     token = request.headers.get("x-admin-token", "")
     if not _is_loopback(client) or not hmac.compare_digest(token.encode(), state.settings.admin_token.encode()):

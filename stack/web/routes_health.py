@@ -9,12 +9,14 @@ from types import FrameType
 from typing import Any
 
 from fastapi import APIRouter
+from pydantic import BaseModel
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from stack.web.metrics import render_metrics
+from stack.web.guards import documented
 from stack.web.routes_common import StateDep, WebState
 
-__all__ = ["PROMETHEUS_CONTENT_TYPE", "drain_on_sigterm", "router"]
+__all__ = ["PROMETHEUS_CONTENT_TYPE", "Readiness", "drain_on_sigterm", "router"]
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +25,18 @@ router = APIRouter()
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-@router.get("/healthz")
+@router.get("/healthz", responses=documented())
 def healthz(state: StateDep) -> dict:
     return {"status": "ok", "node": state.settings.node_name}
 
 
-@router.get("/readyz")
+class Readiness(BaseModel):
+    status: str  # ready | draining
+    node: str
+
+
+@router.get("/readyz", response_model=Readiness,
+            responses={**documented(), 503: {"model": Readiness, "description": "draining: route elsewhere"}})
 def readyz(state: StateDep) -> JSONResponse:
     # Readiness is about routing, not the ledger: a ledger check here would take
     # SQLite's write lock on every load-balancer probe.
@@ -37,7 +45,7 @@ def readyz(state: StateDep) -> JSONResponse:
     return JSONResponse({"status": "ready", "node": state.settings.node_name})
 
 
-@router.get("/metrics")
+@router.get("/metrics", responses=documented(), response_class=PlainTextResponse)
 def metrics(state: StateDep) -> PlainTextResponse:
     text = render_metrics(state.settings.node_name, state.counters, state.clients, state.read_engine, state.draining.is_set())
     return PlainTextResponse(text, media_type=PROMETHEUS_CONTENT_TYPE)

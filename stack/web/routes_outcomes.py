@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, Depends, HTTPException
 
 from stack.ledger.attempts import Attempt, OutcomeView, outcome_for
+from stack.web.guards import account_limit, documented
 from stack.web.routes_common import AttemptDep, StateDep
 
 __all__ = ["NARRATIVE_PLACEHOLDER", "REVIEW_PLACEHOLDER", "router"]
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(account_limit)])
 
 NARRATIVE_PLACEHOLDER = (
     "Your personalised feedback is still being written. This is placeholder text, "
@@ -39,13 +40,13 @@ def _common(attempt: Attempt, view: OutcomeView) -> dict:
     }
 
 
-@router.get("/v1/attempts/{attempt_id}/merit-card")
+@router.get("/v1/attempts/{attempt_id}/merit-card", responses=documented(401, 403, 404, 409, 422, 429))
 def merit_card(attempt: AttemptDep, state: StateDep) -> dict:
     view = _view(state, attempt, "merit")
     return {**_common(attempt, view), "merit_card": view.payload if view.status == "ready" else None}
 
 
-@router.get("/v1/attempts/{attempt_id}/narrative")
+@router.get("/v1/attempts/{attempt_id}/narrative", responses=documented(401, 403, 404, 409, 422, 429))
 def narrative(attempt: AttemptDep, state: StateDep) -> dict:
     view = _view(state, attempt, "narrative")
     if view.status == "ready":

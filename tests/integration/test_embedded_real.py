@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Iterator
 
 import httpx
 import pytest
 
+from stack.embedded.secrets import login_body
 from stack.embedded.stack import EmbeddedStack, StackSpec
 from stack.embedded.watchdog import _read_stat
 
@@ -42,8 +44,8 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSta
     assert _wait_gone(seen, 2) == set(), "processes left after the stack stopped"
 
 
-def _finish_an_attempt(client: httpx.Client, student: str) -> None:
-    token = client.post("/v1/sessions", json={"student_id": student, "exam_code": "NOVA-101"}).json()["token"]
+def _finish_an_attempt(client: httpx.Client, run_dir: Path, student: int) -> None:
+    token = client.post("/v1/sessions", json=login_body(run_dir, "NOVA-101", student)).json()["token"]
     auth = {"Authorization": f"Bearer {token}"}
     attempt = client.post("/v1/attempts", headers=auth).json()["attempt_id"]
     assert client.post(f"/v1/attempts/{attempt}/finish", headers=auth).status_code == 202
@@ -54,7 +56,7 @@ def test_real_stack_is_ready_fast_and_balanced(real_stack: EmbeddedStack) -> Non
     assert real_stack.startup_seconds is not None and real_stack.startup_seconds > 0  # speed: bench, not test
     with httpx.Client(base_url=real_stack.urls["api"], trust_env=False, timeout=10) as client:
         assert {client.get("/readyz").headers.get("X-Proctor-Node") for _ in range(6)} == {"web_1", "web_2"}
-        session = client.post("/v1/sessions", json={"student_id": "s-1", "exam_code": "NOVA-101"})
+        session = client.post("/v1/sessions", json=login_body(real_stack.run_dir, "NOVA-101", 1))
         assert session.status_code == 201, session.text
     assert real_stack.valkey().ping()
 
@@ -71,7 +73,7 @@ def _process_groups(pids: list[int]) -> set[int]:
 
 def test_kill_takes_the_rq_horse_with_the_worker(real_stack: EmbeddedStack) -> None:
     with httpx.Client(base_url=real_stack.urls["api"], trust_env=False, timeout=10) as client:
-        _finish_an_attempt(client, "s-horse")
+        _finish_an_attempt(client, real_stack.run_dir, 2)
     deadline = time.monotonic() + 10
     # The horse calls os.setpgrp() just after the fork: wait until it has left the worker's group.
     while len(_process_groups(tree := real_stack.pids("worker_ai_1"))) < 2 and time.monotonic() < deadline:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 from fake_components import FAKE_HTTP
+from roster_client import RosterClient
 
 from chaos.faultproxy import ThreadedFaultProxy
 from chaos.nemesis.base import FaultSpec, NemesisError
@@ -62,15 +63,13 @@ def nemesis(stack: EmbeddedStack) -> Iterator[NetworkNemesis]:
 
 
 @pytest.fixture
-def api(stack: EmbeddedStack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.urls["api"], trust_env=False, timeout=10) as client:
+def api(stack: EmbeddedStack) -> Iterator[RosterClient]:
+    with RosterClient(stack.run_dir, base_url=stack.urls["api"], timeout=10) as client:
         yield client
 
 
-def _start_attempt(client: httpx.Client, student: str) -> tuple[str, dict[str, str]]:
-    session = client.post("/v1/sessions", json={"student_id": student, "exam_code": "NOVA-101"})
-    assert session.status_code == 201, session.text
-    auth = {"Authorization": f"Bearer {session.json()['token']}"}
+def _start_attempt(client: RosterClient, student: str) -> tuple[str, dict[str, str]]:
+    auth = client.login()  # ``student`` only labels the call site; the roster picks who
     started = client.post("/v1/attempts", headers={**auth, "Idempotency-Key": uuid.uuid4().hex})
     assert started.status_code == 201, started.text
     return started.json()["attempt_id"], auth
@@ -81,7 +80,7 @@ def _answer(client: httpx.Client, attempt: str, auth: dict[str, str], content: s
                       headers={**auth, "Idempotency-Key": uuid.uuid4().hex})
 
 
-def _finish(client: httpx.Client, student: str) -> str:
+def _finish(client: RosterClient, student: str) -> str:
     attempt, auth = _start_attempt(client, student)
     assert _answer(client, attempt, auth).status_code == 201
     finished = client.post(f"/v1/attempts/{attempt}/finish", headers=auth)
@@ -90,7 +89,7 @@ def _finish(client: httpx.Client, student: str) -> str:
 
 
 def _export(stack: EmbeddedStack, table: str) -> list[dict[str, Any]]:
-    response = httpx.get(f"{stack.urls['web_1']}/admin/export/{table}", timeout=10, trust_env=False,
+    response = httpx.get(f"{stack.urls['admin']}/admin/export/{table}", timeout=10, trust_env=False,
                          headers={"X-Admin-Token": stack.settings.admin_token})
     response.raise_for_status()
     return response.json()["rows"]

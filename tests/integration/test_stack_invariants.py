@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 from pgserver import PostgresServer
+from roster_client import RosterClient
 
 from chaos.snapshot import fetch_table
 from stack.embedded import EmbeddedStack, StackSpec
@@ -40,16 +41,13 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture
-def api(stack: EmbeddedStack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.urls["api"], timeout=15, trust_env=False) as client:
+def api(stack: EmbeddedStack) -> Iterator[RosterClient]:
+    with RosterClient(stack.run_dir, EXAM, base_url=stack.urls["api"], timeout=15) as client:
         yield client
 
 
-def sign_in(api: httpx.Client, student: str | None = None) -> dict[str, str]:
-    student = student or f"s-{uuid.uuid4().hex[:8]}"
-    response = api.post("/v1/sessions", json={"student_id": student, "exam_code": EXAM})
-    assert response.status_code == 201, response.text
-    return {"Authorization": f"Bearer {response.json()['token']}"}
+def sign_in(api: RosterClient) -> dict[str, str]:
+    return api.login()
 
 
 def start_attempt(api: httpx.Client, auth: dict[str, str]) -> str:
@@ -73,7 +71,7 @@ def finished_attempt(api: httpx.Client) -> str:
 
 
 def rows(stack: EmbeddedStack, table: str, attempt: str) -> list[dict[str, Any]]:
-    data = fetch_table(stack.urls["api"], stack.settings.admin_token, table)
+    data = fetch_table(stack.urls["admin"], stack.settings.admin_token, table)
     return [row for row in data["rows"] if row["attempt_id"] == attempt]
 
 

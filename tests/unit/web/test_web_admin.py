@@ -13,7 +13,7 @@ from web_support import ADMIN, TestClient, answer, auth, start, token_for
 from stack.config import Settings
 from stack.ledger.grading import answer_key
 from stack.ledger.schema import outcomes
-from stack.web.app import create_app
+from stack.web.app import create_admin_app, create_app
 
 EXPORT_FIELDS = {
     "attempts": ["attempt_id", "student_id", "exam_code", "status", "started_at", "finished_at"],
@@ -37,22 +37,22 @@ def _run_one_attempt(client: TestClient, ledger: Engine) -> str:
     return attempt
 
 
-def test_exports_follow_the_contract(app_client: TestClient, ledger: Engine) -> None:
+def test_exports_follow_the_contract(app_client: TestClient, admin_client: TestClient, ledger: Engine) -> None:
     attempt = _run_one_attempt(app_client, ledger)
     for table, fields in EXPORT_FIELDS.items():
-        response = app_client.get(f"/admin/export/{table}", headers={"X-Admin-Token": ADMIN})
+        response = admin_client.get(f"/admin/export/{table}", headers={"X-Admin-Token": ADMIN})
         assert response.status_code == 200, table
         body = response.json()
         assert body["table"] == table and isinstance(body["exported_at"], float)
         assert body["rows"] and all(list(row) == fields for row in body["rows"]), table
-    answers = app_client.get("/admin/export/answers", headers={"X-Admin-Token": ADMIN}).json()["rows"]
+    answers = admin_client.get("/admin/export/answers", headers={"X-Admin-Token": ADMIN}).json()["rows"]
     assert (answers[0]["student_id"], answers[0]["content"], answers[0]["node"]) == ("s-7", "B", "web_test")
-    rows = app_client.get("/admin/export/outcomes", headers={"X-Admin-Token": ADMIN}).json()["rows"]
+    rows = admin_client.get("/admin/export/outcomes", headers={"X-Admin-Token": ADMIN}).json()["rows"]
     assert rows[0]["payload"] == {"score": 1} and rows[0]["attempt_id"] == attempt
 
 
-def test_exams_export_publishes_each_exams_answer_key(app_client: TestClient) -> None:
-    rows = app_client.get("/admin/export/exams", headers={"X-Admin-Token": ADMIN}).json()["rows"]
+def test_exams_export_publishes_each_exams_answer_key(admin_client: TestClient) -> None:
+    rows = admin_client.get("/admin/export/exams", headers={"X-Admin-Token": ADMIN}).json()["rows"]
     assert [(r["exam_code"], r["question_count"], sorted(r["answer_key"])) for r in rows] == [
         ("NOVA-101", 3, ["q1", "q2", "q3"]), ("NOVA-102", 2, ["q1", "q2"])]
     assert all(key == answer_key(r["exam_code"], q) for r in rows for q, key in r["answer_key"].items())
@@ -65,27 +65,33 @@ def test_exports_import_neither_rq_nor_the_job_module() -> None:
     assert result.stdout.strip() == "[]"
 
 
-def test_admin_needs_the_token_and_loopback(app_client: TestClient, settings: Settings, ledger: Engine) -> None:
-    assert app_client.get("/admin/export/attempts").status_code == 403
-    assert app_client.get("/admin/export/attempts", headers={"X-Admin-Token": "wrong"}).status_code == 403
-    assert app_client.post("/admin/drain").status_code == 403
-    with TestClient(create_app(settings), client=("203.0.113.9", 4000)) as remote:
+def test_admin_needs_the_token_and_loopback(app_client: TestClient, admin_client: TestClient) -> None:
+    assert admin_client.get("/admin/export/attempts").status_code == 403
+    assert admin_client.get("/admin/export/attempts", headers={"X-Admin-Token": "wrong"}).status_code == 403
+    assert admin_client.post("/admin/drain").status_code == 403
+    public = app_client.app
+    with TestClient(create_admin_app(public), client=("203.0.113.9", 4000)) as remote:  # type: ignore[arg-type]
         assert remote.get("/admin/export/attempts", headers={"X-Admin-Token": ADMIN}).status_code == 403
         assert remote.post("/admin/drain", headers={"X-Admin-Token": ADMIN}).status_code == 403
         assert remote.get("/readyz").status_code == 200
-    with TestClient(create_app(settings), client=("::1", 4000)) as local_v6:
+    with TestClient(create_admin_app(public), client=("::1", 4000)) as local_v6:  # type: ignore[arg-type]
         assert local_v6.get("/admin/export/attempts", headers={"X-Admin-Token": ADMIN}).status_code == 200
-    assert app_client.get("/admin/export/students", headers={"X-Admin-Token": ADMIN}).status_code == 422
+    assert admin_client.get("/admin/export/students", headers={"X-Admin-Token": ADMIN}).status_code == 422
+    # The public listener has no admin routes at all, whatever the token and peer.
+    assert app_client.get("/admin/export/attempts", headers={"X-Admin-Token": ADMIN}).status_code == 404
 
 
-def test_readyz_is_503_while_draining_and_healthz_stays_up(app_client: TestClient) -> None:
+def test_readyz_is_503_while_draining_and_healthz_stays_up(app_client: TestClient, admin_client: TestClient) -> None:
     assert app_client.get("/readyz").status_code == 200
-    drained = app_client.post("/admin/drain", headers={"X-Admin-Token": ADMIN})
+    drained = admin_client.post("/admin/drain", headers={"X-Admin-Token": ADMIN})
     assert drained.status_code == 200 and drained.json()["draining"] is True
     assert app_client.get("/readyz").status_code == 503
     assert app_client.get("/healthz").status_code == 200
-    export = app_client.get("/admin/export/attempts", headers={"X-Admin-Token": ADMIN})
+    export = admin_client.get("/admin/export/attempts", headers={"X-Admin-Token": ADMIN})
     assert export.status_code == 200  # draining stops new routing, not service
+    undrained = admin_client.post("/admin/undrain", headers={"X-Admin-Token": ADMIN})
+    assert undrained.status_code == 200 and undrained.json()["draining"] is False
+    assert app_client.get("/readyz").status_code == 200
 
 
 def test_shutdown_marks_the_node_draining(settings: Settings, ledger: Engine) -> None:

@@ -7,6 +7,7 @@ import time
 
 from sqlalchemy import Engine, select
 from web_support import (
+    ROSTER,
     RecordingDispatcher,
     TestClient,
     answer,
@@ -23,24 +24,31 @@ from stack.web.app import create_app
 from stack.web.auth import issue_token
 
 
-def test_session_registers_the_student_and_returns_a_token(app_client: TestClient, ledger: Engine) -> None:
-    response = app_client.post("/v1/sessions", json={"student_id": "s-9", "exam_code": "NOVA-102"})
+def _login(client: TestClient, student: str, exam: str, code: str):  # type: ignore[no-untyped-def]
+    return client.post("/v1/sessions", json={"student_id": student, "exam_code": exam, "access_code": code})
+
+
+def test_session_needs_the_roster_code_and_returns_a_token(app_client: TestClient, ledger: Engine) -> None:
+    response = _login(app_client, "s-9", "NOVA-102", ROSTER["NOVA-102"]["s-9"])
     assert response.status_code == 201
     body = response.json()
     assert (body["student_id"], body["exam_code"]) == ("s-9", "NOVA-102")
     assert body["expires_at"] > time.time() and body["token"]
-    assert app_client.post("/v1/sessions", json={"student_id": "s-9", "exam_code": "NOVA-101"}).status_code == 201
-    assert count_rows(ledger, students) == 1
+    assert _login(app_client, "s-9", "NOVA-101", ROSTER["NOVA-101"]["s-9"]).status_code == 201
+    # A code is per exam: the NOVA-102 code does not open NOVA-101.
+    assert _login(app_client, "s-9", "NOVA-101", ROSTER["NOVA-102"]["s-9"]).status_code == 401
+    assert count_rows(ledger, students) == len(ROSTER["NOVA-101"])  # enrolled by the roster, not by login
 
 
 def test_session_errors(app_client: TestClient, ledger: Engine) -> None:
-    unknown = app_client.post("/v1/sessions", json={"student_id": "s-1", "exam_code": "NOPE"})
-    assert unknown.status_code == 404
-    missing = app_client.post("/v1/sessions", json={"student_id": "s-1"})
+    unknown = _login(app_client, "s-1", "NOPE", ROSTER["NOVA-101"]["s-1"])
+    assert unknown.status_code == 401
+    missing = app_client.post("/v1/sessions", json={"student_id": "s-1", "access_code": "x"})
     assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["body", "exam_code"]
-    empty = app_client.post("/v1/sessions", json={"student_id": "", "exam_code": "NOVA-101"})
+    empty = app_client.post("/v1/sessions", json={"student_id": "", "exam_code": "NOVA-101", "access_code": "x"})
     assert empty.status_code == 422 and empty.json()["detail"][0]["loc"] == ["body", "student_id"]
-    assert count_rows(ledger, students) == 0
+    no_code = app_client.post("/v1/sessions", json={"student_id": "s-1", "exam_code": "NOVA-101"})
+    assert no_code.status_code == 422 and no_code.json()["detail"][0]["loc"] == ["body", "access_code"]
 
 
 def test_start_attempt_and_replay_by_key(app_client: TestClient, ledger: Engine) -> None:

@@ -92,6 +92,7 @@ MODULES = [
     "stack.web.routes_sessions", "stack.web.routes_attempts", "stack.web.routes_answers",
     "stack.web.routes_outcomes", "stack.web.routes_admin", "stack.web.routes_health",
     "stack.ledger.attempts", "stack.ledger.answers", "stack.ledger.exports", "stack.ledger.grading", "stack.ledger.outbox",
+    "stack.web.guards", "stack.web.inputs", "stack.web.ratelimit", "stack.web.serve", "stack.ledger.roster",
 ]
 
 

@@ -22,7 +22,11 @@ with warnings.catch_warnings():
 
 __all__ = [
     "ADMIN",
+    "ROSTER",
+    "ROSTER_KEY",
+    "STUDENTS",
     "TestClient",
+    "LOOPBACK",
     "RecordingDispatcher",
     "answer",
     "auth",
@@ -33,6 +37,10 @@ __all__ = [
 ]
 
 ADMIN = "test-admin-token"
+ROSTER_KEY = "test-roster-key"
+STUDENTS = [f"s-{n}" for n in range(1, 10)]
+ROSTER: dict[str, dict[str, str]] = {}
+"""{exam: {student: access code}} of the current test's ledger (the ``ledger`` fixture fills it)."""
 LOOPBACK = ("127.0.0.1", 50000)
 
 
@@ -62,7 +70,8 @@ def auth(token: str) -> dict[str, str]:
 
 
 def token_for(client: TestClient, student: str = "s-1", exam: str = "NOVA-101") -> str:
-    response = client.post("/v1/sessions", json={"student_id": student, "exam_code": exam})
+    code = ROSTER[exam][student]
+    response = client.post("/v1/sessions", json={"student_id": student, "exam_code": exam, "access_code": code})
     assert response.status_code == 201, response.text
     return str(response.json()["token"])
 
