@@ -25,10 +25,11 @@ import os, sys, time
 child = os.fork()
 if child == 0:
     os.setpgrp()
+    with open(sys.argv[1] + ".tmp", "w") as fh:  # written after setpgrp: readers see the final group
+        fh.write(str(os.getpid()))
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
     time.sleep(600)
     os._exit(0)
-with open(sys.argv[1], "w") as fh:
-    fh.write(str(child))
 time.sleep(600)
 """
 """Like an RQ worker with a job running: a forked child that leaves the parent's process
