@@ -11,26 +11,34 @@ card says. Provider calls carry ``Idempotency-Key: <operation_id>`` so a re-run 
 unknown outcome (worker killed after the provider accepted) adds no second effect;
 ``PROCTOR_SMS_IDEMPOTENCY=off`` drops the key for SMS as the negative control.
 
-The forking worker runs every job in a fresh child, so the per-process state below
-is rebuilt whenever the pid changes (never share a pool across fork).
+The forking worker runs every job in a fresh child (RQ's horse). The worker's parent
+calls ``prepare_worker`` once: settings and the engines (dialect initialised, no
+connection left open) are built there and inherited; a horse only drops any pool it
+inherited (never a connection shared across fork). The HTTP client is built on a job's
+first provider call, so a merit horse never builds one (nor imports httpx).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from sqlalchemy import Connection, Engine, select
+from sqlalchemy.pool import NullPool
 
 from stack.config import CASE_AI_CALL_SECONDS, CASE_MERIT_COMPUTE_SECONDS, CASE_SMS_CALL_SECONDS, Settings, load_settings
 from stack.ledger import grading, outbox, outcomes
 from stack.ledger.engine import make_engine
 from stack.ledger.grading import OPTIONS, answer_key
 from stack.ledger.schema import answers, attempts, exams
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "OPTIONS",
@@ -40,6 +48,7 @@ __all__ = [
     "http_timeout",
     "job_timeout",
     "merit_of",
+    "prepare_worker",
     "reset_process_state",
     "send_result_sms",
     "write_narrative",
@@ -54,14 +63,11 @@ class _Process:
     pid: int
     settings: Settings
     engine: Engine
-    http: httpx.Client
+    reader: Engine  # plain BEGIN on a WAL snapshot: reads never queue for the write lock answers need
+    http: httpx.Client | None = None  # built on the first provider call
 
 
 _process: _Process | None = None
-
-_SSL_CONTEXT = httpx.create_ssl_context()
-"""Built once, at import in the worker's parent: every job runs in a freshly forked horse,
-and building a context per horse cost ~0.2 s of a 3.4 ms merit job. Forked children share it."""
 
 
 def http_timeout(settings: Settings) -> float:
@@ -75,25 +81,64 @@ def job_timeout(kind: str, settings: Settings) -> int:
     return max(30, int(work * 2) + 30)
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One context per worker tree (every system CA parsed once), built in the parent by
+    ``prepare_worker``; a context per horse cost ~0.2 s of a 3.4 ms merit job."""
+    import httpx
+
+    return httpx.create_ssl_context()
+
+
 def _current() -> _Process:
     global _process
-    if _process is None or _process.pid != os.getpid():
+    if _process is None:
         settings = load_settings()
-        _process = _Process(
-            pid=os.getpid(),
-            settings=settings,
-            engine=make_engine(settings),
-            http=httpx.Client(timeout=httpx.Timeout(http_timeout(settings), connect=2.0), verify=_SSL_CONTEXT),
-        )
+        _process = _Process(os.getpid(), settings, make_engine(settings), make_engine(settings, read_only=True))
+    elif _process.pid != os.getpid():  # a forked horse: the parent's engines, never its connections
+        for engine in (_process.engine, _process.reader):
+            if not isinstance(engine.pool, NullPool):  # a NullPool holds none; others: SQLAlchemy's after-fork recipe
+                engine.dispose(close=False)
+        _process = _Process(os.getpid(), _process.settings, _process.engine, _process.reader)
     return _process
 
 
+def _http(process: _Process) -> httpx.Client:
+    if process.http is None:
+        import httpx
+
+        timeout = httpx.Timeout(http_timeout(process.settings), connect=2.0)
+        process.http = httpx.Client(timeout=timeout, verify=_ssl_context())
+    return process.http
+
+
+def prepare_worker(lane: str) -> None:
+    """In a worker's parent, before any fork: what every horse would otherwise build per job.
+
+    Settings and both engines, each connected once so the dialect is initialised here
+    (the connection is closed again: NullPool; a pooled engine is disposed). The provider
+    lanes also get the TLS context and a throw-away HTTP client, whose first construction
+    imports httpx's transport (~16 ms per horse otherwise); the merit lane imports no httpx.
+    """
+    process = _current()
+    for engine in (process.engine, process.reader):
+        with engine.connect():
+            pass
+        engine.dispose()
+    if lane != "merit":
+        import httpx
+
+        httpx.Client(verify=_ssl_context()).close()
+
+
 def reset_process_state() -> None:
-    """Forget cached settings, engine and client (tests that change the environment)."""
+    """Forget cached settings, engines and client (tests that change the environment)."""
     global _process
     if _process is not None and _process.pid == os.getpid():
-        _process.http.close()
+        if _process.http is not None:
+            _process.http.close()
         _process.engine.dispose()
+        _process.reader.dispose()
     _process = None
 
 
@@ -149,10 +194,11 @@ def _burn_cpu(seconds: float) -> None:
 
 
 def _already_ready(process: _Process, op: str) -> dict[str, Any] | None:
-    """If the outcome exists, make sure the row says done and return it."""
-    with process.engine.begin() as conn:
+    """If the outcome exists, make sure the row says done and return it (the write lock only then)."""
+    with process.reader.begin() as conn:
         existing = outcomes.ready_outcome(conn, op)
-        if existing is not None:
+    if existing is not None:
+        with process.engine.begin() as conn:
             outbox.mark_done(conn, op)
     return existing
 
@@ -172,7 +218,7 @@ def _commit_outcome(process: _Process, op: str, kind: str, payload: dict[str, An
 
 def _merit_card(process: _Process, op: str) -> dict[str, Any]:
     """The ready merit card of the operation's attempt: the only source of score and position."""
-    with process.engine.begin() as conn:
+    with process.reader.begin() as conn:
         row = outbox.get_row(conn, op)
         if row is None:
             raise LookupError(f"no outbox row {op}")
@@ -187,7 +233,7 @@ def compute_merit_card(operation_id: str) -> dict[str, Any]:
     existing = _already_ready(process, operation_id)
     if existing is not None:
         return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    with process.engine.begin() as conn:
+    with process.reader.begin() as conn:
         row = outbox.get_row(conn, operation_id)
         if row is None:
             raise LookupError(f"no outbox row {operation_id}")
@@ -211,7 +257,7 @@ def _call_provider(process: _Process, url: str, request: dict[str, Any], reconci
     if reconcile and (recorded := _recorded_response(process, url, op)) is not None:
         return recorded
     headers = {"Idempotency-Key": op} if reconcile else {}
-    response = process.http.post(url, json=request, headers=headers)
+    response = _http(process).post(url, json=request, headers=headers)
     if reconcile and response.status_code == 409 and (recorded := _recorded_response(process, url, op)) is not None:
         return recorded
     response.raise_for_status()
@@ -219,7 +265,7 @@ def _call_provider(process: _Process, url: str, request: dict[str, Any], reconci
 
 
 def _recorded_response(process: _Process, url: str, op: str) -> dict[str, Any] | None:
-    response = process.http.get(f"{url}/{op}")
+    response = _http(process).get(f"{url}/{op}")
     if response.status_code == 404:
         return None
     response.raise_for_status()
