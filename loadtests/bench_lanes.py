@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 RESULTS = Path("results/bench")
-PHASES = ("_current", "_already_ready", "_merit_card", "merit_of", "_burn_cpu", "_call_provider", "_commit_outcome")
+PHASES = ("_current", "_unless_ready", "merit_of", "_burn_cpu", "_call_provider", "_commit_outcome")
 """Functions of stack.lanes.jobs timed in the phase helper (those that exist are wrapped)."""
 KIND_FUNCTION = {"merit": "compute_merit_card", "narrative": "write_narrative", "sms": "send_result_sms"}
 LANE_OF_KIND = {"merit": "merit", "narrative": "ai", "sms": "sms"}

@@ -1,7 +1,8 @@
 """Job functions of the three lanes; workers import them by dotted path.
 
-Each job is idempotent by operation id: it first looks for a ``ready`` outcome and,
-if there is one, only marks the outbox row done. Otherwise it does its work and
+Each job is idempotent by operation id: it first looks for a ``ready`` outcome (in the
+read transaction, on a WAL snapshot, that also reads what the job needs) and, if there
+is one, only marks the outbox row done. Otherwise it does its work and
 writes the outcome and ``done`` in ONE transaction (BEGIN IMMEDIATE), re-checking
 for a ready outcome inside it, so two runs of one operation write one outcome.
 The narrative and SMS jobs read score and position only from the ready merit card,
@@ -26,7 +27,7 @@ import os
 import ssl
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.pool import NullPool
@@ -54,6 +55,7 @@ __all__ = [
     "write_narrative",
 ]
 
+T = TypeVar("T")
 _CALL_CASE_SECONDS = {"merit": 0.0, "narrative": CASE_AI_CALL_SECONDS, "sms": CASE_SMS_CALL_SECONDS}
 _HTTP_SLACK_SECONDS = 10.0
 
@@ -193,14 +195,19 @@ def _burn_cpu(seconds: float) -> None:
             block = hashlib.sha256(block).digest()
 
 
-def _already_ready(process: _Process, op: str) -> dict[str, Any] | None:
-    """If the outcome exists, make sure the row says done and return it (the write lock only then)."""
+def _unless_ready(process: _Process, op: str, read: Callable[[Connection, dict[str, Any]], T]) -> T | None:
+    """``read(conn, outbox_row)``, or None if the operation already has its ready outcome (its row
+    is then marked done). One read transaction on a WAL snapshot: the write lock, which answers
+    need, is taken only for that mark and for the outcome itself."""
     with process.reader.begin() as conn:
-        existing = outcomes.ready_outcome(conn, op)
-    if existing is not None:
-        with process.engine.begin() as conn:
-            outbox.mark_done(conn, op)
-    return existing
+        if outcomes.ready_outcome(conn, op) is None:
+            row = outbox.get_row(conn, op)
+            if row is None:
+                raise LookupError(f"no outbox row {op}")
+            return read(conn, row)
+    with process.engine.begin() as conn:
+        outbox.mark_done(conn, op)
+    return None
 
 
 def _commit_outcome(process: _Process, op: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -216,28 +223,19 @@ def _commit_outcome(process: _Process, op: str, kind: str, payload: dict[str, An
     return {"operation_id": op, "status": "ready", "payload": stored["payload"]}
 
 
-def _merit_card(process: _Process, op: str) -> dict[str, Any]:
-    """The ready merit card of the operation's attempt: the only source of score and position."""
-    with process.reader.begin() as conn:
-        row = outbox.get_row(conn, op)
-        if row is None:
-            raise LookupError(f"no outbox row {op}")
-        card = outcomes.ready_outcome(conn, f"merit-{row['attempt_id']}")
+def _merit_card(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
+    """The ready merit card of the row's attempt: the only source of score and position."""
+    card = outcomes.ready_outcome(conn, f"merit-{row['attempt_id']}")
     if card is None:
-        raise MeritCardNotReady(f"{op}: the merit card of attempt {row['attempt_id']} is not ready")
+        raise MeritCardNotReady(f"{row['operation_id']}: the merit card of attempt {row['attempt_id']} is not ready")
     return card["payload"]
 
 
 def compute_merit_card(operation_id: str) -> dict[str, Any]:
     process = _current()
-    existing = _already_ready(process, operation_id)
-    if existing is not None:
+    merit = _unless_ready(process, operation_id, lambda conn, row: merit_of(conn, row["attempt_id"]))
+    if merit is None:
         return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    with process.reader.begin() as conn:
-        row = outbox.get_row(conn, operation_id)
-        if row is None:
-            raise LookupError(f"no outbox row {operation_id}")
-        merit = merit_of(conn, row["attempt_id"])
     _burn_cpu(process.settings.scaled(CASE_MERIT_COMPUTE_SECONDS))
     return _commit_outcome(process, operation_id, "merit", {**merit, "computed_at": time.time()})
 
@@ -274,9 +272,9 @@ def _recorded_response(process: _Process, url: str, op: str) -> dict[str, Any] |
 
 def write_narrative(operation_id: str) -> dict[str, Any]:
     process = _current()
-    if _already_ready(process, operation_id) is not None:
+    card = _unless_ready(process, operation_id, _merit_card)
+    if card is None:
         return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    card = _merit_card(process, operation_id)
     request = {"operation_id": operation_id, "attempt_id": card["attempt_id"],
                "score": card["score"], "position": card["position"]}
     body = _call_provider(process, f"{process.settings.ai_url}/v1/narratives", request, reconcile=True)
@@ -288,9 +286,9 @@ def write_narrative(operation_id: str) -> dict[str, Any]:
 
 def send_result_sms(operation_id: str) -> dict[str, Any]:
     process = _current()
-    if _already_ready(process, operation_id) is not None:
+    card = _unless_ready(process, operation_id, _merit_card)
+    if card is None:
         return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    card = _merit_card(process, operation_id)
     to = f"student:{card['student_id']}"
     text = f"{card['exam_code']}: you scored {card['score']}/{card['max_score']}, position {card['position']}."
     # Off only for the negative control: a naive client that replays blindly, with no key and
