@@ -155,15 +155,25 @@ def test_every_outcome_happens_once_and_sms_once_at_the_gateway(stack: EmbeddedS
 
 
 def test_merit_worker_killed_mid_job_still_yields_one_merit_card(stack: EmbeddedStack, api: httpx.Client) -> None:
-    stack.set_autorestart("worker_merit_1", False)
+    merit_workers = [name for name in stack.components() if name.startswith("worker_merit_")]
+    busy: list[str] = []  # the merit lane has two workers: kill the one that took the job
+
+    def horse_running() -> bool:
+        # A job is running once a worker has a second process: its horse.
+        busy[:] = [name for name in merit_workers if len(stack.pids(name)) > 1][:1]
+        return bool(busy)
+
+    for name in merit_workers:
+        stack.set_autorestart(name, False)
     try:
         attempt = finished_attempt(api)
-        # A job is running once the worker has a second process: its horse.
-        wait_for(lambda: len(stack.pids("worker_merit_1")) > 1, "the merit job to start", timeout=15)
-        stack.kill("worker_merit_1", signal.SIGKILL)
+        wait_for(horse_running, "the merit job to start", timeout=15)
+        stack.kill(busy[0], signal.SIGKILL)
     finally:
-        stack.set_autorestart("worker_merit_1", True)
-        stack.restart("worker_merit_1")
+        for name in merit_workers:
+            stack.set_autorestart(name, True)
+        for name in busy:
+            stack.restart(name)
     wait_for(lambda: all_done(stack, attempt), "the merit card after the kill")
     merit = [r for r in rows(stack, "outcomes", attempt) if r["kind"] == "merit"]
     assert len(merit) == 1 and merit[0]["status"] == "ready"
