@@ -55,9 +55,11 @@ def test_a_merit_worker_never_imports_httpx_a_provider_lane_does(settings: Setti
 
 def test_prepare_warms_the_statement_cache_the_horses_inherit(settings: Settings) -> None:
     cold = jobs._current()
-    assert len(cold.reader._compiled_cache) == 0  # nothing compiled until something runs
+    assert len(cold.reader._compiled_cache) == len(cold.engine._compiled_cache) == 0  # nothing runs, nothing compiled
     jobs.prepare_worker("merit")
-    assert len(jobs._current().reader._compiled_cache) >= 2  # ready_outcome and get_row
+    warm = jobs._current()
+    assert len(warm.reader._compiled_cache) >= 2  # ready_outcome and get_row
+    assert len(warm.engine._compiled_cache) >= 3  # and the done mark
 
 
 def test_a_forked_horse_reuses_the_parents_engines_but_builds_its_own_client(settings: Settings) -> None:
