@@ -52,6 +52,7 @@ __all__ = [
     "WORKER_TTL",
     "LaneWorker",
     "LivenessBeat",
+    "build_worker",
     "liveness_key",
     "main",
     "mark_ready",
