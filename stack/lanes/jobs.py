@@ -99,7 +99,10 @@ def _current() -> _Process:
     global _process
     if _process is None:
         settings = load_settings()
-        _process = _Process(os.getpid(), settings, make_engine(settings), make_engine(settings, read_only=True))
+        engine = make_engine(settings)
+        # PostgreSQL readers take no write lock: one pool there, so a horse opens one connection.
+        reader = make_engine(settings, read_only=True) if engine.dialect.name == "sqlite" else engine
+        _process = _Process(os.getpid(), settings, engine, reader)
     elif _process.pid != os.getpid():  # a forked horse: the parent's engines, never its connections
         _drop_pools(_process, close=False)  # SQLAlchemy's after-fork recipe: the parent's sockets stay its own
         _process = _Process(os.getpid(), _process.settings, _process.engine, _process.reader)
@@ -109,7 +112,7 @@ def _current() -> _Process:
 def _drop_pools(process: _Process, close: bool = True) -> None:
     """Empty any pooled engine (PostgreSQL). A NullPool holds no connection, and is left as
     is: recreating it could make every horse initialise the dialect again."""
-    for engine in (process.engine, process.reader):
+    for engine in {process.engine, process.reader}:  # one engine on PostgreSQL
         if not isinstance(engine.pool, NullPool):
             engine.dispose(close=close)
 
@@ -137,11 +140,11 @@ def prepare_worker(lane: str) -> None:
     """
     process = _current()
     try:
-        for engine in (process.reader, process.engine):
+        for engine in {process.engine, process.reader}:  # one engine on PostgreSQL
             with engine.connect() as conn, conn.begin() as transaction:  # rolled back: changes nothing
                 outcomes.ready_outcome(conn, "")
                 outbox.get_row(conn, "")
-                if engine is process.engine:
+                if engine is process.engine:  # the reader is query_only
                     outbox.mark_done(conn, "")
                 transaction.rollback()
     except SQLAlchemyError as exc:
@@ -161,7 +164,7 @@ def reset_process_state() -> None:
         if _process.http is not None:
             _process.http.close()
         _process.engine.dispose()
-        _process.reader.dispose()
+        _process.reader.dispose()  # the same engine on PostgreSQL: a second dispose is harmless
     _process = None
 
 
