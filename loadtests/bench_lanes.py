@@ -1,45 +1,67 @@
-"""Benchmark: what a merit worker costs to restart and what each job costs it.
+"""Benchmark: what a lane worker costs to restart and what each job costs it.
 
-``python loadtests/bench_lanes.py [--kills 5] [--jobs 20] [--hog]`` starts the embedded
-stack (1 web node, 1 merit worker, no other workers) and prints, in real seconds:
+``python loadtests/bench_lanes.py [--kills 5] [--jobs 20] [--attempts 8] [--hog]`` starts the
+embedded stack (1 web node, one worker per lane) and prints, in real seconds:
 
-- restart: SIGKILL the worker's tree, the supervisor restarts it at once; seconds from
-  the kill until the new worker is ready (its liveness key set, about to dequeue), and
-  the new process's own start-up (spawn -> ready);
+- restart: SIGKILL the merit worker's tree, the supervisor restarts it at once; seconds
+  from the kill until the new worker is ready (its liveness key set, about to dequeue),
+  and the new process's own start-up (spawn -> ready);
 - per job: a trivial job (``stack.lanes.jobs.answer_key``) enqueued on the merit lane one
-  at a time; enqueue -> RQ ``ended_at``: dequeue, fork of the horse, its Valkey
-  connection, status writes. Everything a merit job pays besides its own work.
+  at a time. RQ's timestamps split it: enqueue -> ``started_at`` (dequeue, fork of the
+  horse, its Valkey connection, RQ's bookkeeping; ``started_at`` is set in the horse right
+  before the function) and ``started_at`` -> ``ended_at`` (the function);
+- lane jobs: ``--attempts`` finished attempts, one at a time, each waited for until its
+  merit, narrative and SMS rows are done (relay -> worker -> horse); the same RQ split
+  per kind, so the second figure is the time inside the real job function;
+- phases: the workers are stopped and a helper process that imports what a worker
+  imports forks one child per operation, like RQ's horse, and times inside the child the
+  per-process set-up (``_current``), the ledger transactions, the provider calls and the
+  CPU work, and counts SQL statements and transactions. ``fork`` is fork -> first line
+  of the child.
 
-``--hog`` runs ``python3 -c 'while 1: pass'`` (one core busy) for the whole benchmark and
-stops it by pid. Writes ``results/bench/lanes[-hog].json``. Figures are printed, never asserted.
+Every section records the 1-minute load average before and after it (``os.getloadavg``):
+the 2 cores are shared with other work. ``--hog`` runs ``python3 -c 'while 1: pass'``
+(one core busy) for the whole benchmark and stops it by pid. Writes
+``results/bench/lanes[-hog].json``. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-from rq import Queue
-from rq.job import Job
-
-from stack.embedded import EmbeddedStack, StackSpec
+from typing import Any, Callable
 
 RESULTS = Path("results/bench")
+PHASES = ("_current", "_unless_ready", "_already_ready", "_merit_card", "merit_of", "_burn_cpu", "_call_provider",
+          "_commit_outcome")
+"""Functions of stack.lanes.jobs timed in the phase helper; those that exist are wrapped (older releases
+had ``_already_ready``, so one benchmark measures before and after). Nested calls are counted in both."""
+KIND_FUNCTION = {"merit": "compute_merit_card", "narrative": "write_narrative", "sms": "send_result_sms"}
+LANE_OF_KIND = {"merit": "merit", "narrative": "ai", "sms": "sms"}
 
 
 def _summary(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
+    if not ordered:
+        return {"n": 0}
     return {"n": len(ordered), "median": round(statistics.median(ordered), 4), "min": round(ordered[0], 4),
             "max": round(ordered[-1], 4)}
 
 
-def measure_restarts(stack: EmbeddedStack, kills: int) -> dict[str, dict[str, float]]:
+def _loaded(section: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    before = round(os.getloadavg()[0], 2)
+    figures = section()
+    return {**figures, "load1_before": before, "load1_after": round(os.getloadavg()[0], 2)}
+
+
+def measure_restarts(stack: Any, kills: int) -> dict[str, Any]:
     to_ready, startup = [], []
     for _ in range(kills):
         time.sleep(0.5)
@@ -54,31 +76,168 @@ def measure_restarts(stack: EmbeddedStack, kills: int) -> dict[str, dict[str, fl
     return {"kill_to_ready": _summary(to_ready), "startup": _summary(startup)}
 
 
-def measure_jobs(stack: EmbeddedStack, jobs: int) -> dict[str, dict[str, float]]:
+def _rq_split(jobs: list[Any]) -> dict[str, Any]:
+    return {
+        "enqueue_to_start": _summary([(j.started_at - j.enqueued_at).total_seconds() for j in jobs]),
+        "start_to_end": _summary([(j.ended_at - j.started_at).total_seconds() for j in jobs]),
+        "enqueue_to_end": _summary([(j.ended_at - j.enqueued_at).total_seconds() for j in jobs]),
+    }
+
+
+def measure_jobs(stack: Any, jobs: int) -> dict[str, Any]:
+    from rq import Queue
+    from rq.job import Job
+
     queue = Queue("merit", connection=stack.valkey("queue"))
-    total, before_start = [], []
+    done = []
     for n in range(jobs):
         job = queue.enqueue("stack.lanes.jobs.answer_key", "NOVA-101", f"q{n}", job_id=f"bench-{time.time_ns()}")
         while job.get_status(refresh=True) not in ("finished", "failed"):
             time.sleep(0.005)
-        job = Job.fetch(job.id, connection=queue.connection)
-        total.append((job.ended_at - job.enqueued_at).total_seconds())
-        before_start.append((job.started_at - job.enqueued_at).total_seconds())
-    return {"enqueue_to_end": _summary(total), "enqueue_to_start": _summary(before_start)}
+        done.append(Job.fetch(job.id, connection=queue.connection))
+    return _rq_split(done)
+
+
+def _finished_attempt(stack: Any, n: int) -> str:
+    from stack.ledger import answers, attempts
+
+    student = f"bench-{os.getpid()}-{n}"
+    attempts.ensure_student(stack.engine, student)
+    attempt, _ = attempts.start_attempt(stack.engine, student, "NOVA-101", None)
+    for q in range(3):
+        answers.submit_answer(stack.engine, attempt.id, f"q{q + 1}", "A", f"k{q}", "bench")
+    attempts.finish_attempt(stack.engine, attempt.id, "bench")
+    return attempt.id
+
+
+def _rows(stack: Any, attempt_id: str) -> list[dict[str, Any]]:
+    from stack.ledger import outbox
+
+    with stack.engine.connect() as conn:
+        return outbox.rows_for_attempt(conn, attempt_id)
+
+
+def measure_lane_jobs(stack: Any, count: int) -> dict[str, Any]:
+    from rq.job import Job
+
+    connection = stack.valkey("queue")
+    by_kind: dict[str, list[Any]] = {kind: [] for kind in KIND_FUNCTION}
+    finish_to_done: list[float] = []
+    for n in range(count):
+        started = time.monotonic()
+        attempt_id = _finished_attempt(stack, n)
+        rows = _rows(stack, attempt_id)
+        while not all(row["status"] == "done" for row in rows):
+            if time.monotonic() - started > 120:
+                raise RuntimeError(f"attempt {attempt_id} not done after 120 s: {rows}")
+            time.sleep(0.02)
+            rows = _rows(stack, attempt_id)
+        finish_to_done.append(time.monotonic() - started)
+        for row in rows:  # the row is done inside the function; RQ writes ended_at after it returns
+            job = Job.fetch(row["job_id"], connection=connection)
+            while job.ended_at is None and time.monotonic() - started < 120:
+                time.sleep(0.01)
+                job = Job.fetch(row["job_id"], connection=connection)
+            by_kind[row["kind"]].append(job)
+    return {"finish_to_all_done": _summary(finish_to_done), **{k: _rq_split(v) for k, v in by_kind.items()}}
+
+
+def measure_phases(stack: Any, count: int) -> dict[str, Any]:
+    for name in [n for n in stack.components() if n.startswith("worker_")]:  # nobody races the helper
+        stack.set_autorestart(name, False)
+        stack.kill(name, signal.SIGKILL)
+    ids = [_finished_attempt(stack, 1000 + n) for n in range(count)]
+    figures: dict[str, Any] = {}
+    for kind, lane in LANE_OF_KIND.items():  # merit cards first; one helper per lane, as one worker per lane
+        helper = subprocess.run([sys.executable, __file__, "--phase-helper", lane], text=True, capture_output=True,
+                                input=json.dumps([(kind, f"{kind}-{a}") for a in ids]),
+                                env=stack._env("bench_phases"), check=True)
+        figures[kind] = json.loads(helper.stdout.strip().splitlines()[-1])
+    return figures
+
+
+# ------------------------------------------------------------ the phase helper (a stand-in worker parent)
+def _timed(sink: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            sink[name] = sink.get(name, 0.0) + time.perf_counter() - t0
+    return wrapper
+
+
+def _run_in_child(jobs: Any, kind: str, op: str, forked_at: float, out: int) -> None:
+    from sqlalchemy import Engine, event
+
+    os.setpgrp()  # as RQ's horse does
+    timings: dict[str, float] = {"fork": time.perf_counter() - forked_at, "statements": 0, "transactions": 0}
+    event.listen(Engine, "before_cursor_execute", lambda *a: timings.__setitem__("statements", timings["statements"] + 1))
+    event.listen(Engine, "begin", lambda *a: timings.__setitem__("transactions", timings["transactions"] + 1))
+    for name in PHASES:
+        if hasattr(jobs, name):
+            setattr(jobs, name, _timed(timings, name, getattr(jobs, name)))
+    t0 = time.perf_counter()
+    getattr(jobs, KIND_FUNCTION[kind])(op)
+    timings["function"] = time.perf_counter() - t0
+    os.write(out, json.dumps(timings).encode())
+    os._exit(0)
+
+
+def phase_helper(lane: str) -> int:
+    order = json.loads(sys.stdin.read())
+    t0 = time.perf_counter()
+    import stack.lanes.worker as worker  # what a worker parent imports
+    imported = time.perf_counter() - t0
+    from stack.config import load_settings
+    from stack.lanes import jobs
+
+    worker.warm_tls(load_settings())  # what a worker parent does before its first fork
+    if hasattr(worker, "prepare_worker"):  # older releases prepared nothing more
+        worker.prepare_worker(lane)
+    prepared = time.perf_counter() - t0 - imported
+    per_kind: dict[str, list[dict[str, float]]] = {}
+    for kind, op in order:
+        read, write = os.pipe()
+        forked_at = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            _run_in_child(jobs, kind, op, forked_at, write)
+        os.close(write)
+        data = b"".join(iter(lambda: os.read(read, 65536), b""))
+        os.close(read)
+        _, status = os.waitpid(pid, 0)
+        if status != 0 or not data:
+            raise RuntimeError(f"phase child for {op} failed (status {status})")
+        per_kind.setdefault(kind, []).append({**json.loads(data), "wall": time.perf_counter() - forked_at})
+    runs = [run for kind_runs in per_kind.values() for run in kind_runs]
+    median = {key: round(statistics.median(t.get(key, 0.0) for t in runs), 4) for key in sorted({k for t in runs for k in t})}
+    print(json.dumps({"import_worker_seconds": round(imported, 3), "prepare_seconds": round(prepared, 4),
+                      "median": median}))
+    return 0
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--phase-helper"]:
+        return phase_helper(sys.argv[2])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--attempts", type=int, default=8, help="finished attempts for the lane and phase figures")
     parser.add_argument("--hog", action="store_true", help="keep one core busy with a CPU hog")
     args = parser.parse_args()
+    from stack.embedded import EmbeddedStack, StackSpec
+
     hog = subprocess.Popen([sys.executable, "-c", "while 1: pass"]) if args.hog else None
     try:
-        spec = StackSpec(name="bench-lanes", web=1, merit_workers=1, ai_workers=0, sms_workers=0)
+        spec = StackSpec(name="bench-lanes", web=1, merit_workers=1, ai_workers=1, sms_workers=1)
         with EmbeddedStack(spec) as stack:
-            figures = {"hog": args.hog, "restart": measure_restarts(stack, args.kills),
-                       "per_job": measure_jobs(stack, args.jobs)}
+            figures = {"hog": args.hog,
+                       "restart": _loaded(lambda: measure_restarts(stack, args.kills)),
+                       "trivial_job": _loaded(lambda: measure_jobs(stack, args.jobs)),
+                       "lane_jobs": _loaded(lambda: measure_lane_jobs(stack, args.attempts)),
+                       "phases": _loaded(lambda: measure_phases(stack, args.attempts))}
     finally:
         if hog is not None:
             hog.kill()

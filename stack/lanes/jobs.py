@@ -1,7 +1,8 @@
 """Job functions of the three lanes; workers import them by dotted path.
 
-Each job is idempotent by operation id: it first looks for a ``ready`` outcome and,
-if there is one, only marks the outbox row done. Otherwise it does its work and
+Each job is idempotent by operation id: it first looks for a ``ready`` outcome (in the
+read transaction, on a WAL snapshot, that also reads what the job needs) and, if there
+is one, only marks the outbox row done. Otherwise it does its work and
 writes the outcome and ``done`` in ONE transaction (BEGIN IMMEDIATE), re-checking
 for a ready outcome inside it, so two runs of one operation write one outcome.
 The narrative and SMS jobs read score and position only from the ready merit card,
@@ -11,26 +12,36 @@ card says. Provider calls carry ``Idempotency-Key: <operation_id>`` so a re-run 
 unknown outcome (worker killed after the provider accepted) adds no second effect;
 ``PROCTOR_SMS_IDEMPOTENCY=off`` drops the key for SMS as the negative control.
 
-The forking worker runs every job in a fresh child, so the per-process state below
-is rebuilt whenever the pid changes (never share a pool across fork).
+The forking worker runs every job in a fresh child (RQ's horse). The worker's parent
+calls ``prepare_worker`` once: settings and the engines (dialect initialised, no
+connection left open) are built there and inherited; a horse only drops any pool it
+inherited (never a connection shared across fork). The HTTP client is built on a job's
+first provider call, so a merit horse never builds one (nor imports httpx).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
 import os
+import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-import httpx
 from sqlalchemy import Connection, Engine, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from stack.config import CASE_AI_CALL_SECONDS, CASE_MERIT_COMPUTE_SECONDS, CASE_SMS_CALL_SECONDS, Settings, load_settings
 from stack.ledger import grading, outbox, outcomes
 from stack.ledger.engine import make_engine
 from stack.ledger.grading import OPTIONS, answer_key
 from stack.ledger.schema import answers, attempts, exams
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "OPTIONS",
@@ -40,11 +51,14 @@ __all__ = [
     "http_timeout",
     "job_timeout",
     "merit_of",
+    "prepare_worker",
     "reset_process_state",
     "send_result_sms",
     "write_narrative",
 ]
 
+T = TypeVar("T")
+log = logging.getLogger("proctor.jobs")
 _CALL_CASE_SECONDS = {"merit": 0.0, "narrative": CASE_AI_CALL_SECONDS, "sms": CASE_SMS_CALL_SECONDS}
 _HTTP_SLACK_SECONDS = 10.0
 
@@ -54,14 +68,11 @@ class _Process:
     pid: int
     settings: Settings
     engine: Engine
-    http: httpx.Client
+    reader: Engine  # plain BEGIN on a WAL snapshot: reads never queue for the write lock answers need
+    http: httpx.Client | None = None  # built on the first provider call
 
 
 _process: _Process | None = None
-
-_SSL_CONTEXT = httpx.create_ssl_context()
-"""Built once, at import in the worker's parent: every job runs in a freshly forked horse,
-and building a context per horse cost ~0.2 s of a 3.4 ms merit job. Forked children share it."""
 
 
 def http_timeout(settings: Settings) -> float:
@@ -75,25 +86,85 @@ def job_timeout(kind: str, settings: Settings) -> int:
     return max(30, int(work * 2) + 30)
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One context per worker tree (every system CA parsed once), built in the parent by
+    ``prepare_worker``; a context per horse cost ~0.2 s of a 3.4 ms merit job."""
+    import httpx
+
+    return httpx.create_ssl_context()
+
+
 def _current() -> _Process:
     global _process
-    if _process is None or _process.pid != os.getpid():
+    if _process is None:
         settings = load_settings()
-        _process = _Process(
-            pid=os.getpid(),
-            settings=settings,
-            engine=make_engine(settings),
-            http=httpx.Client(timeout=httpx.Timeout(http_timeout(settings), connect=2.0), verify=_SSL_CONTEXT),
-        )
+        engine = make_engine(settings)
+        # PostgreSQL readers take no write lock: one pool there, so a horse opens one connection.
+        reader = make_engine(settings, read_only=True) if engine.dialect.name == "sqlite" else engine
+        _process = _Process(os.getpid(), settings, engine, reader)
+    elif _process.pid != os.getpid():  # a forked horse: the parent's engines, never its connections
+        _drop_pools(_process, close=False)  # SQLAlchemy's after-fork recipe: the parent's sockets stay its own
+        _process = _Process(os.getpid(), _process.settings, _process.engine, _process.reader)
     return _process
 
 
+def _drop_pools(process: _Process, close: bool = True) -> None:
+    """Empty any pooled engine (PostgreSQL). A NullPool holds no connection, and is left as
+    is: recreating it could make every horse initialise the dialect again."""
+    for engine in {process.engine, process.reader}:  # one engine on PostgreSQL
+        if not isinstance(engine.pool, NullPool):
+            engine.dispose(close=close)
+
+
+def _http(process: _Process) -> httpx.Client:
+    if process.http is None:
+        import httpx
+
+        timeout = httpx.Timeout(http_timeout(process.settings), connect=2.0)
+        process.http = httpx.Client(timeout=timeout, verify=_ssl_context())
+    return process.http
+
+
+def prepare_worker(lane: str) -> None:
+    """In a worker's parent, before any fork: what every horse would otherwise build per job.
+
+    Settings and both engines; each engine connects once (the dialect is initialised here)
+    and runs the look-ups (and, the write engine, the ``done`` mark) every job makes, in a
+    transaction rolled back, so SQLAlchemy's statement compilation (~1-3 ms per statement,
+    cold) is warm in every horse. No connection stays
+    open: NullPool closes it, a pooled engine is disposed. Best effort: with the ledger
+    unreachable the worker still starts and its horses pay as before. The provider lanes
+    also get the TLS context and a throw-away HTTP client, whose first construction
+    imports httpx's transport (~16 ms per horse otherwise); the merit lane imports no httpx.
+    """
+    process = _current()
+    try:
+        for engine in {process.engine, process.reader}:  # one engine on PostgreSQL
+            with engine.connect() as conn, conn.begin() as transaction:  # rolled back: changes nothing
+                outcomes.ready_outcome(conn, "")
+                outbox.get_row(conn, "")
+                if engine is process.engine:  # the reader is query_only
+                    outbox.mark_done(conn, "")
+                transaction.rollback()
+    except SQLAlchemyError as exc:
+        log.warning("ledger not warmed in the worker's parent (%s); each job pays it", exc)
+    finally:
+        _drop_pools(process)
+    if lane != "merit":
+        import httpx
+
+        httpx.Client(verify=_ssl_context()).close()
+
+
 def reset_process_state() -> None:
-    """Forget cached settings, engine and client (tests that change the environment)."""
+    """Forget cached settings, engines and client (tests that change the environment)."""
     global _process
     if _process is not None and _process.pid == os.getpid():
-        _process.http.close()
+        if _process.http is not None:
+            _process.http.close()
         _process.engine.dispose()
+        _process.reader.dispose()  # the same engine on PostgreSQL: a second dispose is harmless
     _process = None
 
 
@@ -148,13 +219,19 @@ def _burn_cpu(seconds: float) -> None:
             block = hashlib.sha256(block).digest()
 
 
-def _already_ready(process: _Process, op: str) -> dict[str, Any] | None:
-    """If the outcome exists, make sure the row says done and return it."""
+def _unless_ready(process: _Process, op: str, read: Callable[[Connection, dict[str, Any]], T]) -> T | None:
+    """``read(conn, outbox_row)``, or None if the operation already has its ready outcome (its row
+    is then marked done). One read transaction on a WAL snapshot: the write lock, which answers
+    need, is taken only for that mark and for the outcome itself."""
+    with process.reader.begin() as conn:
+        if outcomes.ready_outcome(conn, op) is None:
+            row = outbox.get_row(conn, op)
+            if row is None:
+                raise LookupError(f"no outbox row {op}")
+            return read(conn, row)
     with process.engine.begin() as conn:
-        existing = outcomes.ready_outcome(conn, op)
-        if existing is not None:
-            outbox.mark_done(conn, op)
-    return existing
+        outbox.mark_done(conn, op)
+    return None
 
 
 def _commit_outcome(process: _Process, op: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -170,28 +247,19 @@ def _commit_outcome(process: _Process, op: str, kind: str, payload: dict[str, An
     return {"operation_id": op, "status": "ready", "payload": stored["payload"]}
 
 
-def _merit_card(process: _Process, op: str) -> dict[str, Any]:
-    """The ready merit card of the operation's attempt: the only source of score and position."""
-    with process.engine.begin() as conn:
-        row = outbox.get_row(conn, op)
-        if row is None:
-            raise LookupError(f"no outbox row {op}")
-        card = outcomes.ready_outcome(conn, f"merit-{row['attempt_id']}")
+def _merit_card(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
+    """The ready merit card of the row's attempt: the only source of score and position."""
+    card = outcomes.ready_outcome(conn, f"merit-{row['attempt_id']}")
     if card is None:
-        raise MeritCardNotReady(f"{op}: the merit card of attempt {row['attempt_id']} is not ready")
+        raise MeritCardNotReady(f"{row['operation_id']}: the merit card of attempt {row['attempt_id']} is not ready")
     return card["payload"]
 
 
 def compute_merit_card(operation_id: str) -> dict[str, Any]:
     process = _current()
-    existing = _already_ready(process, operation_id)
-    if existing is not None:
+    merit = _unless_ready(process, operation_id, lambda conn, row: merit_of(conn, row["attempt_id"]))
+    if merit is None:
         return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    with process.engine.begin() as conn:
-        row = outbox.get_row(conn, operation_id)
-        if row is None:
-            raise LookupError(f"no outbox row {operation_id}")
-        merit = merit_of(conn, row["attempt_id"])
     _burn_cpu(process.settings.scaled(CASE_MERIT_COMPUTE_SECONDS))
     return _commit_outcome(process, operation_id, "merit", {**merit, "computed_at": time.time()})
 
@@ -211,7 +279,7 @@ def _call_provider(process: _Process, url: str, request: dict[str, Any], reconci
     if reconcile and (recorded := _recorded_response(process, url, op)) is not None:
         return recorded
     headers = {"Idempotency-Key": op} if reconcile else {}
-    response = process.http.post(url, json=request, headers=headers)
+    response = _http(process).post(url, json=request, headers=headers)
     if reconcile and response.status_code == 409 and (recorded := _recorded_response(process, url, op)) is not None:
         return recorded
     response.raise_for_status()
@@ -219,7 +287,7 @@ def _call_provider(process: _Process, url: str, request: dict[str, Any], reconci
 
 
 def _recorded_response(process: _Process, url: str, op: str) -> dict[str, Any] | None:
-    response = process.http.get(f"{url}/{op}")
+    response = _http(process).get(f"{url}/{op}")
     if response.status_code == 404:
         return None
     response.raise_for_status()
@@ -228,9 +296,9 @@ def _recorded_response(process: _Process, url: str, op: str) -> dict[str, Any] |
 
 def write_narrative(operation_id: str) -> dict[str, Any]:
     process = _current()
-    if _already_ready(process, operation_id) is not None:
+    card = _unless_ready(process, operation_id, _merit_card)
+    if card is None:
         return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    card = _merit_card(process, operation_id)
     request = {"operation_id": operation_id, "attempt_id": card["attempt_id"],
                "score": card["score"], "position": card["position"]}
     body = _call_provider(process, f"{process.settings.ai_url}/v1/narratives", request, reconcile=True)
@@ -242,9 +310,9 @@ def write_narrative(operation_id: str) -> dict[str, Any]:
 
 def send_result_sms(operation_id: str) -> dict[str, Any]:
     process = _current()
-    if _already_ready(process, operation_id) is not None:
+    card = _unless_ready(process, operation_id, _merit_card)
+    if card is None:
         return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    card = _merit_card(process, operation_id)
     to = f"student:{card['student_id']}"
     text = f"{card['exam_code']}: you scored {card['score']}/{card['max_score']}, position {card['position']}."
     # Off only for the negative control: a naive client that replays blindly, with no key and

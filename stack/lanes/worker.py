@@ -40,9 +40,9 @@ from redis import Redis  # noqa: E402
 from redis.exceptions import RedisError  # noqa: E402
 from rq import Queue, Worker  # noqa: E402
 
-import stack.lanes.jobs  # noqa: F401,E402 - imported in the parent so each forked horse starts warm (~1.7 s cold)
 from stack.config import Settings, load_settings  # noqa: E402
 from stack.lanes.connection import valkey_client, warm_tls  # noqa: E402
+from stack.lanes.jobs import prepare_worker  # noqa: E402 - in the parent, so each forked horse starts warm
 from stack.lanes.queues import LANES  # noqa: E402
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "WORKER_TTL",
     "LaneWorker",
     "LivenessBeat",
+    "build_worker",
     "liveness_key",
     "main",
     "mark_ready",
@@ -160,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = load_settings()
     warm_tls(settings)  # once here; every forked horse reuses it for its own Valkey connection
+    prepare_worker(args.lane)  # settings, engines, and for ai/sms the HTTP stack: once, not per horse
     component = args.name or os.environ.get("PROCTOR_COMPONENT") or f"worker_{args.lane}"
     worker = build_worker(settings, args.lane, component)
     valkey_lost = threading.Event()
