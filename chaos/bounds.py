@@ -17,9 +17,11 @@ Terms, all real seconds (wall clock, as the ledgers record them):
   of the lane's jobs enqueued outside its kill windows: what a job costs a free
   worker (fork, TLS, work). The median is untouched by a stall that hits fewer than
   half the jobs, so a stall cannot excuse itself.
-- **backlog**: jobs of the lane created during its longest cluster of kill windows
-  (windows closer than one detection apart are one cluster): the work an outage
-  leaves behind, drained at S per job by (pessimistically) one worker.
+- **backlog**: jobs of the lane created during a cluster of kill windows (windows
+  closer than one detection apart are one cluster): the work an outage leaves behind,
+  drained at S per job by (pessimistically) one worker. The deadline takes the cluster
+  that costs a job most (span, kills and backlog together), the merit bound the
+  largest backlog of clusters closer than a queue drain apart.
 - **burst** B: the most jobs of the lane created within any S-long window: how many
   can arrive ahead of one another while a job is served.
 - **detection**: ``liveness_ttl + 2 * relay_interval``: a job the kill interrupted is
@@ -123,6 +125,7 @@ def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: 
     mine = [w for w in windows if w.lane == lane]
     if any(w.end is None for w in mine):
         return {"lane": lane, "error": f"a killed {lane} worker never came back ready"}
+    spans = [(w.start, w.end) for w in mine if w.end is not None]  # all of them, after the check above
     rows = [r for r in outbox if LANE_OF_KIND.get(r.kind) == lane]
     if not rows:
         return {"lane": lane, "jobs": 0}  # nothing of this lane to bound
@@ -131,12 +134,15 @@ def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: 
         return {"lane": lane, "error": f"no done {lane} job to measure the service time from"}
     created = sorted(r.created_at for r in rows if r.created_at is not None)
     burst = _burst(created, per_job * workers)
-    queue = _longest_cluster(mine, (workers + burst) * per_job, created)
-    jobs = _longest_cluster(mine, detection, created)
-    return {"lane": lane, "workers": workers, "all_down": round(_all_down(mine, workers), 3),
+    queue_backlog = max((c["backlog"] for c in _clusters(spans, (workers + burst) * per_job, created)), default=0)
+    # The cluster that costs a job the most, not merely the longest: a shorter one with more
+    # kills or more jobs behind it can hold a job longer.
+    worst = max(_clusters(spans, detection, created), default={"span": 0.0, "kills": 0, "backlog": 0},
+                key=lambda c: c["span"] + c["kills"] * detection + c["backlog"] * per_job)
+    return {"lane": lane, "workers": workers, "all_down": round(_all_down(spans, workers), 3),
             "per_job": round(per_job, 4), "per_job_from": measured_from, "burst": burst,
-            "queue_backlog": queue["backlog"], "backlog": jobs["backlog"],
-            "cluster_span": jobs["span"], "cluster_kills": jobs["kills"]}
+            "queue_backlog": queue_backlog, "backlog": worst["backlog"],
+            "cluster_span": worst["span"], "cluster_kills": worst["kills"]}
 
 
 def _per_job(rows: Sequence[OutboxRow]) -> tuple[float | None, str]:
@@ -154,10 +160,9 @@ def _per_job(rows: Sequence[OutboxRow]) -> tuple[float | None, str]:
     return statistics.median(r.done_at - r.enqueued_at for r in done), f"median queue-to-done of {len(done)} jobs"  # type: ignore[operator]
 
 
-def _all_down(windows: Sequence[KillWindow], workers: int) -> float:
+def _all_down(spans: Sequence[tuple[float, float]], workers: int) -> float:
     """Longest stretch in which ``workers`` kill windows of the lane overlap (nobody serving)."""
-    events = sorted([(w.start, 1) for w in windows] + [(w.end or w.start, -1) for w in windows],
-                    key=lambda e: (e[0], e[1]))
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])  # a return sorts first
     down, since, longest = 0, 0.0, 0.0
     for at, change in events:
         if change < 0 and down >= workers:
@@ -168,23 +173,21 @@ def _all_down(windows: Sequence[KillWindow], workers: int) -> float:
     return longest
 
 
-def _longest_cluster(windows: Sequence[KillWindow], gap: float, created: Sequence[float]) -> dict[str, Any]:
-    """The longest chain of kill windows less than ``gap`` apart: its span, kills, and the
-    jobs created inside it (the backlog it leaves)."""
-    clusters: list[list[KillWindow]] = []
-    for window in sorted(windows, key=lambda w: w.start):
-        if clusters and window.start <= max(w.end or w.start for w in clusters[-1]) + gap:
-            clusters[-1].append(window)
+def _clusters(spans: Sequence[tuple[float, float]], gap: float, created: Sequence[float]) -> list[dict[str, Any]]:
+    """Chains of kill windows (in start order) less than ``gap`` apart: each one's span, kills,
+    and the jobs created inside it (the backlog it leaves)."""
+    chains: list[list[tuple[float, float]]] = []
+    for start, end in spans:
+        if chains and start <= max(e for _, e in chains[-1]) + gap:
+            chains[-1].append((start, end))
         else:
-            clusters.append([window])
-    best = {"span": 0.0, "kills": 0, "backlog": 0}
-    for cluster in clusters:
-        start, end = cluster[0].start, max(w.end or w.start for w in cluster)
-        candidate = {"span": round(end - start, 3), "kills": len(cluster),
-                     "backlog": sum(1 for t in created if start <= t <= end)}
-        if (candidate["span"], candidate["kills"]) > (best["span"], best["kills"]):
-            best = candidate
-    return best
+            chains.append([(start, end)])
+    clusters = []
+    for chain in chains:
+        start, end = chain[0][0], max(e for _, e in chain)
+        clusters.append({"span": round(end - start, 3), "kills": len(chain),
+                         "backlog": sum(1 for t in created if start <= t <= end)})
+    return clusters
 
 
 def _burst(created: Sequence[float], window: float) -> int:

@@ -40,11 +40,12 @@ class Ops:
         self.add("monitor", "sample", {"lanes": {"merit": {"depth": 1, "oldest_age": oldest}}}, at - T0)
 
 
-def merit_rows(count: int = 10, spacing: float = 0.5, service: float = 0.2) -> list[OutboxRow]:
-    """Merit jobs created every ``spacing`` s, enqueued 50 ms later, done ``service`` after that."""
+def merit_rows(count: int = 10, spacing: float = 0.5, service: float = 0.2, first: int = 0) -> list[OutboxRow]:
+    """Merit jobs created every ``spacing`` s (the first at T0 + first * spacing), enqueued
+    50 ms later, done ``service`` after that."""
     return [OutboxRow(operation_id=f"merit-a{i}", attempt_id=f"a{i}", kind="merit", status="done", attempts=1,
                       created_at=T0 + i * spacing, enqueued_at=T0 + i * spacing + 0.05,
-                      done_at=T0 + i * spacing + 0.05 + service) for i in range(count)]
+                      done_at=T0 + i * spacing + 0.05 + service) for i in range(first, first + count)]
 
 
 def one_merit_kill() -> Ops:
@@ -144,6 +145,119 @@ def test_report_section_shows_each_bound_with_its_terms():
     lines = "\n".join(bounds_markdown(derive_bounds(SCENARIO, one_merit_kill().ops, merit_rows())))
     assert "slo.merit.oldest_age** = 1.6 s" in lines and "'queue_backlog': 5" in lines
     assert "detection 4.0 s (liveness_ttl 3.0 + 2 x relay_interval 0.5)" in lines
+
+
+
+def test_kill_windows_skip_what_is_not_a_timed_worker_kill():
+    ops = one_merit_kill()
+    ops.kill(1, "web_2", T0 + 4.0, T0 + 5.0)  # a web node: no lane
+    ops.add("nemesis", "fault-start", {"fault_id": 2, "kind": "kill", "target": "worker_ai_1"}, 6.0)  # no killed_at
+    ops.add("nemesis", "fault-end", {"fault_id": 2, "kind": "kill", "target": "worker_ai_1", "ready": True,
+                                     "ready_at": T0 + 7.0}, 7.0)
+    assert [(w.target, w.start, w.end) for w in kill_windows(ops.ops)] == [("worker_merit_1", T0 + 1.0, T0 + 3.0)]
+
+
+def test_a_run_without_kills_bounds_by_service_and_burst_alone():
+    derived = derive_bounds(SCENARIO, [], merit_rows())
+    lanes = derived["outcome_deadline_seconds"]["terms"]["lanes"]
+    assert lanes["merit"] == {"lane": "merit", "workers": 2, "all_down": 0.0, "per_job": pytest.approx(0.2),
+                              "per_job_from": "median queue-to-done of 10 jobs", "burst": 1, "queue_backlog": 0,
+                              "backlog": 0, "cluster_span": 0.0, "cluster_kills": 0}
+    assert lanes["ai"] == {"lane": "ai", "jobs": 0}
+    # relay 0.5 + no cluster + (2 workers + 1 burst) * 0.2
+    assert derived["outcome_deadline_seconds"]["value"] == pytest.approx(0.5 + 0.6)
+    assert derived["slo.merit.oldest_age"]["value"] == pytest.approx(0.6)
+
+
+def test_the_runs_settings_set_the_relay_pass_and_the_detection():
+    scenario = {**SCENARIO, "settings": {"liveness_ttl": 2.0, "relay_interval": 0.25}}
+    deadline = derive_bounds(scenario, one_merit_kill().ops, merit_rows())["outcome_deadline_seconds"]
+    assert deadline["terms"]["detection"] == pytest.approx(2.5)
+    # relay 0.25 + span 2.0 + 1 kill * (ttl 2 + 2 * 0.25) + (2 + 1 + 5) * 0.2
+    assert deadline["value"] == pytest.approx(0.25 + 2.0 + 2.5 + 1.6)
+
+
+def test_a_scenario_without_its_stack_counts_one_worker_per_lane():
+    ops = one_merit_kill()
+    ops.kill(1, "worker_merit_2", T0 + 2.0, T0 + 5.0)  # overlaps the first: [1, 5] with one worker counted
+    derived = derive_bounds({"derive_bounds": ["slo.merit.oldest_age"]}, ops.ops, merit_rows())
+    terms = derived["slo.merit.oldest_age"]["terms"]
+    # 8 jobs created in [1001, 1005]; one 0.2 s window holds 1 of them
+    assert (terms["workers"], terms["all_down"], terms["burst"], terms["queue_backlog"]) == (1, 4.0, 1, 8)
+    assert derived["slo.merit.oldest_age"]["value"] == pytest.approx(4.0 + (1 + 1 + 8) * 0.2)
+
+
+def test_a_later_longer_stretch_with_both_merit_workers_down_is_the_all_down_time():
+    ops = one_merit_kill()
+    ops.kill(1, "worker_merit_2", T0 + 2.0, T0 + 4.0)  # both down for 1 s
+    ops.kill(2, "worker_merit_1", T0 + 10.0, T0 + 14.0)
+    ops.kill(3, "worker_merit_2", T0 + 11.0, T0 + 13.5)  # both down for 2.5 s
+    terms = derive_bounds(SCENARIO, ops.ops, merit_rows(count=30))["slo.merit.oldest_age"]["terms"]
+    assert terms["all_down"] == pytest.approx(2.5)
+
+
+def test_kills_closer_than_a_queue_drain_leave_one_backlog():
+    ops = one_merit_kill()
+    ops.kill(1, "worker_merit_1", T0 + 3.4, T0 + 4.0)  # 0.4 s after the first: < (2 workers + 1 burst) * 0.2
+    derived = derive_bounds(SCENARIO, ops.ops, merit_rows())
+    terms = derived["slo.merit.oldest_age"]["terms"]
+    assert terms["queue_backlog"] == 7  # created in [1001, 1004]
+    assert derived["slo.merit.oldest_age"]["value"] == pytest.approx((2 + 1 + 7) * 0.2)
+
+
+def test_kills_chain_from_the_end_of_the_last_window_not_its_start():
+    ops = Ops()
+    ops.kill(0, "worker_merit_1", T0 + 1.0, T0 + 6.0)
+    ops.kill(1, "worker_merit_1", T0 + 8.0, T0 + 9.0)  # 2 s after the ready: < 4 s detection
+    terms = derive_bounds(SCENARIO, ops.ops, merit_rows(count=20))["slo.merit.oldest_age"]["terms"]
+    assert (terms["cluster_kills"], terms["cluster_span"], terms["backlog"]) == (2, pytest.approx(8.0), 17)
+
+
+def test_the_deadline_takes_the_cluster_with_more_kills_over_a_longer_one():
+    ops = Ops()
+    ops.kill(0, "worker_merit_1", T0 + 1.0, T0 + 4.0)  # span 3, 1 kill, 7 jobs: 3 + 4 + 1.4 = 8.4
+    ops.kill(1, "worker_merit_1", T0 + 20.0, T0 + 21.0)
+    ops.kill(2, "worker_merit_2", T0 + 21.5, T0 + 22.5)  # span 2.5, 2 kills, 6 jobs: 2.5 + 8 + 1.2 = 11.7
+    deadline = derive_bounds(SCENARIO, ops.ops, merit_rows(count=50))["outcome_deadline_seconds"]
+    merit = deadline["terms"]["lanes"]["merit"]
+    assert (merit["cluster_span"], merit["cluster_kills"], merit["backlog"]) == (pytest.approx(2.5), 2, 6)
+    assert deadline["value"] == pytest.approx(0.5 + 11.7 + (2 + 1) * 0.2)
+
+
+def test_a_shorter_cluster_with_more_jobs_behind_it_sets_both_bounds():
+    ops = Ops()
+    ops.kill(0, "worker_merit_1", T0 + 11.0, T0 + 14.0)  # the workload paused: no job created in it
+    ops.kill(1, "worker_merit_1", T0 + 21.0, T0 + 23.5)  # 6 jobs created in it
+    rows = merit_rows(count=21) + merit_rows(count=21, first=40)  # created in [1000, 1010] and [1020, 1030]
+    derived = derive_bounds(SCENARIO, ops.ops, rows)
+    merit = derived["outcome_deadline_seconds"]["terms"]["lanes"]["merit"]
+    assert (merit["cluster_span"], merit["cluster_kills"], merit["backlog"], merit["queue_backlog"]) == (
+        pytest.approx(2.5), 1, 6, 6)
+    # relay 0.5 + span 2.5 + 1 detection 4 + (2 + 1 + 6) * 0.2, not the longer empty cluster's 0.5 + 3 + 4 + 0.6
+    assert derived["outcome_deadline_seconds"]["value"] == pytest.approx(0.5 + 2.5 + 4.0 + 1.8)
+    assert derived["slo.merit.oldest_age"]["value"] == pytest.approx(1.8)
+
+
+def test_a_job_still_in_flight_at_the_export_is_not_a_service_time():
+    in_flight = OutboxRow(operation_id="merit-late", attempt_id="late", kind="merit", status="enqueued", attempts=1,
+                          created_at=T0 + 6.0, enqueued_at=T0 + 6.05)
+    terms = derive_bounds(SCENARIO, [], merit_rows() + [in_flight])["slo.merit.oldest_age"]["terms"]
+    assert (terms["per_job"], terms["per_job_from"]) == (pytest.approx(0.2), "median queue-to-done of 10 jobs")
+
+
+def test_an_ai_worker_that_never_came_back_leaves_the_deadline_underivable_but_not_the_merit_bound():
+    ops = one_merit_kill()
+    ops.kill(1, "worker_ai_1", T0 + 4.0, None)
+    derived = derive_bounds(SCENARIO, ops.ops, merit_rows())
+    assert derived["outcome_deadline_seconds"]["value"] is None
+    assert derived["outcome_deadline_seconds"]["note"] == "a killed ai worker never came back ready"
+    assert derived["slo.merit.oldest_age"]["value"] == pytest.approx(1.6)
+    assert apply_bounds({}, derived) == {"slo": {"merit": {"oldest_age": pytest.approx(1.6)}}}
+
+
+def test_a_run_without_jobs_leaves_the_deadline_underivable():
+    deadline = derive_bounds(SCENARIO, one_merit_kill().ops, [])["outcome_deadline_seconds"]
+    assert (deadline["value"], deadline["note"]) == (None, "no jobs at all")
 
 
 # ------------------------------------------------------------------ the checkers catch a stall
