@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import checks
 from schemathesis import GenerationMode
+from starlette.responses import JSONResponse
 from web_support import ROSTER, RecordingDispatcher, TestClient, start, token_for
 
 from stack.config import Settings
@@ -57,13 +60,12 @@ def _exercise(operation: schemathesis.APIOperation, strategy_args: dict, statuse
             raise
 
 
-def test_no_input_gives_a_5xx_or_breaks_the_schema(settings: Settings, ledger) -> None:  # type: ignore[no-untyped-def]
-    app = create_app(settings, dispatcher=RecordingDispatcher())
+def _run_schemathesis(app, statuses: Counter) -> int:  # type: ignore[no-untyped-def]
+    """Every operation, positive and negative, as a rostered student; returns the operation count."""
     with TestClient(app) as client:  # run the lifespan, as a served node would
         schema = schemathesis.openapi.from_asgi("/openapi.json", app)
         schema.auth.auth()(RosterLogin)
         attempt = start(client, token_for(client, "s-1"))  # a real attempt of the hook's student
-        statuses: Counter = Counter()
         operations = [result.ok() for result in schema.get_all_operations()]
         for operation in operations:
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
@@ -71,7 +73,33 @@ def test_no_input_gives_a_5xx_or_breaks_the_schema(settings: Settings, ledger) -
                 _exercise(operation, args, statuses)
                 if "{attempt_id}" in operation.path:  # deeper than a 404: the student's own attempt
                     _exercise(operation, {**args, "path_parameters": {"attempt_id": attempt}}, statuses)
-    print(f"\nschemathesis {schemathesis.SCHEMATHESIS_VERSION}: {len(operations)} operations, "
+    return len(operations)
+
+
+def test_no_input_gives_a_5xx_or_breaks_the_schema(settings: Settings, ledger) -> None:  # type: ignore[no-untyped-def]
+    statuses: Counter = Counter()
+    operations = _run_schemathesis(create_app(settings, dispatcher=RecordingDispatcher()), statuses)
+    print(f"\nschemathesis {schemathesis.SCHEMATHESIS_VERSION}: {operations} operations, "
           f"{sum(statuses.values())} requests, statuses {dict(sorted(statuses.items()))}")
     assert not [code for code in statuses if code >= 500]
-    assert sum(statuses.values()) >= len(operations)  # it did run
+    assert sum(statuses.values()) >= operations  # it did run
+
+
+def test_the_run_catches_a_route_that_answers_500(settings: Settings, ledger) -> None:  # type: ignore[no-untyped-def]
+    """Negative control: the same run against a node whose merit-card route fails must fail."""
+    app = create_app(settings, dispatcher=RecordingDispatcher())
+
+    @app.middleware("http")
+    async def broken_merit_card(request, call_next):  # type: ignore[no-untyped-def]
+        if request.url.path.endswith("/merit-card"):
+            return JSONResponse({"detail": "planted failure"}, status_code=500)
+        return await call_next(request)
+
+    with pytest.raises(BaseException) as caught:  # schemathesis groups several failures (BaseExceptionGroup)
+        _run_schemathesis(app, Counter())
+    found = [type(e).__name__ for e in _flatten(caught.value)]
+    assert "ServerError" in found, found
+
+
+def _flatten(exc: BaseException) -> list[BaseException]:
+    return [exc] + [inner for sub in getattr(exc, "exceptions", ()) for inner in _flatten(sub)]
