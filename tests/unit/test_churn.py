@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -79,9 +78,9 @@ def test_refused_and_stop_ends_early() -> None:
         asyncio.get_running_loop().call_later(0.15, stop.set)
         return await run_churn("127.0.0.1", port, None, ChurnSpec(rate=20.0, duration=30.0, max_ops=1000), None, stop)
 
-    started = time.monotonic()
     result = asyncio.run(main())
-    assert time.monotonic() - started < 2.0
+    # Ops and the stop share the event loop's clock: 0.15 s at 20/s is a handful, where the
+    # 30 s duration would be hundreds. Ending early is shown by the count, not a stopwatch.
     assert 1 <= result["ops"] <= 5 and result["outcomes"]["refused"] == result["ops"]
 
 
