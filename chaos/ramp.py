@@ -33,7 +33,7 @@ from chaos.ramp_history import merge_histories
 from chaos.ramp_report import write_ramp_report
 from chaos.snapshot import snapshot_ledgers, wait_until_settled
 
-__all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main"]
+__all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main", "verdict_code"]
 
 EXIT_LOAD_GATE = 3
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "loadtests" / "exam_ramp.py"
@@ -93,6 +93,14 @@ def _machine() -> str:
     return f"{os.cpu_count()} cores, load average {load[0]:.2f} at the end, {platform.python_implementation()}"
 
 
+def verdict_code(invariants_valid: Any, history_problems: Sequence[str], criteria: Sequence[dict[str, Any]]) -> int:
+    """Invariants first (a lost answer matters more than a slow one), then the load gate."""
+    verdict = exit_code(invariants_valid) if not history_problems else EXIT_UNKNOWN
+    if verdict != EXIT_VALID:
+        return verdict
+    return EXIT_VALID if all(g["passed"] for g in criteria) else EXIT_LOAD_GATE
+
+
 def finalize(run_dir: Path) -> int:
     run_dir = Path(run_dir)
     config = json.loads((run_dir / "ramp_config.json").read_text())
@@ -108,8 +116,7 @@ def finalize(run_dir: Path) -> int:
     ticks = read_ticks(run_dir)
     steps = step_rates(config, ticks, done)
     criteria = gate(config, steps, done)
-    verdict = exit_code(invariants["valid"]) if not merged.problems else EXIT_UNKNOWN
-    code = verdict if verdict != EXIT_VALID else (EXIT_VALID if all(g["passed"] for g in criteria) else EXIT_LOAD_GATE)
+    code = verdict_code(invariants["valid"], merged.problems, criteria)
     stack_dir = config["targets"].get("stack_dir")
     report = {"run_dir": str(run_dir), "exit_code": code, "verdict": _word(code), "machine": _machine(),
               "invariants": {"valid": invariants["valid"], "checkers": {n: c["valid"] for n, c in

@@ -58,6 +58,9 @@ class HistoryWriter:
         op.update({k: v for k, v in fields.items() if v is not None})
         self._file.write(json.dumps(op, separators=(",", ":")) + "\n")  # one write per line: never interleaved
 
+    def close(self) -> None:
+        self._file.close()
+
 
 def history_for(run_dir: Path, role: str) -> HistoryWriter:
     path = run_dir / "histories" / f"history-{role}-{os.getpid()}.jsonl"
