@@ -124,10 +124,23 @@ def finalize(run_dir: Path) -> int:
               "gate": criteria, "steps": steps, "latency": latency_quantiles(done), "errors": error_split(done),
               "requests": len(done), "history_files": merged.files,
               "haproxy": haproxy_counters(config["targets"].get("haproxy_socket", "")),
-              "valkey": _valkey_counters(stack_dir), "notes": notes}
+              "valkey": _valkey_counters(stack_dir), "stack_processes": _stack_identities(stack_dir), "notes": notes}
     write_ramp_report(run_dir, report, time_series(ticks, done))
     _print_summary(report)
     return code
+
+
+def _stack_identities(stack_dir: str | None) -> list[list[int]]:
+    """(pid, start ticks) of every stack process while it runs: proof, later, that none outlived the ramp."""
+    if not stack_dir:
+        return []
+    manifest = json.loads((Path(stack_dir) / "manifest.json").read_text())
+    idents = {(manifest["supervisor_pid"], manifest["supervisor_start_ticks"])}
+    for entry in manifest.get("components", {}).values():
+        idents.update(tuple(pair) for pair in entry.get("tree", []))
+        if entry.get("pid"):
+            idents.add((entry["pid"], entry["start_ticks"]))
+    return sorted([int(pid), int(ticks)] for pid, ticks in idents if pid and ticks)
 
 
 def _valkey_counters(stack_dir: str | None) -> dict[str, Any]:
