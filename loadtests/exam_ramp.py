@@ -30,7 +30,7 @@ from locust.user.wait_time import constant_throughput
 
 from ramp_plan import DEFAULT_STEPS, RampPlan, parse_steps
 from ramp_stack import PROJECT_ROOT, EmbeddedRampStack, StackStartError, read_manifest
-from ramp_student import Student, StudentCursor, history_for
+from ramp_student import QUESTIONS, Student, StudentCursor, history_for
 
 RESULTS = PROJECT_ROOT / "results" / "runs"
 _state: dict[str, object] = {}  # the master's stack and run folder (module state: one Locust process)
@@ -69,12 +69,25 @@ def plan_of(options) -> RampPlan:  # noqa: ANN001 - argparse namespace
     return RampPlan(parse_steps(options.ramp_steps), options.ramp_step_seconds, options.ramp_per_user_rate)
 
 
+def _validate(options) -> None:  # noqa: ANN001
+    """Every bad option is named before any stack starts."""
+    try:
+        plan_of(options)
+    except ValueError as exc:
+        sys.exit(f"exam_ramp: {exc}")
+    for name, low, high in (("questions", 1, QUESTIONS), ("polls", 1, None), ("max_tries", 1, None)):
+        value = getattr(options, f"ramp_{name}")
+        if value < low or (high is not None and value > high):
+            sys.exit(f"exam_ramp: --ramp-{name.replace('_', '-')}={value}: must be >= {low}"
+                     + (f" and <= {high} (the exam's questions)" if high else ""))
+
+
 @events.init.add_listener
 def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
     if isinstance(environment.runner, WorkerRunner) or environment.parsed_options is None:
         return  # workers get host, roster and run folder from the master with the spawn message
     options = environment.parsed_options
-    plan_of(options)  # a bad option stops here, before any stack starts
+    _validate(options)
     run_dir = Path(options.ramp_run_dir or RESULTS / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp").resolve()
     _state["run_dir"] = run_dir
     targets = _targets(environment, options, run_dir)

@@ -23,9 +23,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HistoryWriter", "Student", "StudentCursor", "classify", "history_for"]
+__all__ = ["QUESTIONS", "HistoryWriter", "Student", "StudentCursor", "classify", "history_for"]
 
 OPTIONS = "ABCD"
+QUESTIONS = 20  # the embedded stack's exam (PROCTOR_EXAMS NOVA-101:20): q1 .. q20
 _writers: dict[str, "HistoryWriter"] = {}
 _cursors: dict[tuple[str, str], "StudentCursor"] = {}
 
@@ -106,7 +107,7 @@ class Student:
         self._access_code = access_code  # in the request body only, never in the history
         self.process = history.new_process()
         self.max_tries, self.polls_left = options.ramp_max_tries, options.ramp_polls
-        numbers = rng.sample(range(1, 21), k=min(options.ramp_questions, 20))
+        numbers = rng.sample(range(1, QUESTIONS + 1), k=options.ramp_questions)
         self.answers = [(f"q{n}", rng.choice(OPTIONS), f"ans-{uuid.UUID(int=rng.getrandbits(128)).hex}") for n in numbers]
         self.start_key = f"start-{uuid.UUID(int=rng.getrandbits(128)).hex}"
         self.token = self.attempt_id = None

@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
+import socket
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +17,7 @@ import pytest
 
 from chaos.analyze import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
 from chaos.history import Op, read_history
-from chaos.ramp import EXIT_LOAD_GATE, locust_argv, verdict_code, _ramp_parser
+from chaos.ramp import EXIT_LOAD_GATE, _ramp_parser, haproxy_counters, locust_argv, verdict_code
 from chaos.ramp_gate import completions, error_split, gate, step_rates, time_series
 from chaos.ramp_history import merge_histories
 
@@ -251,3 +253,42 @@ def test_the_boundary_walk_sees_an_import_when_there_is_one(tmp_path):
 def test_pytest_runs_without_locusts_plugin_and_without_gevent(pytestconfig):
     assert not pytestconfig.pluginmanager.has_plugin("locust")
     assert "gevent" not in sys.modules and "locust" not in sys.modules
+
+
+# ---------------------------------------------------------------- HAProxy's own counters
+SHOW_STAT = """# pxname,svname,qcur,qmax,scur,hrsp_5xx,econ,eresp,ereq,dreq,wretr,wredis,cli_abrt,srv_abrt
+api,FRONTEND,,,3,150,,,0,0,,,,
+web,web_1,0,40,1,5,2,1,,,3,1,0,0
+web,web_2,0,35,1,2,0,0,,,0,0,0,0
+web,BACKEND,0,75,2,150,2,1,,0,3,1,0,0
+"""
+
+
+def _serve_once(path: Path, reply: str) -> threading.Thread:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def answer() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(reply.encode())
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_haproxy_counters_separate_its_own_5xx_from_the_nodes(tmp_path):
+    thread = _serve_once(tmp_path / "admin.sock", SHOW_STAT)
+    counters = haproxy_counters(str(tmp_path / "admin.sock"))
+    thread.join(5)
+    assert counters["load_balancer_own_5xx"] == 150 - 5 - 2  # the frontend's 5xx less those the servers answered
+    assert counters["web/web_1"]["econ"] == 2 and counters["web/BACKEND"]["qmax"] == 75
+
+
+def test_haproxy_counters_say_why_when_the_socket_is_gone(tmp_path):
+    assert "show stat failed" in haproxy_counters(str(tmp_path / "missing.sock"))["note"]
+    assert haproxy_counters("") == {"note": "no HAProxy stats socket given"}
