@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("chaos.demo", "main", "start the stack, drive a short exam with faults, check it, report"),
     "run": ("chaos.run_cmd", "main", "run one chaos scenario outside pytest, with live progress"),
     "sweep": ("chaos.sweep", "main", "every chaos scenario over N seeds (optionally under CPU load): a verdict table"),
+    "ramp": ("chaos.ramp", "ramp_main", "the seed's 25->500 req/s Locust ramp (headless), gated by exit code"),
     "check": ("chaos.analyze", "check_main", "re-run the checkers offline on a stored run folder"),
     "faultproxy": ("chaos.faultproxy.server", "main", "the Toxiproxy-compatible fault proxy server"),
 }

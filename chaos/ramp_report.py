@@ -1,0 +1,92 @@
+"""The ramp's report: ``ramp.json``, ``ramp.md`` and ``ramp.png`` in the run folder.
+
+The seed's figure stands next to ours: its ramp recorded "0 application errors, 143
+load-balancer errors"; the table below puts this run's errors per layer beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SEED_LINE", "plot_ramp", "write_ramp_report"]
+
+SEED_LINE = {"application": 0, "load_balancer": 143}
+"""The incident's ramp (25 -> 500 req/s at CPU saturation): errors by layer it reported."""
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return "-" if value is None else str(value)
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    split = report["errors"]["layers"]
+    lines = [f"# Ramp {report['run_dir']}", "", f"**Verdict: {report['verdict']}** (exit {report['exit_code']}); "
+             f"invariants: {report['invariants']['valid']}", "",
+             f"Load generator and stack shared this machine ({report['machine']}).", "",
+             "## Gate", "", "| criterion | limit | measured | held |", "|---|---|---|---|"]
+    lines += [f"| {g['name']} | {_fmt(g['limit'])} | {_fmt(g['measured'])} | {'yes' if g['passed'] else 'NO'} |"
+              for g in report["gate"]]
+    lines += ["", "## Achieved vs offered, per step", "", "| step | target req/s | users | window s | completed | "
+              "achieved req/s | ratio |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {s['step']} | {s['target']:g} | {s['users']} | {s['window']:.1f} | {s['completed']} | "
+              f"{s['achieved']:.1f} | {s['ratio']:.3f} |" for s in report["steps"]]
+    lines += ["", "## Errors by layer", "", "| | application | load balancer | client | rejected (4xx) |",
+              "|---|---|---|---|---|",
+              f"| seed's ramp (incident) | {SEED_LINE['application']} | {SEED_LINE['load_balancer']} | - | - |",
+              f"| this run | {split['application']} | {split['load_balancer']} | {split['client']} | {split['rejected']} |",
+              "", f"By node (5xx): `{json.dumps(report['errors']['by_node'])}`",
+              f"Rejected: `{json.dumps(report['errors']['rejected'])}`; client: `{json.dumps(report['errors']['client'])}`",
+              "", "HAProxy's own counters (stats socket, since the stack started): "
+              f"`{json.dumps(report['haproxy'])}`", "",
+              "## Valkey connections per component (the stack's own counters)", "",
+              "| component | processes | connects | errors | by kind |", "|---|---|---|---|---|"]
+    lines += [f"| {name} | {c['pids']} | {c['connects']} | {c['error_total']} | {json.dumps(c['errors'])} |"
+              for name, c in sorted(report["valkey"].items())]
+    lines += ["", f"Latency: `{json.dumps(report['latency'])}`", f"Plot: {report.get('plot') or '(none)'}",
+              f"Invariants: report.md (re-check: `proctor check {report['run_dir']}`)"]
+    if report["notes"]:
+        lines += ["", "Notes:", *[f"- {note}" for note in report["notes"]]]
+    return "\n".join(lines) + "\n"
+
+
+def plot_ramp(series: dict[str, list[Any]], path: Path) -> Path | None:
+    """Offered vs achieved rate, p50/p99 and errors per layer over time (three panels)."""
+    if not series or not series.get("t"):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (rate, latency, errors) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    rate.plot(series["t"], series["offered"], label="offered (target)", drawstyle="steps-post")
+    rate.plot(series["t"], series["achieved"], label="achieved (completions/s)")
+    rate.set_ylabel("req/s")
+    rate.legend(loc="upper left")
+    for key in ("p50", "p99"):
+        latency.plot(series["t"], [v if v is not None else float("nan") for v in series[key]], label=key)
+    latency.set_ylabel("latency s")
+    latency.legend(loc="upper left")
+    for key in ("load_balancer", "application", "client"):
+        errors.plot(series["t"], series[key], label=key.replace("_", " "))
+    errors.set_ylabel("errors/s")
+    errors.set_xlabel("seconds since the ramp began")
+    errors.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_ramp_report(run_dir: Path, report: dict[str, Any], series: dict[str, list[Any]]) -> None:
+    try:
+        plotted = plot_ramp(series, run_dir / "ramp.png")
+        report["plot"] = plotted.name if plotted else None
+    except Exception as exc:  # noqa: BLE001 - a plot is evidence, never the verdict
+        report["notes"].append(f"plot failed: {type(exc).__name__}: {exc}")
+    (run_dir / "ramp.json").write_text(json.dumps({**report, "series": series}, indent=1, default=str))
+    (run_dir / "ramp.md").write_text(_markdown(report))

@@ -1,0 +1,185 @@
+"""A student of the ramp, one request per step, and the per-process history it writes.
+
+Under gevent, so standard library only (no chaos/, no stack/). The history lines follow
+the chaos workload's format (docs/architecture.md, "History"): an ``invoke`` before each
+request and one completion after it (``ok`` 2xx, ``fail`` a 4xx, ``info`` a 5xx or no
+response: it may have happened), plus ``wall`` (epoch seconds) so that
+``chaos.ramp_history`` can merge the files of several Locust processes into one.
+
+Like the chaos workload, a student signs in with its roster access code, starts with an
+Idempotency-Key, answers each question with its own key, retries an unknown outcome under
+the same key as a new process (the old request may still be in flight), finishes and
+polls its merit card. A definite failure (4xx) ends the student; the next one begins.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+__all__ = ["QUESTIONS", "HistoryWriter", "Student", "StudentCursor", "classify", "history_for"]
+
+OPTIONS = "ABCD"
+QUESTIONS = 20  # the embedded stack's exam (PROCTOR_EXAMS NOVA-101:20): q1 .. q20
+_writers: dict[str, "HistoryWriter"] = {}
+_cursors: dict[tuple[str, str], "StudentCursor"] = {}
+
+
+def classify(status: int | None) -> str:
+    """The chaos client's outcome contract (chaos/client.py)."""
+    if status is None or status >= 500:
+        return "info"
+    return "ok" if 200 <= status < 300 else "fail"
+
+
+class HistoryWriter:
+    """Append-only JSONL, 0600, line-buffered; one per Locust process (greenlets share it)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._origin = time.monotonic()
+        self._index = itertools.count()
+        self._processes = itertools.count()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._file = open(fd, "a", encoding="utf-8", buffering=1)
+
+    def new_process(self) -> int:
+        return next(self._processes)
+
+    def append(self, process: int, type_: str, f: str, value: dict[str, Any], **fields: Any) -> None:
+        op = {"index": next(self._index), "time": round(time.monotonic() - self._origin, 6), "process": process,
+              "type": type_, "f": f, "value": value, "wall": time.time()}
+        op.update({k: v for k, v in fields.items() if v is not None})
+        self._file.write(json.dumps(op, separators=(",", ":")) + "\n")  # one write per line: never interleaved
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def history_for(run_dir: Path, role: str) -> HistoryWriter:
+    path = run_dir / "histories" / f"history-{role}-{os.getpid()}.jsonl"
+    if str(path) not in _writers:
+        _writers[str(path)] = HistoryWriter(path)
+    return _writers[str(path)]
+
+
+class StudentCursor:
+    """Hands out rostered students in turn; a student may sit the exam again (a new attempt)."""
+
+    def __init__(self, roster: dict[str, str], exam_code: str, offset: int) -> None:
+        if not roster:
+            raise ValueError(f"--ramp-roster: no student of exam {exam_code!r}")
+        self.students = sorted(roster.items())
+        self.exam_code = exam_code
+        self._next = itertools.count(offset * 7919)  # workers start at different students
+        self._numbers = itertools.count()
+
+    @classmethod
+    def shared(cls, roster_path: str, exam_code: str, offset: int) -> "StudentCursor":
+        key = (roster_path, exam_code)
+        if key not in _cursors:
+            data = json.loads(Path(roster_path).read_text())
+            exams = data.get("exams", {})
+            if exam_code not in exams:
+                raise ValueError(f"--ramp-roster {roster_path}: no exam {exam_code!r} (has {sorted(exams)})")
+            _cursors[key] = cls(exams[exam_code], exam_code, offset)
+        return _cursors[key]
+
+    def next_student(self, options: Any, history: HistoryWriter) -> "Student":
+        student_id, code = self.students[next(self._next) % len(self.students)]
+        rng = random.Random(f"{options.ramp_seed}-{os.getpid()}-{next(self._numbers)}")
+        return Student(student_id, code, self.exam_code, rng, history, options)
+
+
+class Student:
+    """A state machine: each ``step`` sends exactly one request."""
+
+    def __init__(self, student_id: str, access_code: str, exam_code: str, rng: random.Random,
+                 history: HistoryWriter, options: Any) -> None:
+        self.student_id, self.exam_code, self.history = student_id, exam_code, history
+        self._access_code = access_code  # in the request body only, never in the history
+        self.process = history.new_process()
+        self.max_tries, self.polls_left = options.ramp_max_tries, options.ramp_polls
+        numbers = rng.sample(range(1, QUESTIONS + 1), k=options.ramp_questions)
+        self.answers = [(f"q{n}", rng.choice(OPTIONS), f"ans-{uuid.UUID(int=rng.getrandbits(128)).hex}") for n in numbers]
+        self.start_key = f"start-{uuid.UUID(int=rng.getrandbits(128)).hex}"
+        self.token = self.attempt_id = None
+        self.finished = self.done = False
+        self.tries = 0
+
+    def step(self, client: Any) -> None:
+        f, method, path, value, body, headers = self._next_call()
+        self.history.append(self.process, "invoke", f, value)
+        started = time.monotonic()
+        status = node = error = None
+        data: dict[str, Any] = {}
+        with client.request(method, path, json=body, headers=headers, name=f, catch_response=True) as response:
+            status = response.status_code or None  # FastHttpUser: 0 when no response came
+            node = response.headers.get("X-Proctor-Node") if status else None
+            data = _json(response)
+            error = None if status else f"{type(response.error).__name__}: {response.error}"[:300]
+            if status and 200 <= status < 300:
+                response.success()
+            else:
+                response.failure(error or f"HTTP {status}")
+        kind = classify(status)
+        if kind != "ok" and error is None:
+            error = str(data.get("detail", data))[:300] if data else f"HTTP {status}"
+        self.history.append(self.process, kind, f, value, status=status, node=node, receipt_id=data.get("receipt_id"),
+                            latency=round(time.monotonic() - started, 6), error=error)
+        self._advance(f, kind, data)
+
+    def _next_call(self) -> tuple[str, str, str, dict[str, Any], dict[str, Any] | None, dict[str, str]]:
+        auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        if self.token is None:
+            return ("session", "POST", "/v1/sessions", {"student_id": self.student_id},
+                    {"student_id": self.student_id, "exam_code": self.exam_code, "access_code": self._access_code}, {})
+        if self.attempt_id is None:
+            return ("start", "POST", "/v1/attempts", {"student_id": self.student_id, "idempotency_key": self.start_key},
+                    None, {**auth, "Idempotency-Key": self.start_key})
+        if self.answers:
+            question, content, key = self.answers[0]
+            value = {"attempt_id": self.attempt_id, "question": question, "content": content, "idempotency_key": key}
+            return ("answer", "PUT", f"/v1/attempts/{self.attempt_id}/answers/{question}", value,
+                    {"content": content}, {**auth, "Idempotency-Key": key})
+        value = {"attempt_id": self.attempt_id}
+        if not self.finished:
+            return "finish", "POST", f"/v1/attempts/{self.attempt_id}/finish", value, None, auth
+        return "merit_card", "GET", f"/v1/attempts/{self.attempt_id}/merit-card", value, None, auth
+
+    def _advance(self, f: str, kind: str, data: dict[str, Any]) -> None:
+        if kind == "info":  # unknown: retry the same call (same key) as a new process, a bounded number of times
+            self.process = self.history.new_process()
+            self.tries += 1
+            self.done = self.tries >= self.max_tries
+            return
+        self.tries = 0
+        if kind == "fail":
+            self.done = True
+            return
+        if f == "session":
+            self.token = data.get("token")
+        elif f == "start":
+            self.attempt_id = data.get("attempt_id")
+        elif f == "answer":
+            self.answers.pop(0)
+        elif f == "finish":
+            self.finished = True
+        else:
+            self.polls_left -= 1
+            self.done = self.polls_left <= 0 or data.get("status") in {"ready", "failed_for_review"}
+
+
+def _json(response: Any) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except Exception:  # noqa: BLE001 - no body, HTML from the load balancer, a reset
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,294 @@
+"""The ramp without Locust: plan arithmetic, the student's calls, the history merge, the gate,
+the error split, and the boundaries (nothing in chaos/ or stack/ imports Locust; pytest never
+loads Locust's plugin). Every gate criterion is shown failing on a history built to break it."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import socket
+import sys
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from chaos.analyze import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
+from chaos.history import Op, read_history
+from chaos.ramp import EXIT_LOAD_GATE, _ramp_parser, haproxy_counters, locust_argv, verdict_code
+from chaos.ramp_gate import completions, error_split, gate, step_rates, time_series
+from chaos.ramp_history import merge_histories
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "loadtests"))
+
+from ramp_plan import RampPlan, parse_steps  # noqa: E402
+from ramp_student import HistoryWriter, Student, classify  # noqa: E402
+
+
+# ---------------------------------------------------------------- plan
+def test_plan_sizes_users_from_the_target_rate_and_ends():
+    plan = RampPlan(parse_steps("25,50,500"), step_seconds=10, per_user_rate=2)
+    assert [s.users for s in plan.schedule()] == [13, 25, 250]
+    assert plan.at(0).rate == 25 and plan.at(19.9).rate == 50 and plan.at(20).rate == 500
+    assert plan.at(30) is None and plan.duration == 30
+
+
+@pytest.mark.parametrize("text", ["", "25,abc", "25,0", "-5"])
+def test_bad_steps_name_the_option(text):
+    with pytest.raises(ValueError, match="--ramp-steps"):
+        parse_steps(text)
+
+
+def test_bad_pacing_names_the_option():
+    with pytest.raises(ValueError, match="--ramp-per-user-rate"):
+        RampPlan((25.0,), 10, 0)
+
+
+# ---------------------------------------------------------------- student
+class FakeResponse:
+    def __init__(self, status: int, body: dict, node: str | None = "web_1") -> None:
+        self.status_code, self._body = status, body
+        self.headers = {"X-Proctor-Node": node} if node else {}
+        self.error = None if status else ConnectionResetError("reset by peer")
+
+    def json(self):
+        return self._body
+
+    def success(self):
+        pass
+
+    def failure(self, _message):
+        pass
+
+
+class FakeClient:
+    """Answers from a script, and records what was sent."""
+
+    def __init__(self, script: list[FakeResponse]) -> None:
+        self.script, self.sent = script, []
+
+    @contextlib.contextmanager
+    def request(self, method, path, json=None, headers=None, name=None, catch_response=True):  # noqa: A002
+        self.sent.append((method, path, json, dict(headers or {})))
+        yield self.script.pop(0)
+
+
+def _options(**kw):
+    base = dict(ramp_max_tries=3, ramp_polls=2, ramp_questions=1, ramp_seed=1)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_student_retries_an_unknown_answer_under_the_same_key_as_a_new_process(tmp_path):
+    history = HistoryWriter(tmp_path / "h.jsonl")
+    student = Student("student-00001", "secret-code", "NOVA-101", __import__("random").Random(1), history, _options())
+    client = FakeClient([FakeResponse(201, {"token": "t"}), FakeResponse(201, {"attempt_id": "a1"}),
+                         FakeResponse(0, {}, node=None), FakeResponse(200, {"receipt_id": "r1"}),
+                         FakeResponse(202, {}), FakeResponse(200, {"status": "ready"})])
+    for _ in range(6):
+        student.step(client)
+    history.close()
+    assert student.done
+    answers = [sent for sent in client.sent if sent[0] == "PUT"]
+    assert len(answers) == 2 and answers[0][3]["Idempotency-Key"] == answers[1][3]["Idempotency-Key"]
+    ops = read_history(tmp_path / "h.jsonl").ops
+    answer_ops = [op for op in ops if op.f == "answer"]
+    assert [op.type for op in answer_ops] == ["invoke", "info", "invoke", "ok"]
+    assert answer_ops[0].process == answer_ops[1].process != answer_ops[2].process
+    assert answer_ops[1].error.startswith("ConnectionResetError") and answer_ops[3].node == "web_1"
+    assert "secret-code" not in (tmp_path / "h.jsonl").read_text()  # access codes stay out of the history
+
+
+def test_a_definite_failure_ends_the_student():
+    assert (classify(None), classify(503), classify(201), classify(409)) == ("info", "info", "ok", "fail")
+
+
+# ---------------------------------------------------------------- merge
+def _write(path: Path, ops: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(op) + "\n" for op in ops))
+
+
+def _op(index, process, type_, f, wall, **kw):
+    return {"index": index, "time": wall - 1000, "process": process, "type": type_, "f": f, "value": {}, "wall": wall,
+            **kw}
+
+
+def test_merge_interleaves_files_by_wall_time_and_keeps_processes_apart(tmp_path):
+    _write(tmp_path / "histories/history-worker0-1.jsonl",
+           [_op(0, 0, "invoke", "answer", 1000.0), _op(1, 0, "ok", "answer", 1000.3, latency=0.3)])
+    _write(tmp_path / "histories/history-worker1-2.jsonl",
+           [_op(0, 0, "invoke", "answer", 1000.1), _op(1, 0, "info", "answer", 1000.2, latency=0.1)])
+    merged = merge_histories(tmp_path)
+    assert merged.problems == [] and merged.ops == 4
+    ops = read_history(tmp_path / "history.jsonl").ops
+    assert [(op.type, op.extra["source"][8:15]) for op in ops] == [
+        ("invoke", "worker0"), ("invoke", "worker1"), ("info", "worker1"), ("ok", "worker0")]
+    assert ops[0].process != ops[1].process and ops[0].time == 0.0 and [op.index for op in ops] == [0, 1, 2, 3]
+
+
+def test_merge_reports_a_torn_process_file(tmp_path):
+    _write(tmp_path / "histories/history-local-1.jsonl", [_op(0, 0, "invoke", "answer", 1000.0)])
+    with open(tmp_path / "histories/history-local-1.jsonl", "a") as out:
+        out.write('{"index": 1, "ti')
+    assert "torn" in merge_histories(tmp_path).problems[0]
+
+
+# ---------------------------------------------------------------- gate
+CONFIG = {"settle": 0.0, "gate": {"p99": 0.5, "max_failure_ratio": 0.01, "min_rate_ratio": 0.95},
+          "plan": RampPlan((10.0, 20.0), 2.0, 2.0).to_dict()}
+TICKS = [{"wall": 1000.0, "elapsed": 0.0, "target": 10.0}]
+
+
+def _done(rates: tuple[int, int], latency: float = 0.05, status: int = 200, node: str | None = "web_1",
+          slow_from: int | None = None) -> list[Op]:
+    """Completions at the given per-second rate in each 2 s step; from index ``slow_from`` on, ``status``/``latency``."""
+    ops, index = [], 0
+    for step, rate in enumerate(rates):
+        for i in range(rate * 2):
+            bad = slow_from is not None and index >= slow_from
+            wall = 1000.0 + step * 2 + i / rate
+            ops.append(Op(index, wall - 1000, index, "ok" if not bad or status < 300 else ("fail" if status < 500 else "info"),
+                          "answer", {}, status=status if bad else 200, node=node if bad else "web_1",
+                          latency=latency if bad else 0.05, extra={"wall": wall}))
+            index += 1
+    return ops
+
+
+def _criteria(done):
+    return {g["name"]: g["passed"] for g in gate(CONFIG, step_rates(CONFIG, TICKS, done), done)}
+
+
+def test_a_healthy_history_keeps_every_criterion():
+    assert _criteria(_done((10, 20))) == {"p99_seconds": True, "failure_ratio": True, "achieved_rate_ratio": True}
+
+
+def test_a_slowed_endpoint_breaks_the_p99_criterion_only():
+    assert _criteria(_done((10, 20), latency=2.0, slow_from=50)) == {
+        "p99_seconds": False, "failure_ratio": True, "achieved_rate_ratio": True}
+
+
+def test_a_failing_endpoint_breaks_the_failure_ratio_only():
+    assert _criteria(_done((10, 20), status=500, slow_from=55)) == {
+        "p99_seconds": True, "failure_ratio": False, "achieved_rate_ratio": True}
+
+
+def test_a_sagging_rate_breaks_the_achieved_rate_criterion_only():
+    steps = step_rates(CONFIG, TICKS, _done((10, 15)))
+    assert [s["achieved"] for s in steps] == [10.0, 15.0]
+    assert _criteria(_done((10, 15))) == {"p99_seconds": True, "failure_ratio": True, "achieved_rate_ratio": False}
+
+
+def test_no_completion_is_never_a_pass():
+    assert set(_criteria([]).values()) == {False}
+
+
+def test_exit_code_puts_invariants_before_the_load_gate():
+    held, broke = [{"passed": True}], [{"passed": True}, {"passed": False}]
+    assert verdict_code(True, [], held) == EXIT_VALID
+    assert verdict_code(True, [], broke) == EXIT_LOAD_GATE
+    assert verdict_code(False, [], broke) == EXIT_INVALID
+    assert verdict_code("unknown", [], held) == EXIT_UNKNOWN
+    assert verdict_code(True, ["history-local-1.jsonl: torn"], held) == EXIT_UNKNOWN
+
+
+# ---------------------------------------------------------------- error split
+def test_errors_split_by_layer_and_node():
+    done = [Op(0, 0, 0, "info", "answer", {}, status=503, node=None, latency=5.0, extra={"wall": 1000.1}),
+            Op(1, 0, 1, "info", "answer", {}, status=500, node="web_2", latency=0.1, extra={"wall": 1000.2}),
+            Op(2, 0, 2, "info", "answer", {}, status=None, error="ReadTimeout: timed out", extra={"wall": 1000.3}),
+            Op(3, 0, 3, "fail", "finish", {}, status=403, node="web_1", extra={"wall": 1000.4}),
+            Op(4, 0, 4, "ok", "answer", {}, status=201, node="web_1", latency=0.1, extra={"wall": 1000.5})]
+    split = error_split(done)
+    assert split["layers"] == {"load_balancer": 1, "application": 1, "client": 1, "rejected": 1}
+    assert split["by_node"] == {"(load balancer)": {"503": 1}, "web_2": {"500": 1}}
+    assert split["client"] == {"ReadTimeout": 1} and split["rejected"] == {"finish 403": 1}
+    series = time_series(TICKS, done)
+    assert series["load_balancer"] == [1.0] and series["application"] == [1.0] and series["achieved"] == [5.0]
+
+
+def test_completions_leave_out_invokes_and_monitor_ops():
+    ops = [Op(0, 0, 0, "invoke", "answer", {}), Op(1, 0, "monitor", "info", "sample", {}),
+           Op(2, 0, 0, "ok", "answer", {}, extra={"wall": 1.0})]
+    assert [op.index for op in completions(ops)] == [2]
+
+
+# ---------------------------------------------------------------- proctor ramp / boundaries
+def test_proctor_ramp_runs_locust_headless_and_binds_a_distributed_master_to_loopback():
+    args = _ramp_parser().parse_args(["--steps", "25,50", "--processes", "2"])
+    argv = locust_argv(args, ["--loglevel", "WARNING"])
+    assert argv[1:3] == ["-m", "locust"] and "--headless" in argv and argv[-2:] == ["--loglevel", "WARNING"]
+    assert argv[argv.index("--master-bind-host") + 1] == "127.0.0.1" and "25,50" in argv
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_nothing_in_chaos_or_stack_imports_locust_or_gevent():
+    offenders = [str(p.relative_to(ROOT)) for folder in ("chaos", "stack") for p in sorted((ROOT / folder).rglob("*.py"))
+                 if _imports(p) & {"locust", "gevent"}]
+    assert offenders == []
+
+
+def test_the_locustfile_side_imports_no_stack_or_harness_code():
+    for name in ("exam_ramp.py", "ramp_plan.py", "ramp_stack.py", "ramp_student.py"):
+        assert not _imports(ROOT / "loadtests" / name) & {"chaos", "stack"}, name
+
+
+def test_the_boundary_walk_sees_an_import_when_there_is_one(tmp_path):
+    sample = tmp_path / "bad.py"
+    sample.write_text("def f():\n    from locust import task\n")
+    assert "locust" in _imports(sample)
+
+
+def test_pytest_runs_without_locusts_plugin_and_without_gevent(pytestconfig):
+    assert not pytestconfig.pluginmanager.has_plugin("locust")
+    assert "gevent" not in sys.modules and "locust" not in sys.modules
+
+
+# ---------------------------------------------------------------- HAProxy's own counters
+SHOW_STAT = """# pxname,svname,qcur,qmax,scur,hrsp_5xx,econ,eresp,ereq,dreq,wretr,wredis,cli_abrt,srv_abrt
+api,FRONTEND,,,3,150,,,0,0,,,,
+web,web_1,0,40,1,5,2,1,,,3,1,0,0
+web,web_2,0,35,1,2,0,0,,,0,0,0,0
+web,BACKEND,0,75,2,150,2,1,,0,3,1,0,0
+"""
+
+
+def _serve_once(path: Path, reply: str) -> threading.Thread:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def answer() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(reply.encode())
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_haproxy_counters_separate_its_own_5xx_from_the_nodes(tmp_path):
+    thread = _serve_once(tmp_path / "admin.sock", SHOW_STAT)
+    counters = haproxy_counters(str(tmp_path / "admin.sock"))
+    thread.join(5)
+    assert counters["load_balancer_own_5xx"] == 150 - 5 - 2  # the frontend's 5xx less those the servers answered
+    assert counters["web/web_1"]["econ"] == 2 and counters["web/BACKEND"]["qmax"] == 75
+
+
+def test_haproxy_counters_say_why_when_the_socket_is_gone(tmp_path):
+    assert "show stat failed" in haproxy_counters(str(tmp_path / "missing.sock"))["note"]
+    assert haproxy_counters("") == {"note": "no HAProxy stats socket given"}
