@@ -25,16 +25,17 @@ result unknown: a history the checker cannot read is not a history that passed.
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from chaos.checkers.acknowledged import attempt_students
 from chaos.checkers.base import CheckOptions, Result, build_result, unknown_unless_invalid
 from chaos.history import Op, pair_ops
 from chaos.ledgers import AnswerRow, Ledgers
 
-__all__ = ["NAME", "check_answers"]
+__all__ = ["NAME", "check_answers", "fingerprint", "fingerprints"]
 
 NAME = "answers"
 
@@ -117,26 +118,29 @@ def _judge_key(key: Key, tries: _Tries, rows: list[AnswerRow], bad: dict[str, li
     example: dict[str, Any] = {"attempt_id": key[0], "question": key[1]}
     if tries.ok:
         if not rows:
-            bad["lost"].append({**example, "content": tries.ok[0]})
+            bad["lost"].append({**example, "content": fingerprint(tries.ok[0])})
             return
         # Every acknowledged content must be what the ledger holds; two different
         # acknowledged contents for one question cannot both be true.
         acknowledged = {str(content) for content in tries.ok}
         stored_set = {str(row.content) for row in rows}
         if acknowledged != stored_set or len(stored_set) != 1:
-            bad["content_mismatch"].append({**example, "acknowledged": sorted(acknowledged), "stored": sorted(stored_set)})
+            bad["content_mismatch"].append({**example, "acknowledged": fingerprints(acknowledged),
+                                            "stored": fingerprints(stored_set)})
         return
     if not rows:
         if tries.info:
             info["absent_info"].append(example)
         return
-    stored = sorted({str(row.content) for row in rows})
+    stored = {str(row.content) for row in rows}
     if tries.info:
-        info["recovered"].append({**example, "stored": stored})
-        if not set(stored) <= set(map(str, tries.sent)):
-            bad["content_mismatch"].append({**example, "sent": sorted(set(map(str, tries.sent))), "stored": stored})
+        info["recovered"].append({**example, "stored": fingerprints(stored)})
+        if not stored <= set(map(str, tries.sent)):
+            bad["content_mismatch"].append({**example, "sent": fingerprints(map(str, tries.sent)),
+                                            "stored": fingerprints(stored)})
     else:
-        bad["failed_but_present"].append({**example, "stored": stored, "receipt_ids": [row.receipt_id for row in rows]})
+        bad["failed_but_present"].append({**example, "stored": fingerprints(stored),
+                                          "receipt_ids": [row.receipt_id for row in rows]})
 
 
 def _duplicates(all_rows: Sequence[AnswerRow], rows: dict[Key, list[AnswerRow]]) -> list[dict[str, Any]]:
@@ -181,4 +185,19 @@ def _student_problems(history: Sequence[Op], ledgers: Ledgers) -> tuple[list[Any
 
 
 def _row_example(row: AnswerRow) -> dict[str, Any]:
-    return {"attempt_id": row.attempt_id, "question": row.question, "receipt_id": row.receipt_id, "content": row.content}
+    return {"attempt_id": row.attempt_id, "question": row.question, "receipt_id": row.receipt_id,
+            "content": fingerprint(row.content)}
+
+
+def fingerprint(content: Any) -> str:
+    """What a report shows of an answer: a short SHA-256 of its text, never the text.
+
+    Reports, plots and JUnit output are not evidence files (the history and the ledger
+    exports are, 0600): a student's answer must not leak through an example. Equal
+    fingerprints mean equal contents, which is all a reader of a mismatch needs.
+    """
+    return "sha256:" + hashlib.sha256(str(content).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def fingerprints(contents: Iterable[Any]) -> list[str]:
+    return sorted({fingerprint(content) for content in contents})

@@ -6,11 +6,13 @@ first op it skips, instead of going on, must not pass them.
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 from checker_builders import HistoryBuilder, answer, answer_row, attempt_row
 
-from chaos.checkers.answers import check_answers
+from chaos.checkers.answers import check_answers, fingerprint
 from chaos.checkers.base import CheckOptions
 from chaos.ledgers import Ledgers
 
@@ -73,7 +75,7 @@ def test_acknowledged_answer_missing_is_lost() -> None:
         False,
         {"attempted": 3, "acknowledged": 3, "rows": 2, "lost": 1},
         ["lost"],
-        {"lost": [{"attempt_id": "a1", "question": "q2", "content": "C"}]},
+        {"lost": [{"attempt_id": "a1", "question": "q2", "content": fingerprint("C")}]},
     )
 
 
@@ -86,7 +88,7 @@ def test_stored_content_differs_from_acknowledged_is_mismatch() -> None:
         False,
         {"attempted": 1, "acknowledged": 1, "rows": 1, "content_mismatch": 1},
         ["content_mismatch"],
-        {"content_mismatch": [{"attempt_id": "a1", "question": "q1", "acknowledged": ["B"], "stored": ["D"]}]},
+        {"content_mismatch": [{"attempt_id": "a1", "question": "q1", "acknowledged": [fingerprint("B")], "stored": [fingerprint("D")]}]},
     )
 
 
@@ -122,7 +124,7 @@ def test_failed_answer_that_happened_is_invalid() -> None:
         False,
         {"attempted": 1, "rows": 1, "failed_but_present": 1},
         ["failed_but_present"],
-        {"failed_but_present": [{"attempt_id": "a1", "question": "q1", "stored": ["B"], "receipt_ids": ["r-a1-q1"]}]},
+        {"failed_but_present": [{"attempt_id": "a1", "question": "q1", "stored": [fingerprint("B")], "receipt_ids": ["r-a1-q1"]}]},
     )
 
 
@@ -142,7 +144,7 @@ def test_row_nobody_sent_is_unexpected() -> None:
         False,
         {"attempted": 1, "acknowledged": 1, "rows": 2, "unexpected": 1},
         ["unexpected"],
-        {"unexpected": [{"attempt_id": "a9", "question": "q3", "receipt_id": "r-a9-q3", "content": "A"}]},
+        {"unexpected": [{"attempt_id": "a9", "question": "q3", "receipt_id": "r-a9-q3", "content": fingerprint("A")}]},
     )
 
 
@@ -158,7 +160,7 @@ def test_info_answers_are_recovered_or_absent_not_errors() -> None:
         {"attempted": 3, "rows": 1, "recovered": 1, "absent_info": 2},
         [],
         {
-            "recovered": [{"attempt_id": "a1", "question": "q1", "stored": ["B"]}],
+            "recovered": [{"attempt_id": "a1", "question": "q1", "stored": [fingerprint("B")]}],
             "absent_info": [{"attempt_id": "a1", "question": "q2"}, {"attempt_id": "a1", "question": "q3"}],
         },
     )
@@ -180,7 +182,7 @@ def test_recovered_row_with_content_nobody_sent_is_mismatch() -> None:
     result = check(h, rows + [answer_row("a1", "q1", "Z")])
     assert result["valid"] is False
     assert result["violations"] == ["content_mismatch"]
-    assert result["examples"]["content_mismatch"] == [{"attempt_id": "a1", "question": "q1", "sent": ["B"], "stored": ["Z"]}]
+    assert result["examples"]["content_mismatch"] == [{"attempt_id": "a1", "question": "q1", "sent": [fingerprint("B")], "stored": [fingerprint("Z")]}]
 
 
 def test_receipt_other_than_the_one_acknowledged_is_caught() -> None:
@@ -286,3 +288,16 @@ def test_no_answers_export_is_unknown() -> None:
         "examples": {},
         "notes": ["ledger answers was not read: HTTP 503", "answers were never read: cannot tell lost from kept"],
     }
+
+
+def test_examples_never_carry_answer_text() -> None:
+    """Reports are not evidence files: a lost or mismatched answer shows a fingerprint only."""
+    secret = "canary-answer-7f3a"
+    h = HistoryBuilder()
+    h.call(0, "answer", answer("a1", "q1", "B"))
+    h.call(1, "answer", answer("a1", "q2", secret))
+    h.call(2, "answer", answer("a1", "q3", secret), outcome="fail")
+    rows = [answer_row("a1", "q1", "B"), answer_row("a1", "q3", secret)]
+    result = check(h, rows)
+    assert result["valid"] is False and result["counts"]["lost"] == 1 and result["counts"]["failed_but_present"] == 1
+    assert secret not in json.dumps(result) and fingerprint(secret) in json.dumps(result)

@@ -116,7 +116,7 @@ EXPORTS = {
     "chaos.checkers.acknowledged": ["acknowledged_finishes", "attempt_students"],
     "chaos.checkers.faults": ["NAME", "check_faults"],
     "chaos.checkers.payloads": ["NAME", "check_payloads", "score_of", "sms_body"],
-    "chaos.checkers.answers": ["NAME", "check_answers"],
+    "chaos.checkers.answers": ["NAME", "check_answers", "fingerprint", "fingerprints"],
     "chaos.checkers.effects": ["NAME", "check_effects"],
     "chaos.checkers.jobs": ["NAME", "check_jobs", "completion_seconds"],
     "chaos.checkers.latency": ["LANES", "NAME", "check_latency", "op_latencies", "resolve_slo_key"],

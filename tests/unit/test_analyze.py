@@ -12,6 +12,7 @@ import chaos.analyze as analyze_module
 import chaos.plots as plots_module
 import chaos.report as report_module
 from chaos.analyze import analyze, check_command, check_main
+from chaos.checkers.answers import fingerprint
 from chaos.history import History
 from chaos.report import format_seconds
 
@@ -170,7 +171,7 @@ def test_lost_answer_exits_1_and_names_it(tmp_path: Path, capsys: pytest.Capture
     assert capsys.readouterr().out.splitlines()[0] == "INVALID: answers (lost=1); payloads (score_mismatch=1)"
     report = json.loads((run / "report.json").read_text())
     answers = report["checkers"]["answers"]
-    assert answers["examples"]["lost"] == [{"attempt_id": "a1", "question": "q1", "content": "B"}]
+    assert answers["examples"]["lost"] == [{"attempt_id": "a1", "question": "q1", "content": fingerprint("B")}]
     assert "| answers | INVALID | lost 1 |" in (run / "report.md").read_text()
 
 
