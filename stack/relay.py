@@ -199,13 +199,17 @@ class Relay:
                 verdict = self.limbo.verdict(LANE_OF_KIND[row["kind"]], row["job_id"])
             if verdict is None:
                 continue
-            if verdict.abandoned:
-                self.limbo.release(LANE_OF_KIND[row["kind"]], row["job_id"])
-                self._forget(row["job_id"])
+            # Replace first, clean up second: the ledger must point at the replacement (or
+            # the failed-for-review record) before the old job leaves the only place a later
+            # pass would find it. Cleaning up first, a Valkey error in between left a job
+            # `queued` in no list, invisible to every later pass (stuck for good).
             if row["attempts"] >= self.settings.max_job_attempts:
                 self._give_up(row, verdict.reason, report)
             else:
                 self._reenqueue(row, verdict.reason, report)
+            if verdict.abandoned:
+                self.limbo.release(LANE_OF_KIND[row["kind"]], row["job_id"])
+                self._forget(row["job_id"])
 
     def _forget(self, jid: str) -> None:
         """Drop an abandoned started job from RQ's registries so RQ's own cleanup never acts on it."""

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 import pytest
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from rq import Queue
 from rq.job import Job
 from rq.registry import StartedJobRegistry
@@ -342,3 +343,35 @@ def test_job_held_between_dequeue_and_start_is_reenqueued_after_grace(
     else:
         assert report.reenqueued == [] and merit["job_id"] == jid  # lost: the negative control
         assert valkey.lrange("rq:queue:merit:intermediate", 0, -1) == [jid.encode()]
+
+
+def test_a_pass_that_fails_while_replacing_a_held_job_loses_nothing(
+    settings: Settings, valkey: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Valkey drops the relay's connection mid-replacement (seen under tls_churn, seed 20261011).
+
+    The old order released the held job from the intermediate list, then failed deleting it:
+    the job was left ``queued`` in no list at all, which no later pass could see (stuck for
+    good). The replacement is enqueued and recorded first, the old job cleaned up after.
+    """
+    watcher = relay(settings, valkey)
+    watcher.run_once()
+    take_like_a_worker_that_dies(valkey, "merit")
+    watcher.run_once()
+    time.sleep(settings.liveness_ttl + 0.1)
+    calls = {"n": 0}
+    real_delete = Job.delete
+
+    def delete_once_failing(job: Job, *args: object, **kwargs: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RedisConnectionError("Connection closed by server.")  # as redis-py reports it
+        real_delete(job, *args, **kwargs)
+
+    monkeypatch.setattr(Job, "delete", delete_once_failing)
+    with pytest.raises(RedisConnectionError):
+        watcher.run_once()
+    watcher.run_once()  # the next pass, with Valkey back
+    merit = row(settings, "merit-a1")
+    assert (merit["status"], merit["attempts"], merit["job_id"]) == ("enqueued", 2, "merit-a1-2")
+    assert Queue("merit", connection=valkey).job_ids == ["merit-a1-2"]
