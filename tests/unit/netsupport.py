@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -16,8 +17,24 @@ __all__ = ["REPO", "ServedApp", "free_port"]
 REPO = Path(__file__).resolve().parents[2]
 
 
+_LISTEN_PORTS = range(20000, 32768)
+"""Below the kernel's ephemeral range (32768-60999 on Linux): a port handed to a server
+later can then not be taken meanwhile by one of the machine's own outgoing connections,
+which is how a test once lost its port (Errno 98 on a port the kernel had just given out)."""
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A loopback port that was free a moment ago, chosen outside the ephemeral range."""
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.choice(_LISTEN_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # a crowded range: let the kernel choose
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
@@ -26,16 +43,21 @@ class ServedApp:
     """An ASGI app on a real loopback port (a free one unless given), in a daemon thread."""
 
     def __init__(self, app: FastAPI, port: int | None = None) -> None:
-        self.port = port or free_port()
+        # Bound here and handed to uvicorn: nothing can take the port between choosing and serving.
+        self.socket = socket.socket()
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", port or 0))
+        self.port = self.socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=1)
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
 
     def __enter__(self) -> "ServedApp":
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:
+            assert self.thread.is_alive(), "app failed to start (see the log above)"
             assert time.monotonic() < deadline, "app did not start"
             time.sleep(0.01)
         return self
@@ -43,3 +65,4 @@ class ServedApp:
     def __exit__(self, *_: Any) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        self.socket.close()
