@@ -215,7 +215,7 @@ def test_a_port_taken_before_the_child_binds_is_retried(
                      run_dir=tmp_path / "run", commands=commands)
     try:
         with EmbeddedStack(spec) as running:
-            assert taken not in running._ports.values()
+            assert taken not in running.ports.values()
             assert running.valkey().ping()
             assert running.settings.valkey_url == running.urls["valkey"]
     finally:

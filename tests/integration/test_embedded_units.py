@@ -150,10 +150,10 @@ def test_link_env_points_consumers_at_their_proxies(tmp_path: Path) -> None:
     links.add("web_4", 7004)
     p = {name: int(link["listen"].rsplit(":", 1)[1]) for name, link in links.links().items()}
     assert sorted(p) == ["sms_gateway", "valkey_workers", "web_4"]
-    assert links.env_for("worker_sms_1", "rediss://127.0.0.1:7001/0", "", "") == {
+    assert links.env_for("worker", "rediss://127.0.0.1:7001/0", "", "") == {
         "PROCTOR_VALKEY_URL": f"rediss://127.0.0.1:{p['valkey_workers']}/0",
         "PROCTOR_SMS_URL": f"http://127.0.0.1:{p['sms_gateway']}"}
-    assert links.env_for("web_1", "rediss://127.0.0.1:7001/0", "", "") == {}  # valkey_web not requested
+    assert links.env_for("web", "rediss://127.0.0.1:7001/0", "", "") == {}  # valkey_web not requested
     assert links.env_for("relay", "rediss://127.0.0.1:7001/0", "", "") == {}
     argv = links.argv()
     assert argv[1:3] == ["-m", "chaos.faultproxy"] and argv[argv.index("--seed") + 1] == "3"
