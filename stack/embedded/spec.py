@@ -14,12 +14,13 @@ from typing import Any
 import httpx
 
 from stack.components import LANES, POOLS, Component, HealthProbe
-from stack.config import ENV_NAMES
+from stack.config import ENV_NAMES, Settings, load_settings
 from stack.embedded import StackError
 from stack.embedded import valkey as vk
 from stack.embedded.links import validate_links
 from stack.embedded.manifest import RUNS_DIR
 from stack.embedded.ports import HOST
+from stack.embedded.secrets import HAPROXY_SOURCE, run_secrets
 
 __all__ = [
     "COMPONENT_MODULES",
@@ -34,6 +35,7 @@ __all__ = [
     "missing_component_modules",
     "probe_health",
     "python_component",
+    "stack_settings",
     "web_component",
     "worker_component",
 ]
@@ -156,6 +158,23 @@ def probe_health(health: HealthProbe, pid: int | None) -> bool | None:
         except OSError:
             return False
     return None
+
+
+def stack_settings(spec: StackSpec, run_dir: Path, urls: Mapping[str, str], ca_cert: Path) -> Settings:
+    """The settings every component runs with: the caller's environment (e.g. TIME_SCALE=...),
+    fresh run secrets, ``spec.settings_overrides``, then the run's own folder and addresses."""
+    overrides = dict(spec.settings_overrides)
+    if "run_dir" in overrides:
+        raise StackError("settings_overrides['run_dir']: use StackSpec.run_dir")
+    return load_settings().with_overrides(
+        **{**run_secrets(), "trusted_proxies": (HAPROXY_SOURCE,)},
+        **overrides,
+        run_dir=run_dir,
+        valkey_url=urls["valkey"],
+        valkey_ca=str(ca_cert),
+        ai_url=urls["ai_provider"],
+        sms_url=urls["sms_gateway"],
+    )
 
 
 def missing_component_modules(commands: Mapping[str, Sequence[str]] | None = None) -> list[str]:

@@ -25,18 +25,16 @@ from typing import Any
 from redis import Redis
 from sqlalchemy import Engine
 
-from stack.components import Component, ComponentTable, HealthProbe
-from stack.config import Settings, load_settings
+from stack.components import Component, ComponentTable
+from stack.config import Settings
 from stack.embedded import StackError
 from stack.embedded import haproxy as hap
-from stack.embedded import valkey as vk
 from stack.embedded.binaries import Binary, find_haproxy, find_valkey
 from stack.embedded.certs import CertPaths, make_certs
-from stack.embedded.links import COMPONENT as FAULTPROXY
 from stack.embedded.links import LinkManager
 from stack.embedded.manifest import package_versions, update_latest_link, write_manifest
-from stack.embedded.secrets import HAPROXY_SOURCE, ROSTER_NAME, roster_student_ids, run_secrets, write_private_json
-from stack.embedded.ports import HOST, free_port
+from stack.embedded.secrets import ROSTER_NAME, roster_student_ids, write_private_json
+from stack.embedded.ports import free_port
 from stack.embedded.spec import (
     COMPONENT_MODULES,
     DEFAULT_COMMANDS,
@@ -46,12 +44,10 @@ from stack.embedded.spec import (
     default_run_dir,
     http_probe,
     missing_component_modules,
-    probe_health,
-    python_component,
-    web_component,
-    worker_component,
+    stack_settings,
 )
-from stack.embedded.supervisor import ProcessSpec, Probe, Supervisor
+from stack.embedded.supervisor import ProcessSpec, Supervisor
+from stack.embedded.topology import Topology
 from stack.embedded.watchdog import identity
 from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.roster import issue_roster
@@ -80,8 +76,6 @@ class EmbeddedStack:
         self.run_dir = (Path(raw) if raw is not None else default_run_dir(self.spec.name)).resolve()
         self.settings: Settings = Settings()
         self.startup_seconds: float | None = None
-        self._table = ComponentTable()
-        self._haproxy_socket: Path | None = None
         self._sup: Supervisor | None = None
         self._certs: CertPaths | None = None
         self._binaries: dict[str, Binary] = {}
@@ -95,6 +89,8 @@ class EmbeddedStack:
         self._self_ticks = (identity(os.getpid()) or (0, 0))[1]
         self._watchdog_ident: tuple[int, int] | None = None
         self._links = LinkManager(self.spec.links, self.run_dir, self.spec.faultproxy_seed)
+        self._topo = Topology(self.spec, self.run_dir, self._links)
+        self._table = self._topo.table
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self) -> "EmbeddedStack":
@@ -154,31 +150,31 @@ class EmbeddedStack:
         if self._sup is not None:
             self._sup.stop_all(self.spec.stop_grace)
         self._links.cleanup_external()
-        if self._haproxy_socket is not None:
-            hap.remove_admin_socket(self._haproxy_socket)
+        if self._topo.haproxy_socket is not None:
+            hap.remove_admin_socket(self._topo.haproxy_socket)
         self._status = final_status
         self._write_manifest()
 
     def _start_all(self) -> None:
-        self._certs = make_certs(self.run_dir / "tls")
-        self._plan_services()
-        self.settings = self._make_settings()
+        certs = self._certs = make_certs(self.run_dir / "tls")
+        self._topo.plan_services(free_port)
+        self.settings = stack_settings(self.spec, self.run_dir, self.urls, certs.ca_cert)
         self._sup = Supervisor(self.run_dir, on_change=self._write_manifest)
         self._watchdog_ident = self._sup.watchdog_identity  # kept after detach, for `proctor down`
         self._write_manifest()
-        self._start_stage([self._valkey()])
+        self._start_stage([self._service("valkey")])
         init_ledger(self.engine, self.settings)  # once, so components never race to create tables
         self._issue_roster()
-        self._start_stage([self._python("ai_provider"), self._python("sms_gateway"), *self._faultproxy_stage()])
+        self._start_stage([self._service("ai_provider"), self._service("sms_gateway"), *self._topo.faultproxy_stage()])
         if self._links.active:
             self._links.mark_live()
             # Creates the proxies on an external Toxiproxy; for ours it re-points any proxy whose
             # provider moved to a new port after a lost bind race (unchanged ones stay untouched).
             self._links.push()
         self._start_stage([self._web(i) for i in range(1, self.spec.web + 1)])
-        self._start_stage([self._haproxy()])
-        self._start_stage([self._python("relay")])
-        self._start_stage([self._worker(lane, i) for lane in LANES for i in range(1, self.spec.worker_count(lane) + 1)])
+        self._start_stage([self._service("haproxy")])
+        self._start_stage([self._service("relay")])
+        self._start_stage([self._topo.worker(lane, i) for lane in LANES for i in range(1, self.spec.worker_count(lane) + 1)])
 
     def _issue_roster(self) -> None:
         """Enrol ``roster_size`` students per exam with fresh access codes; the codes go to
@@ -210,44 +206,23 @@ class EmbeddedStack:
             component = self._web(lost.index or 0)  # allocates fresh ports itself
         elif lost.role == "faultproxy":  # no consumer has started yet: every proxy may move
             self._links.reallocate()
-            component = self._faultproxy()
+            component = self._topo.faultproxy()
         else:
-            port = self._table.put(replace(lost, port=free_port())).port
+            self._topo.move(lost.name, free_port())
             self._sync_settings()
-            if lost.role in ("ai_provider", "sms_gateway") and self._links.wants(lost.name):
-                self._links.add(lost.name, port or 0)
-            component = {"valkey": self._valkey, "haproxy": self._haproxy}.get(lost.role, lambda: self._python(lost.role))()
+            component = self._service(lost.role)
         sup.start(self._process_spec(component))
         sup.wait_ready(component.name, self.spec.ready_timeout)
 
     # ------------------------------------------------------------ the API
     @property
     def urls(self) -> dict[str, str]:
-        """api (HAProxy), admin (first web node's admin listener), the services, each web node,
-        haproxy_socket and faultproxy; empty before start."""
-        if "haproxy" not in self._table:
-            return {}
-        urls = {"api": _http(self._port("haproxy")), "ai_provider": _http(self._port("ai_provider")),
-                "sms_gateway": _http(self._port("sms_gateway")), "valkey": vk.valkey_url(self._port("valkey"))}
-        if self._links.active:
-            urls["faultproxy"] = self._links.url
-        for web in self._table.pool("web"):
-            urls.update({web.name: _http(web.port), f"{web.name}_admin": _http(web.admin_port)})
-            urls.setdefault("admin", urls[f"{web.name}_admin"])
-        if self._haproxy_socket is not None:
-            urls["haproxy_socket"] = str(self._haproxy_socket)
-        return urls
+        """api, admin, the services, each web node, haproxy_socket, faultproxy (``Topology.urls``)."""
+        return self._topo.urls
 
     @property
     def ports(self) -> dict[str, int]:
-        """Every port the stack listens on, by component (``web_N_admin``: a node's admin listener)."""
-        ports = {}
-        for component in self._table:
-            if component.port is not None:
-                ports[component.name] = component.port
-            if component.admin_port is not None:
-                ports[f"{component.name}_admin"] = component.admin_port
-        return ports
+        return self._topo.ports
 
     def links(self) -> dict[str, dict[str, str]]:
         """{link name: {"listen": "127.0.0.1:P", "upstream": "127.0.0.1:Q"}} of the proxied links."""
@@ -339,7 +314,7 @@ class EmbeddedStack:
             raise StackError(f"scale({lane!r}, n): n must be >= 0")
         current = self._table.pool(lane)
         if n > len(current):
-            self._start_stage([self._worker(lane, i) for i in range(len(current) + 1, n + 1)])
+            self._start_stage([self._topo.worker(lane, i) for i in range(len(current) + 1, n + 1)])
         for component in reversed(current[n:]):
             self._forget(component.name)
 
@@ -349,19 +324,22 @@ class EmbeddedStack:
         self._table.remove(name)
 
     def _reload_haproxy(self, without: Sequence[str] = ()) -> None:
-        self._write_haproxy_config(without)
+        self._topo.write_haproxy_config(without)
         self._supervisor().restart("haproxy", self.spec.stop_grace, self.spec.ready_timeout)
 
     # ------------------------------------------------------------ components
-    def _plan_services(self) -> None:
-        """The services every other component is pointed at get their ports first."""
-        for role in ("valkey", "ai_provider", "sms_gateway", "haproxy"):
-            self._table.put(Component(role, role, port=free_port()))
+    def _web(self, index: int) -> Component:
+        port = free_port()
+        return self._topo.web(index, port, admin_port=free_port())  # admin: loopback only, HAProxy never routes it
 
-    def _port(self, name: str) -> int:
-        port = self._table.get(name).port
-        assert port is not None, name
-        return port
+    def _service(self, role: str) -> Component:
+        """(Re)build Valkey, HAProxy, a provider or the relay on its current port."""
+        if role == "valkey":
+            assert self._certs is not None
+            return self._topo.valkey(self._binaries["valkey"].path, self._certs)
+        if role == "haproxy":
+            return self._topo.haproxy(self._binaries["haproxy"].path)
+        return self._topo.python(role)
 
     def _sync_settings(self) -> None:
         """Settings carry the service URLs: follow a service that moved to a new port."""
@@ -369,114 +347,17 @@ class EmbeddedStack:
         self.settings = self.settings.with_overrides(
             valkey_url=urls["valkey"], ai_url=urls["ai_provider"], sms_url=urls["sms_gateway"])
 
-    def _make_settings(self) -> Settings:
-        assert self._certs is not None
-        overrides = dict(self.spec.settings_overrides)
-        if "run_dir" in overrides:
-            raise StackError("settings_overrides['run_dir']: use StackSpec.run_dir")
-        base = load_settings()  # the caller's environment (e.g. TIME_SCALE=...) is the default
-        urls = self.urls
-        return base.with_overrides(
-            **{**run_secrets(), "trusted_proxies": (HAPROXY_SOURCE,)},
-            **overrides,
-            run_dir=self.run_dir,
-            valkey_url=urls["valkey"],
-            valkey_ca=str(self._certs.ca_cert),
-            ai_url=urls["ai_provider"],
-            sms_url=urls["sms_gateway"],
-        )
-
     def _env(self, name: str) -> dict[str, str]:
-        """The environment of a process of the stack: ours, the settings, its links, its own additions."""
-        component = self._table.get(name) if name in self._table else None
-        env = dict(os.environ)
-        env.update(self.settings.to_env())
-        env.update(self._link_env(component))
-        env.update(PROCTOR_COMPONENT=name, PROCTOR_NODE_NAME=name, PYTHONUNBUFFERED="1")
-        if component is not None:
-            if component.admin_port is not None:
-                env["PROCTOR_ADMIN_PORT"] = str(component.admin_port)
-            env.update(component.env)
-        return env
+        return self._topo.env(name, self.settings)
 
     def _process_spec(self, component: Component) -> ProcessSpec:
-        """How the supervisor runs a component; Valkey and HAProxy inherit our environment."""
-        alive_only = component.health.kind == "alive"
-        env = dict(os.environ) if component.role in ("valkey", "haproxy", "faultproxy") else self._env(component.name)
-        return ProcessSpec(component.name, component.argv, env=env, ready=self._readiness(component),
-                           settle=self.spec.worker_settle if alive_only else 0.0, stop_stage=component.stop_stage)
-
-    def _readiness(self, component: Component) -> Probe | None:
-        if component.role == "faultproxy":
-            return self._links.ready  # its API answers and every planned proxy exists
-        if component.health.kind == "alive":
-            return None  # ready once alive for StackSpec.worker_settle
-        sup, health, name = self._supervisor(), component.health, component.name
-        return lambda: bool(probe_health(health, sup.pid(name)))
-
-    def _valkey(self) -> Component:
-        assert self._certs is not None
-        port = self._port("valkey")
-        conf = vk.write_valkey_config(self.run_dir, port, self._certs, self.spec.maxmemory, self.spec.valkey_maxclients)
-        health = HealthProbe("valkey", vk.valkey_url(port), ca=str(self._certs.ca_cert))
-        argv = tuple(vk.valkey_argv(self._binaries["valkey"].path, conf))
-        return self._table.put(Component("valkey", "valkey", argv=argv, health=health, port=port))
-
-    def _python(self, role: str) -> Component:
-        port = self._table.get(role).port if role in self._table else None
-        return self._table.put(python_component(self.spec, self.run_dir, role, port))
-
-    def _web(self, index: int) -> Component:
-        port = free_port()
-        admin_port = free_port()  # loopback admin listener; HAProxy never routes it
-        component = self._table.put(web_component(self.spec, self.run_dir, index, port, admin_port))
-        if self._links.wants(component.name):
-            self._links.add(component.name, port)  # HAProxy reaches the node through it
-        return component
-
-    def _worker(self, lane: str, index: int) -> Component:
-        return self._table.put(worker_component(self.spec, self.run_dir, lane, index))
-
-    def _write_haproxy_config(self, without: Sequence[str] = ()) -> Path:
-        webs = {c.name: self._links.listen_port(c.name) or c.port or 0
-                for c in self._table.pool("web") if c.name not in without}
-        config, sock = hap.write_haproxy_config(self.run_dir, self._port("haproxy"), webs, source=HAPROXY_SOURCE)
-        self._haproxy_socket = sock
-        return config
-
-    def _haproxy(self) -> Component:
-        config = self._write_haproxy_config()
-        # Ready once the frontend answers at all: a 503 still proves HAProxy is up.
-        health = HealthProbe("http", f"{self.urls['api']}/healthz", accept="any")
-        argv = tuple(hap.haproxy_argv(self._binaries["haproxy"].path, config))
-        return self._table.put(Component("haproxy", "haproxy", argv=argv, health=health, port=self._port("haproxy")))
+        return self._topo.process_spec(component, self.settings, self._supervisor().pid)
 
     # ------------------------------------------------------------ manifest
     def _supervisor(self) -> Supervisor:
         if self._sup is None:
             raise StackError("the stack is not started (use `with EmbeddedStack(spec) as stack:`)")
         return self._sup
-
-    def _component_entries(self) -> dict[str, dict[str, Any]]:
-        sup = self._sup
-        if sup is None:
-            return {}
-        entries = {}
-        trees = sup.trees()
-        for name in trees:
-            try:
-                entry: dict[str, Any] = dict(sup.info(name))
-                entry["argv"] = list(sup.spec(name).argv)
-                component = self._table.get(name)
-            except (StackError, KeyError):
-                continue  # removed (scale down) since the snapshot
-            entry.update(component.manifest_entry())
-            if self._link_env(component):
-                entry["via_links"] = self._link_env(component)  # environment pointing at proxies
-            tree = sorted(trees[name])
-            entry.update(pids=[pid for pid, _ in tree], tree=[list(i) for i in tree])
-            entries[name] = entry
-        return entries
 
     def _write_manifest(self) -> None:
         with self._manifest_lock:
@@ -498,7 +379,7 @@ class EmbeddedStack:
                 "links": self.links(),
                 "faultproxy": self._links.manifest() if self._links.active else None,
                 "ports": self.ports,
-                "components": self._component_entries(),
+                "components": self._topo.manifest_entries(self._sup) if self._sup else {},
                 "versions": {
                     **{key: f"{b.name} {b.version}" for key, b in self._binaries.items()},
                     **self._package_versions,
@@ -507,26 +388,3 @@ class EmbeddedStack:
             }
             if self.run_dir.is_dir():
                 write_manifest(self.run_dir, data)
-
-    # ------------------------------------------------------------ links
-    def _link_env(self, component: Component | None) -> dict[str, str]:
-        if not self._links.active or component is None:
-            return {}
-        urls = self.urls
-        return self._links.env_for(component.role, urls["valkey"], urls["ai_provider"], urls["sms_gateway"])
-
-    def _faultproxy_stage(self) -> list[Component]:
-        """Plan the fixed links' proxies; the supervised fault proxy to start, if any."""
-        if not self._links.active:
-            return []
-        self._links.plan_services(self.ports)
-        return [self._faultproxy()] if self._links.supervised else []
-
-    def _faultproxy(self) -> Component:
-        health = HealthProbe("http", f"{self._links.url}/proxies")
-        return self._table.put(Component(FAULTPROXY, "faultproxy", argv=tuple(self._links.argv()), health=health,
-                                         port=self._links.api_port, kind=self._links.backend))
-
-
-def _http(port: int | None) -> str:
-    return f"http://{HOST}:{port}"
