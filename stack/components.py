@@ -117,13 +117,6 @@ class Component:
         return {"kind": self.kind or self.role, "role": self.role, "lane": self.lane, "index": self.index,
                 "port": self.port, "health": self.health.as_dict(), "stop_stage": self.stop_stage}
 
-    @classmethod
-    def from_manifest(cls, name: str, entry: Mapping[str, Any]) -> Component:
-        """Back from a manifest entry (``proctor status`` / ``down`` read only the run folder)."""
-        return cls(name=name, role=str(entry["role"]), lane=entry.get("lane"), index=entry.get("index"),
-                   argv=tuple(entry.get("argv") or ()), health=HealthProbe.from_dict(entry.get("health")),
-                   port=entry.get("port"), kind=str(entry.get("kind") or ""), pgid=entry.get("pid"))
-
 
 class ComponentTable:
     """The components of one deployment, in start order, by name."""
