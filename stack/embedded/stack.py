@@ -240,7 +240,9 @@ class EmbeddedStack:
 
     def component_table(self) -> ComponentTable:
         """The running components (start order), each with its current process group."""
-        return ComponentTable([self.component(name) for name in self.components()])
+        sup = self._supervisor()
+        running = ComponentTable([self._table.get(name) for name in sup.names()])
+        return ComponentTable(running.with_pgids({name: sup.pid(name) for name in running.names()}))
 
     def pids(self, name: str) -> list[int]:
         return self._supervisor().pids(name)
