@@ -18,7 +18,7 @@ proxy, and every ``interval`` seconds appends to the history::
 (``web_1/queue`` and RQ's ``worker_merit_1.4242`` -> ``web_1``, ``worker_merit_1``;
 no name -> ``(unnamed)``). A new id under a name is a new connection: a reconnect.
 ``processes`` sums the per-process counters the stack's components write to
-``<run_dir>/connections/`` (stack/lanes/connection.py): every connect and every
+``<run_dir>/connections/`` (stack/valkey_client.py): every connect and every
 connection error each component saw, including the short-lived ones a sample
 cannot catch. If Valkey cannot be read the sample has ``"ok": false``, the error
 and its kind, and still the ``processes`` counters.
@@ -36,7 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from chaos.history import MONITOR, History
-from stack.lanes.connection import STATS_DIR, classify_error
+from stack.valkey_client import STATS_DIR, classify_error
 
 __all__ = ["SAMPLE_F", "component_of", "read_process_counters", "take_sample", "valkey_sampler"]
 

@@ -41,7 +41,7 @@ from redis.exceptions import RedisError  # noqa: E402
 from rq import Queue, Worker  # noqa: E402
 
 from stack.config import Settings, load_settings  # noqa: E402
-from stack.lanes.connection import valkey_client, warm_tls  # noqa: E402
+from stack.valkey_client import valkey_client, warm_tls  # noqa: E402
 from stack.lanes.jobs import prepare_worker  # noqa: E402 - in the parent, so each forked horse starts warm
 from stack.lanes.queues import LANES  # noqa: E402
 

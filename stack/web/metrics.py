@@ -21,7 +21,7 @@ from rq.job import Job
 from rq.utils import str_to_date
 from sqlalchemy import Engine
 
-from stack.lanes.connection import CONNECTION_STATS, ERROR_KINDS
+from stack.valkey_client import CONNECTION_STATS, ERROR_KINDS
 from stack.lanes.queues import LANES
 from stack.ledger import outbox
 from stack.web.dispatch import ValkeyClients

@@ -12,7 +12,7 @@ import pytest
 from chaos.churn import ChurnSpec, run_churn
 from chaos.valkey_stats import component_of, read_process_counters
 from stack.config import Settings
-from stack.lanes.connection import ConnectionStats, classify_error, client_name
+from stack.valkey_client import ConnectionStats, classify_error, client_name
 
 
 async def _serve(reply: bytes | None):
