@@ -42,6 +42,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from stack.config import Settings, load_settings
+from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client
 from stack.lanes.enqueue import enqueue_operation
 from stack.lanes.queues import LANE_OF_KIND, job_id
@@ -252,6 +253,7 @@ def main() -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stats = record_process_connections(settings)
     engine = make_engine(settings)
     redis = valkey_client(settings, "queue")
     try:
@@ -259,6 +261,7 @@ def main() -> int:
     finally:
         redis.close()
         engine.dispose()
+        stats.dump()
     return 0
 
 
