@@ -159,6 +159,7 @@ class Settings:
     time_scale: float = DEFAULT_TIME_SCALE  # TIME_SCALE
     run_dir: Path = field(default_factory=lambda: runs_dir() / "adhoc")  # PROCTOR_RUN_DIR (stack.paths rule)
     component: str = ""  # PROCTOR_COMPONENT: set by the embedded runner; names connections and counter files
+    ready_file: str = ""  # PROCTOR_READY_FILE: set by the embedded runner for a worker (its readiness file)
     database_url: str = ""  # DATABASE_URL; empty = SQLite ledger.db in run_dir
     valkey_url: str = "rediss://127.0.0.1:6380/0"  # PROCTOR_VALKEY_URL
     valkey_ca: str = ""  # PROCTOR_VALKEY_CA: CA bundle for rediss://
@@ -220,6 +221,7 @@ ENV_NAMES: dict[str, str] = {
     "time_scale": "TIME_SCALE",
     "run_dir": "PROCTOR_RUN_DIR",
     "component": "PROCTOR_COMPONENT",
+    "ready_file": "PROCTOR_READY_FILE",
     "database_url": "DATABASE_URL",
     "valkey_url": "PROCTOR_VALKEY_URL",
     "valkey_ca": "PROCTOR_VALKEY_CA",

@@ -8,8 +8,9 @@ the relay treats a started job whose worker key is gone as abandoned, in seconds
 rather than RQ's ~90 s + up to 600 s. The thread uses its own client, so the
 horse never inherits a pool the thread might be holding at fork time.
 
-Readiness: with ``$PROCTOR_READY_FILE`` set (the embedded runner sets it) the worker
-writes its pid there once its liveness key is set, right before its first dequeue.
+Readiness: with ``settings.ready_file`` set (``$PROCTOR_READY_FILE``, set by the embedded
+runner) the worker writes its pid there once its liveness key is set, right before its
+first dequeue.
 The supervisor counts the worker ready when the file names the live pid, so a
 restart's measured time ends when the worker can really take a job.
 
@@ -179,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         beat.beat()  # before the first dequeue, so a job never starts without a key
         beat.start()
-        mark_ready(os.environ.get("PROCTOR_READY_FILE"))
+        mark_ready(settings.ready_file)
         worker.work(burst=args.burst, logging_level="INFO")
     except RedisError as exc:
         log.error("worker %s: Valkey error: %s", worker.name, exc)
