@@ -18,9 +18,10 @@ proxy, and every ``interval`` seconds appends to the history::
 (``web_1/queue`` and RQ's ``worker_merit_1.4242`` -> ``web_1``, ``worker_merit_1``;
 no name -> ``(unnamed)``). A new id under a name is a new connection: a reconnect.
 ``processes`` sums the per-process counters the stack's components write to
-``<run_dir>/connections/`` (stack/lanes/connection.py): every connect and every
-connection error each component saw, including the short-lived ones a sample
-cannot catch. If Valkey cannot be read the sample has ``"ok": false``, the error
+``<run_dir>/connections/`` (stack/connection_stats.py: one ``.jsonl`` file per process,
+to which its forked RQ horses append their own lines; the last line of each pid
+counts): every connect and every connection error each component saw, including
+the short-lived ones a sample cannot catch. If Valkey cannot be read the sample has ``"ok": false``, the error
 and its kind, and still the ``processes`` counters.
 """
 
@@ -36,7 +37,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from chaos.history import MONITOR, History
-from stack.lanes.connection import STATS_DIR, classify_error
+from stack.connection_stats import STATS_DIR, STATS_SUFFIX
+from stack.valkey_client import classify_error
 
 __all__ = ["SAMPLE_F", "component_of", "read_process_counters", "take_sample", "valkey_sampler"]
 
@@ -53,18 +55,32 @@ def component_of(client_name: str) -> str:
     return client_name.split("/", 1)[0].split(".", 1)[0]
 
 
+def _last_line_per_pid(folder: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """Each process's latest snapshot: a file holds its process's lines and its horses'."""
+    latest: dict[tuple[str, int], dict[str, Any]] = {}
+    for path in sorted(folder.glob(f"*{STATS_SUFFIX}")):
+        try:
+            lines = path.read_bytes().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue  # a line being appended right now: the next sample reads it
+            component = str(data.get("component") or path.name.split(".", 1)[0])
+            latest[(component, int(data.get("pid", 0)))] = data
+    return latest
+
+
 def read_process_counters(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """Per component: connects and errors summed over its processes' counter files."""
+    """Per component: connects and errors summed over its processes (pids, horses included)."""
     folder = Path(run_dir) / STATS_DIR
     out: dict[str, dict[str, Any]] = {}
     if not folder.is_dir():
         return out
-    for path in sorted(folder.glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # being replaced right now: the next sample reads it
-        entry = out.setdefault(str(data.get("component") or path.stem.rsplit(".", 1)[0]),
+    for (component, _pid), data in sorted(_last_line_per_pid(folder).items()):
+        entry = out.setdefault(component,
                                {"connects": 0, "errors": {}, "error_total": 0, "pids": 0, "max_process_connects": 0})
         entry["connects"] += int(data.get("connects", 0))
         entry["max_process_connects"] = max(entry["max_process_connects"], int(data.get("connects", 0)))

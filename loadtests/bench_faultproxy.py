@@ -6,8 +6,8 @@ as another, and this process is the client, so no two of them share a GIL.  A re
 Toxiproxy is found as the stack finds it (``stack.embedded.links.choose_backend``):
 ``TOXIPROXY_URL`` is used as it is; a ``toxiproxy-server`` on PATH is started on
 127.0.0.1 on a free port and stopped by pid.  With neither, its column says
-"not measured" and ``results/bench/faultproxy.json`` has ``"toxiproxy": null``: every
-figure printed was measured in this run.  All traffic is on 127.0.0.1.
+"not measured" and ``<results>/bench/faultproxy.json`` (``stack.paths.bench_dir``) has
+``"toxiproxy": null``: every figure printed was measured in this run.  All traffic is on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from chaos.faultproxy.server import (start_faultproxy_process,  # noqa: E402
                                      stop_faultproxy_process)
 from stack.embedded.links import choose_backend  # noqa: E402
+from stack.paths import bench_dir  # noqa: E402
 
 __all__ = ["main"]
 
@@ -256,7 +257,7 @@ def _wait_for_api(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 def main() -> int:
-    out_dir = ROOT / "results" / "bench"
+    out_dir = bench_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                               "machine": machine()}

@@ -22,7 +22,8 @@ embedded stack (1 web node, one worker per lane) and prints, in real seconds:
 Every section records the 1-minute load average before and after it (``os.getloadavg``):
 the 2 cores are shared with other work. ``--hog`` runs ``python3 -c 'while 1: pass'``
 (one core busy) for the whole benchmark and stops it by pid. Writes
-``results/bench/lanes[-hog].json``. Figures are printed, never asserted.
+``<results>/bench/lanes[-hog].json`` (``stack.paths.bench_dir``: ``$PROCTOR_RESULTS_DIR`` or
+``./results``). Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-RESULTS = Path("results/bench")
+from stack.paths import bench_dir
+
 PHASES = ("_current", "_unless_ready", "_already_ready", "_merit_card", "merit_of", "_burn_cpu", "_call_provider",
           "_commit_outcome")
 """Functions of stack.lanes.jobs timed in the phase helper; those that exist are wrapped (older releases
@@ -242,8 +243,9 @@ def main() -> int:
         if hog is not None:
             hog.kill()
             hog.wait()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"lanes{'-hog' if args.hog else ''}.json"
+    results = bench_dir()
+    results.mkdir(parents=True, exist_ok=True)
+    out = results / f"lanes{'-hog' if args.hog else ''}.json"
     out.write_text(json.dumps(figures, indent=2))
     print(json.dumps(figures, indent=2))
     print(f"written: {out}")

@@ -31,8 +31,8 @@ from locust.user.wait_time import constant_throughput
 from ramp_plan import DEFAULT_STEPS, RampPlan, parse_steps
 from ramp_stack import PROJECT_ROOT, EmbeddedRampStack, StackStartError, read_manifest
 from ramp_student import QUESTIONS, Student, StudentCursor, history_for
+from stack.paths import runs_dir
 
-RESULTS = PROJECT_ROOT / "results" / "runs"
 _state: dict[str, object] = {}  # the master's stack and run folder (module state: one Locust process)
 
 
@@ -56,7 +56,7 @@ def _options(parser) -> None:  # noqa: ANN001 - Locust's parser
                        help="seconds to wait for every outcome to settle before the final read")
     group.add_argument("--ramp-seed", type=int, default=20261006, help="seed of every student's choices")
     group.add_argument("--ramp-web", type=int, default=2, help="web nodes of the embedded stack")
-    group.add_argument("--ramp-run-dir", default="", help="run folder (default results/runs/<UTC>-ramp)")
+    group.add_argument("--ramp-run-dir", default="", help="run folder (default <results>/runs/<UTC>-ramp, stack.paths)")
     group.add_argument("--ramp-stack-dir", default="", help="drive a running `proctor up` stack: its run folder")
     group.add_argument("--ramp-roster", default="", help="with --host: roster.json {exams: {code: {student: code}}}")
     group.add_argument("--ramp-admin-url", default="", help="with --host: a web node's admin listener (exports)")
@@ -88,7 +88,7 @@ def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
         return  # workers get host, roster and run folder from the master with the spawn message
     options = environment.parsed_options
     _validate(options)
-    run_dir = Path(options.ramp_run_dir or RESULTS / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp").resolve()
+    run_dir = Path(options.ramp_run_dir or runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp").resolve()
     _state["run_dir"] = run_dir
     targets = _targets(environment, options, run_dir)
     options.ramp_run_dir = str(run_dir)

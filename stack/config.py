@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping
 
+from stack.paths import runs_dir
+
 __all__ = [
     "CASE_AI_CALL_SECONDS",
     "CASE_MERIT_COMPUTE_SECONDS",
@@ -113,6 +115,19 @@ def _parse_addresses(name: str, raw: str) -> tuple[str, ...]:
     return addresses
 
 
+def _parse_networks(name: str, raw: str) -> tuple[str, ...]:
+    """``127.0.0.1/32,10.0.0.0/8`` -> the networks, each checked (a bare address is a /32 or /128)."""
+    networks = tuple(part.strip() for part in raw.split(",") if part.strip())
+    for network in networks:
+        try:
+            ipaddress.ip_network(network)
+        except ValueError as exc:
+            raise SettingsError(f"{name}={raw!r}: {exc}") from None
+    if not networks:
+        raise SettingsError(f"{name}={raw!r}: name at least one network, e.g. 127.0.0.1/32")
+    return networks
+
+
 def _parse_rate(name: str, raw: str) -> str:
     """A limit in the ``limits`` notation: ``3000/minute``, ``50 per second``."""
     from limits import parse
@@ -142,7 +157,9 @@ class Settings:
     """One typed view of the stack's environment. Field docs name the variable."""
 
     time_scale: float = DEFAULT_TIME_SCALE  # TIME_SCALE
-    run_dir: Path = Path("results/runs/adhoc")  # PROCTOR_RUN_DIR
+    run_dir: Path = field(default_factory=lambda: runs_dir() / "adhoc")  # PROCTOR_RUN_DIR (stack.paths rule)
+    component: str = ""  # PROCTOR_COMPONENT: set by the embedded runner; names connections and counter files
+    ready_file: str = ""  # PROCTOR_READY_FILE: set by the embedded runner for a worker (its readiness file)
     database_url: str = ""  # DATABASE_URL; empty = SQLite ledger.db in run_dir
     valkey_url: str = "rediss://127.0.0.1:6380/0"  # PROCTOR_VALKEY_URL
     valkey_ca: str = ""  # PROCTOR_VALKEY_CA: CA bundle for rediss://
@@ -158,6 +175,7 @@ class Settings:
     roster_size: int = 1000  # PROCTOR_ROSTER_SIZE: students enrolled per exam by `proctor up`
     login_network_limit: str = "3000/minute"  # PROCTOR_LOGIN_NETWORK_LIMIT: logins per client address
     node_name: str = "web_1"  # PROCTOR_NODE_NAME
+    sms_allowlist: tuple[str, ...] = ("127.0.0.1/32",)  # PROCTOR_SMS_ALLOWLIST: networks the fake SMS gateway serves
     exams: Mapping[str, int] = field(default_factory=lambda: {"NOVA-101": 20})  # PROCTOR_EXAMS
     token_ttl_seconds: float = 3600.0  # PROCTOR_TOKEN_TTL (real seconds)
     relay_interval: float = 0.5  # PROCTOR_RELAY_INTERVAL (real seconds)
@@ -192,7 +210,7 @@ class Settings:
                 env[name] = "on" if value else "off"
             elif f.name == "exams":
                 env[name] = ",".join(f"{code}:{count}" for code, count in value.items())
-            elif f.name == "trusted_proxies":
+            elif isinstance(value, tuple):
                 env[name] = ",".join(value)
             else:
                 env[name] = str(value)
@@ -202,6 +220,8 @@ class Settings:
 ENV_NAMES: dict[str, str] = {
     "time_scale": "TIME_SCALE",
     "run_dir": "PROCTOR_RUN_DIR",
+    "component": "PROCTOR_COMPONENT",
+    "ready_file": "PROCTOR_READY_FILE",
     "database_url": "DATABASE_URL",
     "valkey_url": "PROCTOR_VALKEY_URL",
     "valkey_ca": "PROCTOR_VALKEY_CA",
@@ -217,6 +237,7 @@ ENV_NAMES: dict[str, str] = {
     "roster_size": "PROCTOR_ROSTER_SIZE",
     "login_network_limit": "PROCTOR_LOGIN_NETWORK_LIMIT",
     "node_name": "PROCTOR_NODE_NAME",
+    "sms_allowlist": "PROCTOR_SMS_ALLOWLIST",
     "exams": "PROCTOR_EXAMS",
     "token_ttl_seconds": "PROCTOR_TOKEN_TTL",
     "relay_interval": "PROCTOR_RELAY_INTERVAL",
@@ -242,6 +263,7 @@ _PARSERS = {
     "roster_size": _parse_positive_int,
     "login_network_limit": _parse_rate,
     "trusted_proxies": _parse_addresses,
+    "sms_allowlist": _parse_networks,
     "answer_write_behind": _parse_non_negative_float,
     "reconciler_enabled": _parse_bool,
     "sms_idempotency": _parse_bool,

@@ -18,9 +18,6 @@ Valkey is a queue, never the truth: the outbox row says what is owed, so losing
 Valkey's data costs a re-enqueue, never the work. With the reconciler off only
 step 1 runs: the negative control where a killed job stays lost.
 
-With ``valkey_fresh_connections`` (a negative control) each pass uses a client of
-its own, closed after the pass, and every call inside it opens a new TLS connection.
-
 Re-enqueues go to Valkey before the row moves: a crash in between costs at most a
 duplicate run of an idempotent job, never a row pointing at a job that was never sent.
 """
@@ -45,7 +42,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from stack.config import Settings, load_settings
-from stack.lanes.connection import valkey_client
+from stack.connection_stats import record_process_connections
+from stack.valkey_client import valkey_client
 from stack.lanes.enqueue import enqueue_operation
 from stack.lanes.queues import LANE_OF_KIND, job_id
 from stack.lanes.worker import liveness_key
@@ -136,29 +134,12 @@ class Relay:
         self.limbo = LimboWatch(redis, grace=settings.liveness_ttl)
 
     def run_once(self) -> PassReport:
-        if self.settings.valkey_fresh_connections:
-            return self._run_once_fresh()
-        return self._pass()
-
-    def _pass(self) -> PassReport:
         report = PassReport()
         self.enqueue_pending(report)
         self.fail_blocked(report)
         if self.settings.reconciler_enabled:
             self.reconcile(report)
         return report
-
-    def _run_once_fresh(self) -> PassReport:
-        """The negative control's anti-pattern: a client of its own per pass, closed after
-        (and, from ``valkey_client``, a new TLS connection for every call inside it)."""
-        pooled = self.redis
-        client = valkey_client(self.settings, "queue")
-        self.redis = self.limbo.redis = client
-        try:
-            return self._pass()
-        finally:
-            self.redis = self.limbo.redis = pooled
-            client.close()
 
     def enqueue_pending(self, report: PassReport) -> None:
         with self.engine.begin() as conn:
@@ -272,6 +253,7 @@ def main() -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stats = record_process_connections(settings)
     engine = make_engine(settings)
     redis = valkey_client(settings, "queue")
     try:
@@ -279,6 +261,7 @@ def main() -> int:
     finally:
         redis.close()
         engine.dispose()
+        stats.dump()
     return 0
 
 

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 from stack.components import STOP_STAGES, HealthProbe
 from stack.embedded import StackError
-from stack.embedded.manifest import MANIFEST_NAME, RUNS_DIR, read_manifest
+from stack import paths
+from stack.embedded.manifest import MANIFEST_NAME, read_manifest
 from stack.embedded.watchdog import is_alive, signal_tree
 
 __all__ = ["up", "status", "down", "main"]
@@ -44,7 +45,7 @@ def _up_parser() -> argparse.ArgumentParser:
     p.add_argument("--sms-workers", type=int, default=1)
     p.add_argument("--time-scale", type=float, default=None, help="real seconds per case second (TIME_SCALE)")
     p.add_argument("--name", default="stack", help="run name, part of the run folder name")
-    p.add_argument("--run-dir", type=Path, default=None, help="default: results/runs/<UTC timestamp>-<name>/")
+    p.add_argument("--run-dir", type=Path, default=None, help="default: $PROCTOR_RESULTS_DIR/runs/<UTC timestamp>-<name>/ (or ./results/runs/...)")
     p.add_argument("--components", type=Path, default=None,
                    help="JSON file {kind: [argv template]} overriding component commands (tests)")
     p.add_argument("--link", action="append", default=[], metavar="NAME",
@@ -171,11 +172,13 @@ def up(argv: Sequence[str] | None = None) -> int:
 # ---------------------------------------------------------------- status / down
 def _run_dir_arg(prog: str, argv: Sequence[str] | None, extra: bool = False) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=prog)
-    p.add_argument("run_dir", nargs="?", type=Path, default=RUNS_DIR / "latest",
-                   help="run folder (default results/runs/latest)")
+    p.add_argument("run_dir", nargs="?", type=Path, default=None,
+                   help="run folder (default $PROCTOR_RESULTS_DIR/runs/latest, or ./results/runs/latest)")
     if extra:
         p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait before SIGKILL")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.run_dir = paths.runs_dir() / "latest" if args.run_dir is None else args.run_dir
+    return args
 
 
 def _ident(pid: Any, ticks: Any) -> tuple[int, int] | None:

@@ -14,11 +14,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from stack import paths
 from stack.embedded import StackError
 
 __all__ = [
     "MANIFEST_NAME",
-    "RUNS_DIR",
     "write_manifest",
     "read_manifest",
     "update_latest_link",
@@ -26,7 +26,6 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
-RUNS_DIR = Path(__file__).resolve().parents[2] / "results" / "runs"
 _PACKAGES = ("fastapi", "uvicorn", "redis", "rq", "SQLAlchemy", "httpx", "starlette", "pydantic")
 
 
@@ -52,8 +51,10 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     return data
 
 
-def update_latest_link(run_dir: Path, runs_dir: Path = RUNS_DIR) -> Path | None:
-    """Point ``<runs_dir>/latest`` at ``run_dir`` when the run lives in ``runs_dir``."""
+def update_latest_link(run_dir: Path, runs_dir: Path | None = None) -> Path | None:
+    """Point ``<runs_dir>/latest`` at ``run_dir`` when the run lives in ``runs_dir``
+    (default: ``stack.paths.runs_dir()``, read now, not at import)."""
+    runs_dir = paths.runs_dir() if runs_dir is None else runs_dir
     run_dir = run_dir.resolve()
     if run_dir.parent != runs_dir.resolve():
         return None  # a custom run folder (a test's tmp_path) must not hijack `latest`

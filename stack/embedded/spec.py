@@ -18,7 +18,7 @@ from stack.config import ENV_NAMES, Settings, load_settings
 from stack.embedded import StackError
 from stack.embedded import valkey as vk
 from stack.embedded.links import validate_links
-from stack.embedded.manifest import RUNS_DIR
+from stack import paths
 from stack.embedded.ports import HOST
 from stack.embedded.secrets import HAPROXY_SOURCE, run_secrets
 
@@ -78,7 +78,7 @@ class StackSpec:
     ai_workers: int = 1
     sms_workers: int = 1
     settings_overrides: Mapping[str, Any] = field(default_factory=dict)
-    run_dir: Path | str | None = None  # None: results/runs/<UTC timestamp>-<name>/
+    run_dir: Path | str | None = None  # None: <stack.paths.runs_dir()>/<UTC timestamp>-<name>/
     commands: Mapping[str, Sequence[str]] = field(default_factory=dict)  # per-kind overrides of DEFAULT_COMMANDS
     ready_timeout: float = 30.0
     stop_grace: float = 5.0
@@ -204,7 +204,7 @@ def http_probe(url: str, timeout: float = 1.0, accept: str = "200") -> bool:
 
 def default_run_dir(name: str) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    base = RUNS_DIR / f"{stamp}-{name}"
+    base = paths.runs_dir() / f"{stamp}-{name}"
     candidate, n = base, 1
     while candidate.exists():
         n += 1

@@ -291,7 +291,7 @@ class EmbeddedStack:
 
     def valkey(self, purpose: str = "queue") -> Redis:
         """A redis-py client over TLS with the run's CA; closed when the stack stops."""
-        from stack.lanes.connection import valkey_client
+        from stack.valkey_client import valkey_client
 
         client = valkey_client(self.settings, purpose)
         self._clients.append(client)

@@ -8,8 +8,9 @@ the relay treats a started job whose worker key is gone as abandoned, in seconds
 rather than RQ's ~90 s + up to 600 s. The thread uses its own client, so the
 horse never inherits a pool the thread might be holding at fork time.
 
-Readiness: with ``$PROCTOR_READY_FILE`` set (the embedded runner sets it) the worker
-writes its pid there once its liveness key is set, right before its first dequeue.
+Readiness: with ``settings.ready_file`` set (``$PROCTOR_READY_FILE``, set by the embedded
+runner) the worker writes its pid there once its liveness key is set, right before its
+first dequeue.
 The supervisor counts the worker ready when the file names the live pid, so a
 restart's measured time ends when the worker can really take a job.
 
@@ -41,7 +42,8 @@ from redis.exceptions import RedisError  # noqa: E402
 from rq import Queue, Worker  # noqa: E402
 
 from stack.config import Settings, load_settings  # noqa: E402
-from stack.lanes.connection import valkey_client, warm_tls  # noqa: E402
+from stack.connection_stats import record_process_connections  # noqa: E402
+from stack.valkey_client import valkey_client, warm_tls  # noqa: E402
 from stack.lanes.jobs import prepare_worker  # noqa: E402 - in the parent, so each forked horse starts warm
 from stack.lanes.queues import LANES  # noqa: E402
 
@@ -130,7 +132,7 @@ def mark_ready(path: str | None, pid: int | None = None) -> None:
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m stack.lanes.worker")
     parser.add_argument("lane", choices=LANES)
-    parser.add_argument("--name", default=None, help="component name (default: $PROCTOR_COMPONENT or worker_<lane>)")
+    parser.add_argument("--name", default=None, help="component name (default: settings.component, i.e. $PROCTOR_COMPONENT, or worker_<lane>)")
     parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     return parser.parse_args(argv)
 
@@ -162,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings()
     warm_tls(settings)  # once here; every forked horse reuses it for its own Valkey connection
     prepare_worker(args.lane)  # settings, engines, and for ai/sms the HTTP stack: once, not per horse
-    component = args.name or os.environ.get("PROCTOR_COMPONENT") or f"worker_{args.lane}"
+    component = args.name or settings.component or f"worker_{args.lane}"
+    stats = record_process_connections(settings)  # every horse forked below appends to this process's file
     worker = build_worker(settings, args.lane, component)
     valkey_lost = threading.Event()
 
@@ -177,13 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         beat.beat()  # before the first dequeue, so a job never starts without a key
         beat.start()
-        mark_ready(os.environ.get("PROCTOR_READY_FILE"))
+        mark_ready(settings.ready_file)
         worker.work(burst=args.burst, logging_level="INFO")
     except RedisError as exc:
         log.error("worker %s: Valkey error: %s", worker.name, exc)
         return 1
     finally:
         beat.stop()
+        stats.dump()
     if valkey_lost.is_set():
         return 1
     # Without a stop request or --burst, work() only returns after giving up on an error.

@@ -1,29 +1,25 @@
 """Fake SMS gateway: ``python -m uvicorn stack.providers.sms:create_app --factory``.
 
 Like the seed's gateway it accepts traffic only from allow-listed source
-addresses (env ``PROCTOR_SMS_ALLOWLIST``, comma-separated CIDRs, default
-``127.0.0.1/32``): a replacement worker on another address gets 403.
+addresses (``Settings.sms_allowlist``, env ``PROCTOR_SMS_ALLOWLIST``: comma-separated
+CIDRs, default ``127.0.0.1/32``): a replacement worker on another address gets 403.
 Each accepted message is one effect (a text the student receives).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import time
-from typing import Any, Mapping
+from typing import Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from stack.config import CASE_SMS_CALL_SECONDS, Settings, SettingsError, load_settings
+from stack.config import CASE_SMS_CALL_SECONDS, Settings, load_settings
 from stack.providers import Provider, admin_router, health_router, lookup, perform
 
-__all__ = ["ALLOWLIST_ENV", "MessageRequest", "create_app", "parse_allowlist"]
-
-ALLOWLIST_ENV = "PROCTOR_SMS_ALLOWLIST"
-DEFAULT_ALLOWLIST = "127.0.0.1/32"
+__all__ = ["MessageRequest", "create_app", "parse_allowlist"]
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -34,11 +30,9 @@ class MessageRequest(BaseModel):
     body: str = Field(min_length=1, max_length=1600)
 
 
-def parse_allowlist(raw: str) -> tuple[Network, ...]:
-    try:
-        return tuple(ipaddress.ip_network(part.strip()) for part in raw.split(",") if part.strip())
-    except ValueError as exc:
-        raise SettingsError(f"{ALLOWLIST_ENV}={raw!r}: {exc}") from None
+def parse_allowlist(networks: tuple[str, ...]) -> tuple[Network, ...]:
+    """The allow-list's networks (already checked by ``load_settings``)."""
+    return tuple(ipaddress.ip_network(network) for network in networks)
 
 
 def _allowed(host: str, allowlist: tuple[Network, ...]) -> bool:
@@ -49,10 +43,9 @@ def _allowed(host: str, allowlist: tuple[Network, ...]) -> bool:
     return any(address in network for network in allowlist)
 
 
-def create_app(settings: Settings | None = None, environ: Mapping[str, str] | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
-    environ = os.environ if environ is None else environ
-    allowlist = parse_allowlist(environ.get(ALLOWLIST_ENV) or DEFAULT_ALLOWLIST)
+    allowlist = parse_allowlist(settings.sms_allowlist)
     provider = Provider("sms", settings, work_seconds=settings.scaled(CASE_SMS_CALL_SECONDS))
     app = FastAPI(title="Fake SMS gateway")
     app.state.provider = provider

@@ -15,6 +15,7 @@ from typing import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -29,6 +30,7 @@ from stack.web import (
     routes_outcomes,
     routes_sessions,
 )
+from stack.web.answer_sink import AnswerSink, DurableAnswers
 from stack.web.dispatch import Dispatcher, ValkeyClients, ValkeyDispatcher
 from stack.web.guards import ledger_busy_handler, unparsable_body_handler
 from limits import parse as parse_rate
@@ -52,6 +54,13 @@ def refuse_insecure_secrets(settings: Settings) -> None:
                             "ones per run (PROCTOR_ALLOW_DEFAULT_SECRETS=on is for tests only)")
 
 
+def _answer_sink(settings: Settings, engine: Engine) -> AnswerSink:
+    """The node's one choice of answer sink: durable, unless the write-behind negative control is on."""
+    if settings.answer_write_behind > 0:
+        return WriteBehind(engine, settings.node_name, settings.answer_write_behind)
+    return DurableAnswers(engine, settings.node_name)
+
+
 def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None) -> FastAPI:
     """The public API of a node (no admin routes)."""
     settings = load_settings() if settings is None else settings
@@ -61,10 +70,9 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
     clients = ValkeyClients(settings)
     dispatcher = ValkeyDispatcher(settings, engine, clients) if dispatcher is None else dispatcher
     state = WebState(settings=settings, engine=engine, read_engine=read_engine, clients=clients, dispatcher=dispatcher,
+                     answers=_answer_sink(settings, engine),
                      limiter=RequestLimiter(clients, enabled=settings.rate_limits,
                                             login_network=parse_rate(settings.login_network_limit)))
-    if settings.answer_write_behind > 0:
-        state.write_behind = WriteBehind(engine, settings.node_name, settings.answer_write_behind)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -72,8 +80,7 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
         yield
         state.draining.set()
         dispatcher.close()
-        if state.write_behind is not None:
-            state.write_behind.close()
+        state.answers.close()
         clients.close()
         engine.dispose()
         read_engine.dispose()

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import Engine
 
 from stack.config import Settings
-from stack.lanes.connection import valkey_client
+from stack.valkey_client import valkey_client
 from stack.ledger import outbox
 from stack.lanes.enqueue import enqueue_operation
 
@@ -39,8 +39,8 @@ class Dispatcher(Protocol):
 
 
 class ValkeyClients:
-    """One lazily created client per purpose, or a fresh one per use when the
-    ``valkey_fresh_connections`` negative control reproduces the seed's TLS churn."""
+    """One lazily created client per purpose, shared by the node's threads. (The
+    ``valkey_fresh_connections`` negative control lives in ``valkey_client`` alone.)"""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -49,13 +49,6 @@ class ValkeyClients:
 
     @contextlib.contextmanager
     def use(self, purpose: str) -> Iterator[Redis]:
-        if self._settings.valkey_fresh_connections:
-            client = valkey_client(self._settings, purpose)
-            try:
-                yield client
-            finally:
-                client.close()
-            return
         with self._lock:
             client = self._clients.get(purpose)
             if client is None:

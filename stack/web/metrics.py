@@ -21,7 +21,7 @@ from rq.job import Job
 from rq.utils import str_to_date
 from sqlalchemy import Engine
 
-from stack.lanes.connection import CONNECTION_STATS, ERROR_KINDS
+from stack.connection_stats import ERROR_KINDS, process_stats
 from stack.lanes.queues import LANES
 from stack.ledger import outbox
 from stack.web.dispatch import ValkeyClients
@@ -139,7 +139,7 @@ def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients,
                     [(f'{{lane="{lane}"}}', s.depth) for lane, s in lanes.items()])
         text.metric("proctor_lane_oldest_job_age_seconds", "gauge", "Age of the job at the head of the lane.",
                     [(f'{{lane="{lane}"}}', s.oldest_age) for lane, s in lanes.items()])
-    conn = CONNECTION_STATS.snapshot()
+    conn = process_stats().snapshot()
     text.metric("proctor_valkey_connects_total", "counter", "Valkey connections this node opened (TCP + TLS + SETNAME).",
                 [(node_label, conn["connects"])])
     text.metric("proctor_valkey_errors_total", "counter", "Valkey connection errors of this node, by kind.",

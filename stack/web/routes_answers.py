@@ -1,4 +1,4 @@
-"""PUT an answer: committed to the ledger before the reply; Valkey plays no part."""
+"""PUT an answer: handed to the node's answer sink (the ledger, before the reply); Valkey plays no part."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, HTTPException, Response
 from pydantic import BaseModel
 
-from stack.ledger.answers import AnswerRejected, submit_answer
+from stack.ledger.answers import AnswerRejected
 from stack.ledger.attempts import Attempt
 from stack.web.guards import account_limit, documented
 from stack.web.inputs import Text
@@ -50,12 +50,8 @@ def put_answer(
     key: Annotated[str, Header(alias="Idempotency-Key", min_length=1, max_length=255)],
 ) -> dict:
     _check_question(attempt, question, state.question_count(attempt.exam_code))
-    if state.write_behind is not None:  # negative control only: acknowledged before it is durable
-        receipt_id = state.write_behind.accept(attempt.id, question, body.content, key)
-        response.status_code = 201
-        return {"receipt_id": receipt_id, "attempt_id": attempt.id, "question": question, "replayed": False}
     try:
-        receipt = submit_answer(state.engine, attempt.id, question, body.content, key, state.settings.node_name)
+        receipt = state.answers.accept(attempt.id, question, body.content, key)
     except AnswerRejected as exc:
         status = _REJECTION_STATUS.get(exc.reason, 409)
         raise HTTPException(status_code=status, detail=_REJECTION_TEXT[exc.reason]) from None

@@ -20,11 +20,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stack.config import Settings
 from stack.ledger.attempts import Attempt, get_attempt, question_count
+from stack.web.answer_sink import AnswerSink
 from stack.web.auth import Principal, bearer_principal
 from stack.web.dispatch import Dispatcher, ValkeyClients
 from stack.web.metrics import RequestCounters
 from stack.web.ratelimit import RequestLimiter
-from stack.web.write_behind import WriteBehind
 
 __all__ = [
     "AttemptDep",
@@ -52,9 +52,9 @@ class WebState:
     read_engine: Engine  # deferred, query-only on SQLite: reads never wait for the write lock
     clients: ValkeyClients
     dispatcher: Dispatcher
+    answers: AnswerSink  # durable, or the write-behind negative control: chosen once in app.py
     counters: RequestCounters = field(default_factory=RequestCounters)
     draining: threading.Event = field(default_factory=threading.Event)
-    write_behind: WriteBehind | None = None  # only for the write-behind negative control
     limiter: RequestLimiter = field(default_factory=lambda: RequestLimiter(None, enabled=False))
     _exams: dict[str, int] = field(default_factory=dict)
 

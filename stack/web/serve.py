@@ -16,6 +16,7 @@ import sys
 import uvicorn
 
 from stack.config import SettingsError, load_settings
+from stack.connection_stats import record_process_connections
 from stack.web.app import create_node
 
 __all__ = ["main"]
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = load_settings()
+        stats = record_process_connections(settings)
         app = create_node(settings)
     except SettingsError as exc:
         print(f"stack.web.serve: {exc}", file=sys.stderr)
@@ -47,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         sockets.append(_bind(ADMIN_HOST, settings.admin_port))
     config = uvicorn.Config(app, proxy_headers=False, access_log=False, log_level="warning",
                             timeout_graceful_shutdown=2, lifespan="on")
-    uvicorn.Server(config).run(sockets=sockets)
+    try:
+        uvicorn.Server(config).run(sockets=sockets)
+    finally:
+        stats.dump()  # the counts' last word, after the node's last request
     return 0
 
 

@@ -5,7 +5,8 @@ commits the answer to the ledger that many seconds later, from memory. The stude
 holds a receipt for an answer that exists only in one process: kill the node and it
 is gone; and a finish that reaches the ledger first makes the late commit a refusal.
 The answers checker must report both as lost acknowledged writes.
-The default (0) commits before the reply and never uses this module.
+The default (0) commits before the reply (``stack.web.answer_sink.DurableAnswers``);
+``stack.web.app`` picks this sink instead only for the negative control.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Callable
 
 from sqlalchemy import Engine
 
-from stack.ledger.answers import AnswerRejected, submit_answer
+from stack.ledger.answers import AnswerRejected, Receipt, submit_answer
 
 __all__ = ["PendingAnswer", "WriteBehind"]
 
@@ -38,6 +39,8 @@ class PendingAnswer:
 
 
 class WriteBehind:
+    """An ``AnswerSink`` that acknowledges at once and commits ``delay`` seconds later."""
+
     def __init__(self, engine: Engine, node: str, delay: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.engine, self.node, self.delay = engine, node, delay
@@ -53,10 +56,11 @@ class WriteBehind:
         log.warning("answers are acknowledged before they are committed (write-behind %.2fs): "
                     "a negative control, never a real configuration", delay)
 
-    def accept(self, attempt_id: str, question: str, content: str, key: str) -> str:
-        receipt = uuid.uuid4().hex
+    def accept(self, attempt_id: str, question: str, content: str, key: str) -> Receipt:
+        receipt = Receipt(uuid.uuid4().hex, attempt_id, question, replayed=False)  # never rejects: nothing checked yet
         with self._lock:
-            self._pending.append(PendingAnswer(self.clock() + self.delay, attempt_id, question, content, key, receipt))
+            self._pending.append(PendingAnswer(self.clock() + self.delay, attempt_id, question, content, key,
+                                               receipt.receipt_id))
         return receipt
 
     def wait_for(self, predicate: Callable[[], bool]) -> None:

@@ -7,12 +7,11 @@ import json
 import socket
 from pathlib import Path
 
-import pytest
-
 from chaos.churn import ChurnSpec, run_churn
 from chaos.valkey_stats import component_of, read_process_counters
 from stack.config import Settings
-from stack.lanes.connection import ConnectionStats, classify_error, client_name
+from stack.connection_stats import ConnectionStats
+from stack.valkey_client import classify_error, client_name
 
 
 async def _serve(reply: bytes | None):
@@ -95,17 +94,19 @@ def test_classify_error_kinds() -> None:
     assert classify_error(ConnectionError("Error 8 connecting to x. [SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of protocol")) == "tls"
 
 
-def test_client_names_and_counter_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PROCTOR_COMPONENT", "worker_sms_1")
-    assert client_name(Settings(), "queue") == "worker_sms_1/queue"
+def test_client_names_and_counter_files(tmp_path: Path) -> None:
+    assert client_name(Settings(component="worker_sms_1"), "queue") == "worker_sms_1/queue"
+    assert client_name(Settings(node_name="web_3"), "probe") == "web_3/probe"  # outside the runner
     assert component_of("worker_sms_1/queue") == component_of("worker_sms_1.4242") == "worker_sms_1"
     assert component_of("") == "(unnamed)"
-    stats = ConnectionStats("worker_sms_1", tmp_path / "connections", min_interval=0.0)
+    path = tmp_path / "connections" / "worker_sms_1.4000.jsonl"
+    stats = ConnectionStats("worker_sms_1", path, min_interval=0.0)
     stats.record_connect()
     stats.record_connect()
     stats.record_error("reset", connecting=False)
-    data = json.loads(next((tmp_path / "connections").glob("worker_sms_1.*.json")).read_text())
+    data = json.loads(path.read_text().splitlines()[-1])
     assert (data["connects"], data["errors"], data["error_total"]) == (2, {"reset": 1}, 1)
-    (tmp_path / "connections" / "worker_sms_1.999.json").write_text(json.dumps({**data, "pid": 999, "connects": 5}))
+    with path.open("a") as out:  # a horse's line, then a line still being appended
+        out.write(json.dumps({**data, "pid": 999, "connects": 5}) + "\n" + '{"component": "worker_sms_1", "pi')
     summed = read_process_counters(tmp_path)["worker_sms_1"]
     assert (summed["connects"], summed["pids"], summed["max_process_connects"], summed["error_total"]) == (7, 2, 5, 2)

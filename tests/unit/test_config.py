@@ -15,7 +15,8 @@ def test_defaults_without_environment() -> None:
 
 def test_environment_round_trips_through_to_env(tmp_path: Path) -> None:
     original = Settings(time_scale=0.5, run_dir=tmp_path, exams={"A-1": 3, "B-2": 40}, reconciler_enabled=False,
-                        sms_idempotency=False, answer_write_behind=1.5, max_job_attempts=2)
+                        sms_idempotency=False, answer_write_behind=1.5, max_job_attempts=2, component="worker_ai_2", ready_file="/tmp/r/ready/worker_ai_2",
+                        sms_allowlist=("127.0.0.1/32", "10.0.0.0/8"))
     assert load_settings(original.to_env()) == original
 
 
@@ -34,9 +35,16 @@ def test_ledger_defaults_to_sqlite_in_the_run_folder(tmp_path: Path) -> None:
         ("PROCTOR_EXAMS", "NOVA-101", "CODE:QUESTIONS"),
         ("PROCTOR_EXAMS", "NOVA-101:x", "whole number"),
         ("PROCTOR_ANSWER_WRITE_BEHIND", "-1", "0 or more"),
+        ("PROCTOR_SMS_ALLOWLIST", "127.0.0.1/32,localhost", "does not appear to be an IPv4 or IPv6 network"),
+        ("PROCTOR_SMS_ALLOWLIST", " , ", "at least one network"),
     ],
 )
 def test_a_bad_value_names_the_variable(variable: str, value: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message) as caught:
         load_settings({variable: value})
     assert str(caught.value).startswith(f"{variable}=")
+
+
+def test_the_run_folder_default_follows_the_results_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROCTOR_RESULTS_DIR", str(tmp_path / "elsewhere"))
+    assert load_settings({}).run_dir == (tmp_path / "elsewhere").resolve() / "runs" / "adhoc"

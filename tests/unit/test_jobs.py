@@ -60,7 +60,7 @@ def use(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
 def providers(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     use(settings, monkeypatch)
     with ServedApp(ai.create_app(settings), int(settings.ai_url.rsplit(":", 1)[1])):
-        with ServedApp(sms.create_app(settings, environ={}), int(settings.sms_url.rsplit(":", 1)[1])):
+        with ServedApp(sms.create_app(settings), int(settings.sms_url.rsplit(":", 1)[1])):
             yield settings
 
 

@@ -33,7 +33,7 @@ def ai_url(settings: Settings) -> Iterator[str]:
 
 @pytest.fixture
 def sms_url(settings: Settings) -> Iterator[str]:
-    with ServedApp(sms.create_app(settings, environ={})) as served:
+    with ServedApp(sms.create_app(settings)) as served:
         yield served.url
 
 
@@ -90,7 +90,7 @@ def test_concurrent_repeats_of_one_key_make_one_effect(sms_url: str) -> None:
 
 
 def test_sms_refuses_a_source_outside_the_allowlist(settings: Settings) -> None:
-    app = sms.create_app(settings, environ={sms.ALLOWLIST_ENV: "10.0.0.0/8"})
+    app = sms.create_app(settings.with_overrides(sms_allowlist=("10.0.0.0/8",)))
     with ServedApp(app) as served:
         response = httpx.post(f"{served.url}/v1/messages", json=message())
         assert response.status_code == 403

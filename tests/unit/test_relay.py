@@ -27,7 +27,7 @@ from sqlalchemy import select
 
 from netsupport import REPO, free_port
 from stack.config import Settings
-from stack.lanes.connection import valkey_client
+from stack.valkey_client import valkey_client
 from stack.lanes.jobs import answer_key
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes

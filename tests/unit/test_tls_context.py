@@ -6,10 +6,10 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-import stack.lanes.connection as connection
+import stack.valkey_client as connection
 from stack.config import Settings
 from stack.embedded.certs import make_certs
-from stack.lanes.connection import CountingSSLConnection, tls_context, warm_tls
+from stack.valkey_client import CountingSSLConnection, tls_context, warm_tls
 
 
 def test_the_same_ca_gives_the_same_context_and_only_that_ca_is_trusted(tmp_path: Path) -> None:

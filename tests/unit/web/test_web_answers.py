@@ -219,7 +219,7 @@ def test_write_behind_acknowledges_before_the_ledger_has_it(settings, ledger, di
 
     current = settings.with_overrides(answer_write_behind=0.3)
     with TestClient(create_app(current, dispatcher=dispatcher)) as client:
-        sink = client.app.state.proctor.write_behind
+        sink = client.app.state.proctor.answers
         sink.clock = clock = ManualClock()
         token = token_for(client)
         attempt = start(client, token)

@@ -8,8 +8,8 @@ writes after a timeout (an INCR can run twice). We choose per purpose instead:
 
 Every connection names itself (``CLIENT SETNAME <component>/<purpose>``) so a
 ``CLIENT LIST`` shows which component holds which connection, and a reconnect shows
-up as a new client id under the same name. The component is ``$PROCTOR_COMPONENT``
-(set by the embedded runner), else ``settings.node_name``.
+up as a new client id under the same name. The component is ``settings.component``
+(``PROCTOR_COMPONENT``, set by the embedded runner), else ``settings.node_name``.
 
 TLS set-up is paid once per process tree, not per connection: redis-py builds a new
 ``ssl.create_default_context()`` (every system CA parsed, ~0.1 s) for each connection,
@@ -21,25 +21,15 @@ With ``settings.valkey_fresh_connections`` (PROCTOR_VALKEY_FRESH_CONNECTIONS, a
 negative control reproducing the seed's "fresh TLS connections") every call opens
 and closes its own connection (``FreshConnectionPool``).
 
-Each process also counts its own connection attempts and connection-level errors
-(``CONNECTION_STATS``): connects, and errors by kind (``connect_timeout``,
-``timeout``, ``reset``, ``refused``, ``tls``, ``max_clients``, ``other``). When the
-process runs under the embedded runner the counts are written, at most a few
-times a second, to ``<run_dir>/connections/<component>.<pid>.json``; the chaos
-harness (chaos/valkey_stats.py) reads them. Web nodes also export them in /metrics.
+Every connection counts its connects and connection-level errors, classified by
+``classify_error``, into the process's ``stack.connection_stats.process_stats()``
+(one file per process under the embedded runner; web nodes also export them in /metrics).
 """
 
 from __future__ import annotations
 
-import atexit
-import json
-import os
-import re
 import socket
 import ssl
-import threading
-import time
-from pathlib import Path
 from typing import Any
 
 from redis import Redis
@@ -50,16 +40,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from stack.config import Settings
+from stack.connection_stats import component_name, process_stats
 
 __all__ = [
-    "CONNECTION_STATS",
     "CONNECT_TIMEOUT",
-    "ERROR_KINDS",
     "SOCKET_TIMEOUT",
-    "ConnectionStats",
+    "CountingConnection",
+    "CountingSSLConnection",
+    "FreshConnectionPool",
     "classify_error",
     "client_name",
-    "component_name",
     "tls_context",
     "valkey_client",
     "warm_tls",
@@ -70,16 +60,6 @@ SOCKET_TIMEOUT = 5.0
 
 _RETRIES = {"queue": 3, "probe": 0}
 
-ERROR_KINDS = ("connect_timeout", "timeout", "reset", "refused", "tls", "max_clients", "other")
-STATS_DIR = "connections"
-_NAME_BAD = re.compile(r"[^A-Za-z0-9_.:/-]")
-
-
-def component_name(settings: Settings | None = None) -> str:
-    """``$PROCTOR_COMPONENT`` (set by the embedded runner), else the node name."""
-    name = os.environ.get("PROCTOR_COMPONENT") or (settings.node_name if settings else "") or "proctor"
-    return _NAME_BAD.sub("_", name)[:64]
-
 
 def client_name(settings: Settings | None, purpose: str) -> str:
     """The CLIENT SETNAME of a connection: ``<component>/<purpose>`` (no spaces allowed)."""
@@ -87,7 +67,7 @@ def client_name(settings: Settings | None, purpose: str) -> str:
 
 
 def classify_error(exc: BaseException, connecting: bool = False) -> str:
-    """One of ERROR_KINDS for an exception raised while connecting or talking to Valkey."""
+    """One of ``stack.connection_stats.ERROR_KINDS`` for an exception raised while connecting or talking to Valkey."""
     chain: list[BaseException] = []
     seen: BaseException | None = exc
     while seen is not None and len(chain) < 5:
@@ -110,101 +90,8 @@ def classify_error(exc: BaseException, connecting: bool = False) -> str:
     return "other"
 
 
-class ConnectionStats:
-    """Per-process counters of Valkey connects and connection-level errors (thread-safe).
-
-    ``dump_dir`` set: the counts are written to ``<dump_dir>/<component>.<pid>.json``
-    (atomically, at most every ``min_interval`` seconds, plus a trailing flush).
-    A forked child (an RQ work horse) starts its own counts and its own file.
-    """
-
-    def __init__(self, component: str = "proctor", dump_dir: Path | None = None, min_interval: float = 0.25) -> None:
-        self.component = component
-        self.dump_dir = dump_dir
-        self.min_interval = min_interval
-        self._lock = threading.Lock()
-        self._reset(os.getpid())
-
-    def _reset(self, pid: int) -> None:
-        self._pid = pid
-        self.connects = 0
-        self.errors: dict[str, int] = {}
-        self.connect_errors: dict[str, int] = {}
-        self._last_dump = 0.0
-        self._timer: threading.Timer | None = None
-
-    def _check_pid(self) -> None:
-        if os.getpid() != self._pid:  # after fork: the child's own counts
-            self._lock = threading.Lock()
-            self._reset(os.getpid())
-
-    def record_connect(self) -> None:
-        self._record(lambda: setattr(self, "connects", self.connects + 1))
-
-    def record_error(self, kind: str, connecting: bool) -> None:
-        def bump() -> None:
-            self.errors[kind] = self.errors.get(kind, 0) + 1
-            if connecting:
-                self.connect_errors[kind] = self.connect_errors.get(kind, 0) + 1
-        self._record(bump)
-
-    def _record(self, change: Any) -> None:
-        self._check_pid()
-        with self._lock:
-            change()
-        self._maybe_dump()
-
-    def snapshot(self) -> dict[str, Any]:
-        self._check_pid()
-        with self._lock:
-            return {"component": self.component, "pid": self._pid, "connects": self.connects,
-                    "errors": dict(self.errors), "connect_errors": dict(self.connect_errors),
-                    "error_total": sum(self.errors.values()), "updated_at": time.time()}
-
-    def _maybe_dump(self) -> None:
-        if self.dump_dir is None:
-            return
-        now = time.monotonic()
-        if now - self._last_dump >= self.min_interval:
-            self.dump()
-        elif self._timer is None:  # flush the tail of a burst
-            self._timer = threading.Timer(self.min_interval, self._flush)
-            self._timer.daemon = True
-            self._timer.start()
-
-    def _flush(self) -> None:
-        self._timer = None
-        self.dump()
-
-    def dump(self) -> None:
-        if self.dump_dir is None:
-            return
-        self._last_dump = time.monotonic()
-        data = self.snapshot()
-        try:
-            self.dump_dir.mkdir(parents=True, exist_ok=True)
-            path = self.dump_dir / f"{self.component}.{data['pid']}.json"
-            tmp = path.with_suffix(f".tmp{threading.get_ident()}")
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, path)
-        except OSError:
-            pass  # counting must never break the component
-
-
-def _stats_for_process() -> ConnectionStats:
-    component = os.environ.get("PROCTOR_COMPONENT")
-    run_dir = os.environ.get("PROCTOR_RUN_DIR")
-    dump_dir = Path(run_dir) / STATS_DIR if component and run_dir else None
-    stats = ConnectionStats(component_name() if component else "proctor", dump_dir)
-    atexit.register(stats.dump)
-    return stats
-
-
-CONNECTION_STATS = _stats_for_process()
-
-
 class _Counting:
-    """Mixin: counts successful connects and connection errors into CONNECTION_STATS."""
+    """Mixin: counts successful connects and connection errors into the process's stats."""
 
     _proctor_connecting = False
 
@@ -215,11 +102,11 @@ class _Counting:
         try:
             super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            CONNECTION_STATS.record_error(classify_error(exc, connecting=True), connecting=True)
+            process_stats().record_error(classify_error(exc, connecting=True), connecting=True)
             raise
         finally:
             self._proctor_connecting = False
-        CONNECTION_STATS.record_connect()
+        process_stats().record_connect()
 
     def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
         connected = bool(getattr(self, "_sock", None))
@@ -227,7 +114,7 @@ class _Counting:
             super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
         except (RedisConnectionError, RedisTimeoutError) as exc:
             if connected and not self._proctor_connecting:  # a failed (re)connect inside was counted there
-                CONNECTION_STATS.record_error(classify_error(exc), connecting=False)
+                process_stats().record_error(classify_error(exc), connecting=False)
             raise
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
@@ -235,7 +122,7 @@ class _Counting:
             return super().read_response(*args, **kwargs)  # type: ignore[misc]
         except (RedisConnectionError, RedisTimeoutError) as exc:
             if not self._proctor_connecting:
-                CONNECTION_STATS.record_error(classify_error(exc), connecting=False)
+                process_stats().record_error(classify_error(exc), connecting=False)
             raise
 
 

@@ -1,0 +1,90 @@
+"""Connection counters: one file per process (forked horses append to it), installed by
+the entry point, nothing written or registered at import."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import stack.connection_stats as connection_stats
+from chaos.valkey_stats import read_process_counters
+from stack.config import Settings
+from stack.connection_stats import STATS_DIR, ConnectionStats, process_stats, record_process_connections
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def restore_process_stats() -> Iterator[None]:
+    before = process_stats()
+    yield
+    connection_stats.install_process_stats(before)
+
+
+def _in_forked_child(stats: ConnectionStats, connects: int) -> None:
+    """A child like an RQ horse: counts its own connects, flushes, leaves with os._exit."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            for _ in range(connects):
+                stats.record_connect()
+        except BaseException:  # noqa: BLE001 - the parent sees a non-zero status instead
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_forked_children_append_to_their_parents_one_file(tmp_path: Path) -> None:
+    path = tmp_path / STATS_DIR / "worker_ai_1.4242.jsonl"
+    stats = ConnectionStats("worker_ai_1", path, min_interval=0.0)
+    stats.record_connect()
+    for _ in range(3):  # three jobs, three horses
+        _in_forked_child(stats, connects=2)
+    stats.record_error("reset", connecting=False)
+    assert [p.name for p in (tmp_path / STATS_DIR).iterdir()] == ["worker_ai_1.4242.jsonl"]
+    pids = {json.loads(line)["pid"] for line in path.read_text().splitlines()}
+    assert len(pids) == 4 and os.getpid() in pids
+    summed = read_process_counters(tmp_path)["worker_ai_1"]
+    assert (summed["connects"], summed["pids"], summed["max_process_connects"]) == (1 + 3 * 2, 4, 2)
+    assert (summed["errors"], summed["error_total"]) == ({"reset": 1}, 1)
+
+
+def test_each_pid_counts_once_its_latest_line(tmp_path: Path) -> None:
+    path = tmp_path / STATS_DIR / "web_1.77.jsonl"
+    stats = ConnectionStats("web_1", path, min_interval=0.0)
+    for _ in range(3):
+        stats.record_connect()
+    assert len(path.read_text().splitlines()) == 3  # three snapshots: 1, 2, 3 connects
+    summed = read_process_counters(tmp_path)["web_1"]
+    assert (summed["connects"], summed["pids"]) == (3, 1)
+
+
+def test_the_entry_point_installs_a_file_only_under_the_runner(tmp_path: Path, restore_process_stats: None) -> None:
+    outside = record_process_connections(Settings(run_dir=tmp_path, node_name="web_2"))
+    assert process_stats() is outside and outside.path is None and outside.component == "web_2"
+    inside = record_process_connections(Settings(run_dir=tmp_path, component="relay"))
+    assert process_stats() is inside
+    assert inside.path == tmp_path / STATS_DIR / f"relay.{os.getpid()}.jsonl"
+    inside.record_connect()
+    inside.dump()
+    assert json.loads(inside.path.read_text().splitlines()[-1])["connects"] == 1
+
+
+def test_importing_the_client_writes_nothing_and_registers_no_exit_hook(tmp_path: Path) -> None:
+    """The runner's environment alone does not make a process write counters: its entry point does."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PROCTOR_COMPONENT": "web_1", "PROCTOR_RUN_DIR": str(tmp_path)}
+    probe = ("import atexit, redis.connection, redis.retry, stack.config; hooks = atexit._ncallbacks(); "
+             "import stack.valkey_client, stack.connection_stats as c; "
+             "c.process_stats().record_connect(); print(c.process_stats().path, atexit._ncallbacks() - hooks)")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["None", "0"]  # hooks registered by our modules, beyond their dependencies'.
+    assert not (tmp_path / STATS_DIR).exists()
