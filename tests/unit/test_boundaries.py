@@ -1,10 +1,11 @@
 """Import boundaries between the parts of Proctor, as a test (issue #8, item 9).
 
-A small AST walk rather than import-linter: four rules need about sixty lines, no extra
-dependency, and the walk sees what import-linter's graph does not count as an edge:
-imports inside functions and ``TYPE_CHECKING`` blocks, and ``importlib.import_module``
-with a literal name.  Each rule has a self-test that plants a violation in a throwaway
-tree and checks the walk reports it with file and line.
+A small AST walk rather than import-linter: four rules need about sixty lines and no
+extra dependency, "only the standard library" is a predicate (``sys.stdlib_module_names``)
+rather than a list of forbidden packages, and the walk counts every import: inside
+functions, in ``TYPE_CHECKING`` blocks, and ``importlib.import_module`` with a literal
+name.  Each rule has a self-test that plants a violation in a throwaway tree and checks
+the walk reports it with file and line.
 """
 
 from __future__ import annotations
