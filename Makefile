@@ -2,10 +2,13 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast clean-runs
+.PHONY: setup setup-python demo test test-fast clean-runs
 
 setup:
 	@scripts/setup.sh
+
+setup-python:  # .venv only: test-fast starts no server, so needs no valkey-server/haproxy/postgresql
+	@scripts/setup.sh --python-only
 
 demo: setup
 	$(PY) -m chaos.cli demo
@@ -13,7 +16,7 @@ demo: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: setup
+test-fast: setup-python
 	$(PY) -m pytest -m "not integration and not slow" $(PYTEST_ARGS)
 
 clean-runs:

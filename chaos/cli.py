@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from chaos.extras import missing_extra_hint
+
 __all__ = ["main"]
 
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
@@ -38,8 +40,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"proctor: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name, func_name, _ = SUBCOMMANDS[name]
-    func = getattr(importlib.import_module(module_name), func_name)
-    return int(func(rest) or 0)
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+        return int(func(rest) or 0)
+    except ModuleNotFoundError as exc:
+        hint = missing_extra_hint(exc, name)
+        if hint is None:
+            raise
+        print(hint, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -18,6 +18,11 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # PostgreSQL: the tests run the stack on both ledgers (SQLite by default, PostgreSQL via DATABASE_URL).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 
+# --python-only (make test-fast): only .venv; the servers are for integration tests and the demo.
+if [ "${1:-}" = "--python-only" ]; then
+  case " ${need_apt[*]} " in *" python3-venv "*) need_apt=(python3-venv) ;; *) need_apt=() ;; esac
+fi
+
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "setup: missing system packages: ${need_apt[*]}" >&2

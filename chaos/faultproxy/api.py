@@ -1,5 +1,6 @@
-"""The Toxiproxy 2.12.0 HTTP API: routing, handlers and Go-compatible JSON decoding
-(first value only, case-insensitive keys, Go's error texts, which clients match on).
+"""The Toxiproxy 2.12.0 HTTP API: routing and handlers, and the Go struct names that
+request bodies decode into.  Go's ``encoding/json`` behaviour itself (first value only,
+case-insensitive keys, Go's error texts, which clients match on) is in ``gojson``;
 ``server.py`` does the HTTP/1.1 framing around :meth:`Api.handle`."""
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from dataclasses import dataclass, field as dc_field
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
 
-from .gojson import BadBody, decode, dumps, field, kind, want
+from .gojson import BadBody, decode, dumps, field, float32, kind, want, want_object
 from .proxy import Proxy, ProxyError, resolve_listen
-from .toxics import TOXIC_TYPES, Toxic, float32
+from .toxics import TOXIC_TYPES, Toxic
 
 __all__ = ["VERSION", "Response", "Api", "BadBody", "decode", "error_response"]
 
@@ -171,7 +172,7 @@ class Api:
         return _json(200, {n: self.proxies[n].to_json() for n in sorted(self.proxies)})
 
     async def create_proxy(self, body: bytes) -> Response:
-        obj = _object(await _decode(body), "toxiproxy.Proxy")
+        obj = want_object(await _decode(body), "toxiproxy.Proxy")
         name = want(obj, "name", "Proxy.name", "string") or ""
         listen = want(obj, "listen", "Proxy.listen", "string") or ""
         upstream = want(obj, "upstream", "Proxy.upstream", "string") or ""
@@ -193,7 +194,7 @@ class Api:
 
     async def update_proxy(self, name: str, body: bytes) -> Response:
         proxy = self._get(name)
-        obj = _object(await _decode(body), "toxiproxy.Proxy")
+        obj = want_object(await _decode(body), "toxiproxy.Proxy")
         want(obj, "name", "Proxy.name", "string")  # type-checked, ignored: names are immutable
         listen = _or(want(obj, "listen", "Proxy.listen", "string"), proxy.listen)
         upstream = _or(want(obj, "upstream", "Proxy.upstream", "string"), proxy.upstream)
@@ -222,7 +223,7 @@ class Api:
 
     async def create_toxic(self, name: str, body: bytes) -> Response:
         proxy = self._get(name)
-        obj = _object(await _decode(body), "toxics.ToxicWrapper")
+        obj = want_object(await _decode(body), "toxics.ToxicWrapper")
         tname = want(obj, "name", "ToxicWrapper.name", "string") or ""
         ttype = want(obj, "type", "ToxicWrapper.type", "string") or ""
         stream = want(obj, "stream", "ToxicWrapper.stream", "string")
@@ -255,7 +256,7 @@ class Api:
 
     async def update_toxic(self, pname: str, tname: str, body: bytes) -> Response:
         found = self._toxic(pname, tname)
-        obj = _object(await _decode(body), "struct { Attributes interface {}; Toxicity float32 }")
+        obj = want_object(await _decode(body), "struct { Attributes interface {}; Toxicity float32 }")
         attrs = _attributes(found, field(obj, "attributes"))  # merged into current values
         toxicity = want(obj, "toxicity", ".toxicity", "float32")
         if (problem := found.check(attrs)) is not None:
@@ -292,14 +293,6 @@ def _or(value: Any, default: Any) -> Any:  # partial decode: absent or null keep
     return default if value is None else value
 
 
-def _object(value: Any, go_type: str) -> dict[str, Any]:
-    if value is None:
-        return {}  # Go decodes null into a struct as a no-op
-    if not isinstance(value, dict):
-        raise BadBody(f"json: cannot unmarshal {kind(value)} into Go value of type {go_type}")
-    return value
-
-
 def _attributes(toxic: Toxic, value: Any) -> dict[str, int]:
     """Current attributes with the given ones merged in (unknown keys ignored)."""
     attrs = dict(toxic.attributes)
@@ -322,7 +315,7 @@ def _populate_items(value: Any) -> list[tuple[str, str, str, bool]]:
         raise BadBody(f"json: cannot unmarshal {kind(value)} into Go value of type []{_POPULATE_ITEM}")
     items = []
     for item in value:
-        obj = _object(item, _POPULATE_ITEM)
+        obj = want_object(item, _POPULATE_ITEM)
         # Go names the anonymous struct "" in field errors, promoted fields included.
         enabled = want(obj, "enabled", ".enabled", "bool")
         items.append((want(obj, "name", ".name", "string") or "",

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from typing import Any
 
-__all__ = ["BadBody", "GoNumber", "MAX_DEPTH", "decode", "kind", "field", "want", "dumps"]
+__all__ = ["BadBody", "GoNumber", "MAX_DEPTH", "decode", "kind", "field", "want", "want_object",
+           "dumps", "float32", "float32_json"]
 
 MAX_DEPTH = 10_000  # Go's maxNestingDepth
 _KEEP_DEPTH = 8  # handlers read at most array > object > attributes > value
@@ -312,6 +314,15 @@ def want(obj: dict[str, Any], key: str, path: str, go_type: str) -> Any:
     raise BadBody(f"json: cannot unmarshal {what} into Go struct field {path} of type {go_type}")
 
 
+def want_object(value: Any, go_type: str) -> dict[str, Any]:
+    """A decoded body that Go unmarshals into a struct of ``go_type``."""
+    if value is None:
+        return {}  # Go decodes null into a struct as a no-op
+    if not isinstance(value, dict):
+        raise BadBody(f"json: cannot unmarshal {kind(value)} into Go value of type {go_type}")
+    return value
+
+
 def dumps(obj: Any) -> bytes:
     """Compact JSON escaped like Go's ``json.Marshal`` (HTML-safe, U+2028/9 escaped)."""
     text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
@@ -319,3 +330,19 @@ def dumps(obj: Any) -> bytes:
                      ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(raw, esc)
     return text.encode("utf-8")
+
+
+def float32(value: float) -> float:
+    """Round to float32, like Toxiproxy's ``toxicity`` field."""
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
+def float32_json(value: float) -> int | float:
+    """Shortest float32 spelling (Go prints ``0.1``, not ``0.10000000149011612``)."""
+    if value.is_integer() and abs(value) < 1e21:
+        return int(value)
+    for digits in range(1, 10):
+        text = f"{value:.{digits}g}"
+        if float32(float(text)) == value:
+            return float(text)
+    return value

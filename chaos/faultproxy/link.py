@@ -3,8 +3,9 @@
 The data path has two modes.  With no toxic enabled for this link and nothing queued,
 ``data_received`` writes straight into the destination transport (no task, no copy).
 Otherwise chunks are queued and one worker task per busy link pushes them, in order,
-through the enabled toxics.  Toxics sleep with :meth:`Link.sleep_until`, which a chain
-change interrupts so that removals flush buffered chunks at once.
+through the enabled toxics' stages.  The link is the stages' :class:`~.stage.StageContext`;
+their sleeps (:meth:`Link.hold`) are interrupted by chain changes, so that removals flush
+buffered chunks at once.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+
+from .stage import Chunk, Stage
 
 if TYPE_CHECKING:  # pragma: no cover - import only for type checkers
     from .toxics import Toxic
 
-__all__ = ["UPSTREAM", "DOWNSTREAM", "Chunk", "StageState", "Endpoint", "Link", "Owner"]
+__all__ = ["UPSTREAM", "DOWNSTREAM", "Endpoint", "Link", "Owner"]
 
 UPSTREAM = "upstream"  # client -> server
 DOWNSTREAM = "downstream"  # server -> client
@@ -36,29 +39,6 @@ class Owner(Protocol):
     def close(self) -> None: ...
 
     def finished(self, link: "Link") -> None: ...
-
-
-class Chunk:
-    """Bytes as one ``recv`` returned them, stamped with the loop time they arrived."""
-
-    __slots__ = ("data", "ts")
-
-    def __init__(self, data: bytes, ts: float) -> None:
-        self.data = data
-        self.ts = ts
-
-
-class StageState:
-    """Per link x toxic state.  ``enabled`` is the toxicity roll for this link."""
-
-    __slots__ = ("enabled", "counter", "timer", "debt", "fired")
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.counter = 0  # limit_data: bytes forwarded (survives restarts)
-        self.timer: asyncio.TimerHandle | None = None  # timeout toxic
-        self.debt = 0.0  # bandwidth: sleep carried between chunks (s)
-        self.fired = False  # reset_peer: already triggered
 
 
 class Endpoint(asyncio.Protocol):
@@ -173,7 +153,7 @@ class Link:
         self.done = False  # the source's EOF went through the whole chain
         self._seed = seed
         self._rng: random.Random | None = None
-        self._states: dict[Toxic, StageState] = {}
+        self._stages: dict[Toxic, Stage] = {}
         self._active = False
         self._queue: deque[Chunk | None] = deque()
         self._queued = 0
@@ -182,9 +162,10 @@ class Link:
         self._wake: asyncio.Future[bool] | None = None
         source.link_in = self
         for toxic in chain:
-            self._states[toxic] = toxic.new_state(self)
+            self._open(toxic)
         self._recompute()
 
+    # --- StageContext: what the stages see of the link ---------------------------------
     @property
     def rng(self) -> random.Random:
         # Seeded per proxy x connection x direction, so a --seed run is reproducible
@@ -200,6 +181,38 @@ class Link:
         if toxicity <= 0.0:
             return False
         return self.rng.random() < toxicity
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> asyncio.TimerHandle:
+        return self.loop.call_later(delay, callback)
+
+    def is_active(self, stage: Stage) -> bool:
+        return stage.enabled and not self.closing and self._stages.get(stage.toxic) is stage
+
+    async def hold(self, stage: Stage, when: float) -> bool:
+        while not await self._sleep_until(when):
+            if not self.is_active(stage):
+                return False
+        return True
+
+    async def _sleep_until(self, when: float) -> bool:
+        # False if a chain change woke us early.
+        if when <= self.loop.time():
+            return True
+        fut: asyncio.Future[bool] = self.loop.create_future()
+        self._wake = fut
+        handle = self.loop.call_at(when, _fire, fut, True)
+        try:
+            return await fut
+        finally:
+            handle.cancel()
+            if self._wake is fut:
+                self._wake = None
+
+    def close(self) -> None:
+        self.owner.close()
 
     # --- data in ------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
@@ -253,36 +266,34 @@ class Link:
             self._worker = None
 
     # --- chain walking ------------------------------------------------------------
-    def _next(self, after: int) -> tuple[Toxic, StageState] | None:
+    def _next(self, after: int) -> Stage | None:
         # Walk the live chain by insertion number so adds/removals mid-chunk are safe.
         for toxic in self.chain:
             if toxic.seq > after:
-                st = self._states.get(toxic)
-                if st is not None and st.enabled:
-                    return toxic, st
+                stage = self._stages.get(toxic)
+                if stage is not None and stage.enabled:
+                    return stage
         return None
 
     async def _through(self, chunk: Chunk, after: int) -> None:
         if self.closing:
             return
-        nxt = self._next(after)
-        if nxt is None:
+        stage = self._next(after)
+        if stage is None:
             await self._write(chunk.data)
             return
-        toxic, st = nxt
-        seq = toxic.seq
+        seq = stage.toxic.seq
 
         def emit(c: Chunk) -> Awaitable[None]:
             return self._through(c, seq)
 
-        await toxic.pipe(self, st, chunk, emit)
+        await stage.pipe(chunk, emit)
 
     async def _eof_through(self, after: int) -> None:
-        nxt = self._next(after)
-        while nxt is not None and not self.closing:
-            toxic, st = nxt
-            await toxic.on_eof(self, st)
-            nxt = self._next(toxic.seq)
+        stage = self._next(after)
+        while stage is not None and not self.closing:
+            await stage.on_eof()
+            stage = self._next(stage.toxic.seq)
 
     async def _write(self, data: bytes) -> None:
         if not data or self.closing:
@@ -290,55 +301,31 @@ class Link:
         self.dest.write(data)
         await self.dest.drained()
 
-    # --- services for toxics ------------------------------------------------------
-    def is_active(self, toxic: Toxic) -> bool:
-        st = self._states.get(toxic)
-        return st is not None and st.enabled and not self.closing
-
-    async def sleep_until(self, when: float) -> bool:
-        """Sleep until loop time ``when``; False if a chain change woke us early."""
-        if when <= self.loop.time():
-            return True
-        fut: asyncio.Future[bool] = self.loop.create_future()
-        self._wake = fut
-        handle = self.loop.call_at(when, _fire, fut, True)
-        try:
-            return await fut
-        finally:
-            handle.cancel()
-            if self._wake is fut:
-                self._wake = None
-
-    async def hold(self, toxic: Toxic, when: float) -> bool:
-        """Sleep until ``when`` for ``toxic``; False if it left this link's chain early."""
-        while not await self.sleep_until(when):
-            if not self.is_active(toxic):
-                return False
-        return True
-
-    def close(self) -> None:
-        self.owner.close()
-
     # --- chain changes (called by the proxy, synchronously) ---------------------
     def added(self, toxic: Toxic, previous_tail: Toxic | None) -> None:
         if previous_tail is not None:
             self.restart(previous_tail)
-        self._states[toxic] = toxic.new_state(self)
+        self._open(toxic)
         self._changed()
 
     def restart(self, toxic: Toxic) -> None:
-        st = self._states.get(toxic)
-        if st is not None:
-            toxic.restart(self, st)
+        stage = self._stages.get(toxic)
+        if stage is not None:
+            stage.restart()
         self._changed()
 
     def removed(self, toxic: Toxic, predecessor: Toxic | None) -> None:
-        st = self._states.pop(toxic, None)
-        if st is not None:
-            toxic.remove(self, st)
+        stage = self._stages.pop(toxic, None)
+        if stage is not None:
+            stage.remove()
         if predecessor is not None:
             self.restart(predecessor)
         self._changed()
+
+    def _open(self, toxic: Toxic) -> None:
+        stage = toxic.open_stage(self)
+        self._stages[toxic] = stage  # first, so that start() sees itself active
+        stage.start()
 
     def _changed(self) -> None:
         self._recompute()
@@ -346,15 +333,15 @@ class Link:
             _fire(self._wake, False)
 
     def _recompute(self) -> None:
-        self._active = any(st.enabled for st in self._states.values())
+        self._active = any(stage.enabled for stage in self._stages.values())
 
     def shutdown(self) -> None:
         """Stop for good: cancel timers and the worker.  Idempotent."""
         if self.closing:
             return
         self.closing = True
-        for toxic, st in self._states.items():
-            toxic.discard(self, st)
+        for stage in self._stages.values():
+            stage.stop()
         if self._worker is not None:
             self._worker.cancel()
         if self._wake is not None:

@@ -1,41 +1,25 @@
 """The toxics, one class per Toxiproxy 2.12.0 type.
 
-A toxic is shared by all links of its proxy and direction; per-link state lives in a
-:class:`~.link.StageState`.  ``pipe`` receives one chunk and calls ``emit`` for what
-goes on down the chain (zero, one or several chunks).  Times are ms except the
-slicer's ``delay`` (µs), exactly as in Toxiproxy.
+A toxic is the configuration the API shows, shared by all links of its proxy and
+direction.  On each link it opens a stage (:mod:`.stage`) that holds that link's state
+and runs the behaviour: ``pipe`` receives one chunk and calls ``emit`` for what goes on
+down the chain (zero, one or several chunks).  Times are ms except the slicer's
+``delay`` (µs), exactly as in Toxiproxy.
 """
 
 from __future__ import annotations
 
-import struct
-from typing import Any, Awaitable, Callable, ClassVar
+import random
+from typing import Any, ClassVar
 
-from .link import DOWNSTREAM, UPSTREAM, Chunk, Link, StageState
+from .gojson import float32_json
+from .link import DOWNSTREAM, UPSTREAM
+from .stage import Chunk, Emit, Stage, StageContext, Timer
 
 __all__ = [
     "Toxic", "NoopToxic", "LatencyToxic", "BandwidthToxic", "SlowCloseToxic",
-    "TimeoutToxic", "ResetPeerToxic", "SlicerToxic", "LimitDataToxic",
-    "TOXIC_TYPES", "float32", "float32_json",
+    "TimeoutToxic", "ResetPeerToxic", "SlicerToxic", "LimitDataToxic", "TOXIC_TYPES",
 ]
-
-Emit = Callable[[Chunk], Awaitable[None]]
-
-
-def float32(value: float) -> float:
-    """Round to float32, like Toxiproxy's ``toxicity`` field."""
-    return float(struct.unpack("<f", struct.pack("<f", value))[0])
-
-
-def float32_json(value: float) -> int | float:
-    """Shortest float32 spelling (Go prints ``0.1``, not ``0.10000000149011612``)."""
-    if value.is_integer() and abs(value) < 1e21:
-        return int(value)
-    for digits in range(1, 10):
-        text = f"{value:.{digits}g}"
-        if float32(float(text)) == value:
-            return float(text)
-    return value
 
 
 class Toxic:
@@ -44,6 +28,7 @@ class Toxic:
     type_name: ClassVar[str] = "noop"
     struct_name: ClassVar[str] = "NoopToxic"
     fields: ClassVar[tuple[str, ...]] = ()
+    stage_type: ClassVar[type[Stage]] = Stage
 
     def __init__(self, name: str, stream: str, toxicity: float, seq: int) -> None:
         self.name = name
@@ -66,161 +51,188 @@ class Toxic:
         """Guard for values the real server crashes or black-holes on; None if fine."""
         return None
 
-    def attr(self, key: str) -> int:
-        return self.attributes[key]
-
-    # --- per-link lifecycle ----------------------------------------------------
-    def new_state(self, link: Link) -> StageState:
-        st = StageState(link.roll(self.toxicity))
-        self.started(link, st)
-        return st
-
-    def restart(self, link: Link, st: StageState) -> None:
-        """Toxiproxy restarts a stage on chain changes; that re-rolls toxicity."""
-        self.discard(link, st)
-        st.enabled = link.roll(self.toxicity)
-        self.started(link, st)
-
-    def started(self, link: Link, st: StageState) -> None:
-        pass
-
-    def discard(self, link: Link, st: StageState) -> None:
-        pass
-
-    def remove(self, link: Link, st: StageState) -> None:
-        self.discard(link, st)
-
-    # --- data ------------------------------------------------------------------------
-    async def pipe(self, link: Link, st: StageState, chunk: Chunk, emit: Emit) -> None:
-        await emit(chunk)
-
-    async def on_eof(self, link: Link, st: StageState) -> None:
-        pass
+    def open_stage(self, ctx: StageContext) -> Stage:
+        """This toxic on one more link; the link calls ``start`` once it holds it."""
+        return self.stage_type(self, ctx)
 
 
 class NoopToxic(Toxic):
     pass
 
 
-class LatencyToxic(Toxic):
-    type_name = "latency"
-    struct_name = "LatencyToxic"
-    fields = ("latency", "jitter")
+class _LatencyStage(Stage):
+    __slots__ = ()
 
-    async def pipe(self, link: Link, st: StageState, chunk: Chunk, emit: Emit) -> None:
+    async def pipe(self, chunk: Chunk, emit: Emit) -> None:
         jitter = self.attr("jitter")
         # Go: delay + rand.Int63n(2*jitter) - jitter, i.e. U in [-jitter, jitter-1].
-        offset = link.rng.randrange(-jitter, jitter) if jitter > 0 else 0
+        offset = self.ctx.rng.randrange(-jitter, jitter) if jitter > 0 else 0
         delay_ms = self.attr("latency") + offset
         if delay_ms > 0:
             # Counted from the chunk's arrival, so queued chunks pipeline.
             target = chunk.ts + delay_ms / 1000.0
-            if await link.hold(self, target):
+            if await self.hold(target):
                 chunk.ts = target  # stacked latencies add up
             # else: removed or re-rolled off mid-wait, so flush now
         await emit(chunk)
+
+
+class LatencyToxic(Toxic):
+    type_name = "latency"
+    struct_name = "LatencyToxic"
+    fields = ("latency", "jitter")
+    stage_type = _LatencyStage
+
+
+class _BandwidthStage(Stage):
+    __slots__ = ("debt",)
+
+    def __init__(self, toxic: Toxic, ctx: StageContext) -> None:
+        super().__init__(toxic, ctx)
+        self.debt = 0.0  # sleep carried between chunks (s)
+
+    async def pipe(self, chunk: Chunk, emit: Emit) -> None:
+        rate = self.attr("rate")  # KB/s with KB = 1000 B, i.e. bytes per ms
+        data = chunk.data
+        self.debt += len(data) / rate / 1000.0
+        piece = rate * 100  # bytes per 100 ms
+        while len(data) > piece:
+            if not await self.hold_for(0.1):
+                await emit(Chunk(data, chunk.ts))  # removed: flush the rest now
+                return
+            await emit(Chunk(data[:piece], chunk.ts))
+            data = data[piece:]
+            self.debt -= 0.1
+        start = self.ctx.now()
+        await self.hold(start + self.debt)
+        self.debt = max(0.0, self.debt - (self.ctx.now() - start))  # carry oversleep
+        await emit(Chunk(data, chunk.ts))
 
 
 class BandwidthToxic(Toxic):
     type_name = "bandwidth"
     struct_name = "BandwidthToxic"
     fields = ("rate",)
+    stage_type = _BandwidthStage
 
     def check(self, attrs: dict[str, int]) -> str | None:
         if attrs["rate"] <= 0:
             return "bandwidth rate must be greater than 0 (KB/s)"
         return None
 
-    async def pipe(self, link: Link, st: StageState, chunk: Chunk, emit: Emit) -> None:
-        rate = self.attr("rate")  # KB/s with KB = 1000 B, i.e. bytes per ms
-        data = chunk.data
-        st.debt += len(data) / rate / 1000.0
-        piece = rate * 100  # bytes per 100 ms
-        while len(data) > piece:
-            if not await link.hold(self, link.loop.time() + 0.1):
-                await emit(Chunk(data, chunk.ts))  # removed: flush the rest now
-                return
-            await emit(Chunk(data[:piece], chunk.ts))
-            data = data[piece:]
-            st.debt -= 0.1
-        start = link.loop.time()
-        await link.hold(self, start + st.debt)
-        st.debt = max(0.0, st.debt - (link.loop.time() - start))  # carry oversleep
-        await emit(Chunk(data, chunk.ts))
+
+class _SlowCloseStage(Stage):
+    __slots__ = ()
+
+    async def on_eof(self) -> None:
+        await self.hold_for(self.attr("delay") / 1000.0)
 
 
 class SlowCloseToxic(Toxic):
     type_name = "slow_close"
     struct_name = "SlowCloseToxic"
     fields = ("delay",)
+    stage_type = _SlowCloseStage
 
-    async def on_eof(self, link: Link, st: StageState) -> None:
-        await link.hold(self, link.loop.time() + self.attr("delay") / 1000.0)
+
+class _TimeoutStage(Stage):
+    __slots__ = ("timer",)
+
+    def __init__(self, toxic: Toxic, ctx: StageContext) -> None:
+        super().__init__(toxic, ctx)
+        self.timer: Timer | None = None
+
+    def start(self) -> None:
+        self._arm()
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def remove(self) -> None:
+        # Copied quirk: removing a timeout toxic closes the connection, even where
+        # toxicity skipped it (Toxiproxy 2.12.0 behaves so).
+        self.stop()
+        self.ctx.close()
+
+    def _arm(self) -> None:
+        self.stop()
+        timeout = self.attr("timeout")
+        if timeout > 0 and self.ctx.is_active(self):
+            self.timer = self.ctx.call_later(timeout / 1000.0, self.ctx.close)
+
+    async def pipe(self, chunk: Chunk, emit: Emit) -> None:
+        self._arm()  # data resets the timer; the data itself is dropped
 
 
 class TimeoutToxic(Toxic):
     type_name = "timeout"
     struct_name = "TimeoutToxic"
     fields = ("timeout",)
+    stage_type = _TimeoutStage
 
-    def started(self, link: Link, st: StageState) -> None:
-        self._arm(link, st)
 
-    def discard(self, link: Link, st: StageState) -> None:
-        if st.timer is not None:
-            st.timer.cancel()
-            st.timer = None
+class _ResetPeerStage(Stage):
+    __slots__ = ("fired",)
 
-    def remove(self, link: Link, st: StageState) -> None:
-        # Copied quirk: removing a timeout toxic closes the connection, even where
-        # toxicity skipped it (Toxiproxy 2.12.0 behaves so).
-        self.discard(link, st)
-        link.close()
+    def __init__(self, toxic: Toxic, ctx: StageContext) -> None:
+        super().__init__(toxic, ctx)
+        self.fired = False
 
-    def _arm(self, link: Link, st: StageState) -> None:
-        self.discard(link, st)
-        timeout = self.attr("timeout")
-        if st.enabled and timeout > 0 and not link.closing:
-            st.timer = link.loop.call_later(timeout / 1000.0, link.close)
+    async def pipe(self, chunk: Chunk, emit: Emit) -> None:
+        await self._fire()  # the first chunk is dropped
 
-    async def pipe(self, link: Link, st: StageState, chunk: Chunk, emit: Emit) -> None:
-        self._arm(link, st)  # data resets the timer; the data itself is dropped
+    async def on_eof(self) -> None:
+        await self._fire()
+
+    async def _fire(self) -> None:
+        if self.fired:
+            return
+        self.fired = True
+        if not await self.hold_for(self.attr("timeout") / 1000.0):
+            return  # removed while waiting
+        # The RST itself comes from SO_LINGER 0, set at accept while a reset_peer exists.
+        self.ctx.close()
 
 
 class ResetPeerToxic(Toxic):
     type_name = "reset_peer"
     struct_name = "ResetToxic"
     fields = ("timeout",)
+    stage_type = _ResetPeerStage
 
-    async def pipe(self, link: Link, st: StageState, chunk: Chunk, emit: Emit) -> None:
-        await self._fire(link, st)  # the first chunk is dropped
 
-    async def on_eof(self, link: Link, st: StageState) -> None:
-        await self._fire(link, st)
+class _SlicerStage(Stage):
+    __slots__ = ()
+    toxic: "SlicerToxic"
 
-    async def _fire(self, link: Link, st: StageState) -> None:
-        if st.fired:
-            return
-        st.fired = True
-        if not await link.hold(self, link.loop.time() + self.attr("timeout") / 1000.0):
-            return  # removed while waiting
-        # The RST itself comes from SO_LINGER 0, set at accept while a reset_peer exists.
-        link.close()
+    async def pipe(self, chunk: Chunk, emit: Emit) -> None:
+        data = chunk.data
+        start = 0
+        delay = self.attr("delay") / 1_000_000.0  # microseconds
+        for end in self.toxic.bounds(self.ctx.rng, len(data)):
+            await emit(Chunk(data[start:end], chunk.ts))
+            start = end
+            if delay > 0 and self.ctx.is_active(self):
+                await self.hold_for(delay)
 
 
 class SlicerToxic(Toxic):
     type_name = "slicer"
     struct_name = "SlicerToxic"
     fields = ("average_size", "size_variation", "delay")
+    stage_type = _SlicerStage
 
     def check(self, attrs: dict[str, int]) -> str | None:
         if attrs["average_size"] <= 0:
             return "slicer average_size must be greater than 0"
         return None
 
-    def _bounds(self, link: Link, size: int) -> list[int]:
-        avg = self.attr("average_size")
-        var = max(0, self.attr("size_variation"))
+    def bounds(self, rng: random.Random, size: int) -> list[int]:
+        """End offsets of the pieces ``size`` bytes are cut into."""
+        avg = self.attributes["average_size"]
+        var = max(0, self.attributes["size_variation"])
         ends: list[int] = []
         stack = [(0, size)]  # iterative version of Toxiproxy's recursive halving
         while stack:
@@ -230,39 +242,38 @@ class SlicerToxic(Toxic):
                 continue
             mid = start + (end - start) // 2
             if var > 0:
-                mid += link.rng.randrange(2 * var) - var
+                mid += rng.randrange(2 * var) - var
             mid = min(max(mid, start + 1), end - 1)
             stack.append((mid, end))
             stack.append((start, mid))
         return ends
 
-    async def pipe(self, link: Link, st: StageState, chunk: Chunk, emit: Emit) -> None:
+
+class _LimitDataStage(Stage):
+    __slots__ = ("counter",)
+
+    def __init__(self, toxic: Toxic, ctx: StageContext) -> None:
+        super().__init__(toxic, ctx)
+        self.counter = 0  # bytes forwarded; survives restarts, as in Toxiproxy
+
+    async def pipe(self, chunk: Chunk, emit: Emit) -> None:
+        limit = self.attr("bytes")
         data = chunk.data
-        start = 0
-        delay = self.attr("delay") / 1_000_000.0  # microseconds
-        for end in self._bounds(link, len(data)):
-            await emit(Chunk(data[start:end], chunk.ts))
-            start = end
-            if delay > 0 and link.is_active(self):
-                await link.hold(self, link.loop.time() + delay)
+        room = max(0, limit - self.counter)
+        if len(data) > room:
+            data = data[:room]
+        self.counter += len(data)
+        if data:
+            await emit(Chunk(data, chunk.ts))
+        if self.counter >= limit:
+            self.ctx.close()  # after the write, so the truncated bytes still arrive
 
 
 class LimitDataToxic(Toxic):
     type_name = "limit_data"
     struct_name = "LimitDataToxic"
     fields = ("bytes",)
-
-    async def pipe(self, link: Link, st: StageState, chunk: Chunk, emit: Emit) -> None:
-        limit = self.attr("bytes")
-        data = chunk.data
-        room = max(0, limit - st.counter)
-        if len(data) > room:
-            data = data[:room]
-        st.counter += len(data)
-        if data:
-            await emit(Chunk(data, chunk.ts))
-        if st.counter >= limit:
-            link.close()  # after the write, so the truncated bytes still arrive
+    stage_type = _LimitDataStage
 
 
 TOXIC_TYPES: dict[str, type[Toxic]] = {

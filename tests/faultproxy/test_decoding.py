@@ -132,11 +132,16 @@ def test_scanner_errors_are_exceptions_not_crashes() -> None:
 
 
 def test_module_exports_are_exact() -> None:
-    from chaos.faultproxy import api, gojson, server
+    from chaos.faultproxy import api, gojson, link, server, stage, toxics
 
     expected = {
-        gojson: ["BadBody", "GoNumber", "MAX_DEPTH", "decode", "kind", "field", "want", "dumps"],
+        gojson: ["BadBody", "GoNumber", "MAX_DEPTH", "decode", "kind", "field", "want", "want_object",
+                 "dumps", "float32", "float32_json"],
         api: ["VERSION", "Response", "Api", "BadBody", "decode", "error_response"],
+        stage: ["Chunk", "Emit", "Timer", "StageContext", "Stage"],
+        link: ["UPSTREAM", "DOWNSTREAM", "Endpoint", "Link", "Owner"],
+        toxics: ["Toxic", "NoopToxic", "LatencyToxic", "BandwidthToxic", "SlowCloseToxic",
+                 "TimeoutToxic", "ResetPeerToxic", "SlicerToxic", "LimitDataToxic", "TOXIC_TYPES"],
         server: ["MAX_BODY", "FaultProxyServer", "ThreadedFaultProxy", "start_faultproxy_process",
                  "stop_faultproxy_process", "main"],
     }

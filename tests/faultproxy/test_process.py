@@ -10,7 +10,7 @@ import pytest
 
 from chaos.faultproxy.proxy import ProxyError, split_host_port
 from chaos.faultproxy.server import main, start_faultproxy_process, stop_faultproxy_process
-from chaos.faultproxy.toxics import float32, float32_json
+from chaos.faultproxy.gojson import float32, float32_json
 
 from .helpers import Upstream, connect, echo
 

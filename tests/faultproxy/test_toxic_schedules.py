@@ -1,8 +1,8 @@
 """The toxics' computed schedules, on an injected clock and RNG (no sockets, no sleeping).
 
-``FakeLink`` stands in for :class:`chaos.faultproxy.link.Link`: ``hold`` records the
-loop time a toxic waits for and advances the fake clock to it at once, so each test
-reads the exact delays a toxic computed.
+``FakeLink`` is the :class:`chaos.faultproxy.stage.StageContext` a real link would be:
+``hold`` records the loop time a stage waits for and advances the fake clock to it at
+once, so each test reads the exact delays a toxic computed.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import pytest
 
-from chaos.faultproxy.link import Chunk, StageState
-from chaos.faultproxy.toxics import (BandwidthToxic, LatencyToxic, SlowCloseToxic, TimeoutToxic,
-                                     Toxic)
+from chaos.faultproxy.stage import Chunk, Stage
+from chaos.faultproxy.toxics import (BandwidthToxic, LatencyToxic, LimitDataToxic, SlowCloseToxic,
+                                     TimeoutToxic, Toxic)
 
 
 class FakeTimer:
@@ -45,17 +45,22 @@ class FakeLink:
     def __init__(self, seed: str = "1") -> None:
         self.loop = FakeLoop()
         self.rng = random.Random(seed)
-        self.closing = False
         self.closed = 0
         self.holds: list[float] = []  # every loop time a toxic waited for
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> FakeTimer:
+        return self.loop.call_later(delay, callback)
 
     def roll(self, toxicity: float) -> bool:
         return True
 
-    def is_active(self, toxic: Toxic) -> bool:
+    def is_active(self, stage: Stage) -> bool:
         return True
 
-    async def hold(self, toxic: Toxic, when: float) -> bool:
+    async def hold(self, stage: Stage, when: float) -> bool:
         self.holds.append(when)
         self.loop.now = max(self.loop.now, when)
         return True
@@ -70,6 +75,12 @@ def _toxic(cls: type[Toxic], **attrs: int) -> Toxic:
     return toxic
 
 
+def _started(toxic: Toxic, link: FakeLink) -> Stage:
+    stage = toxic.open_stage(link)
+    stage.start()
+    return stage
+
+
 def _pipe(toxic: Toxic, link: FakeLink, chunks: list[Chunk]) -> list[tuple[float, bytes]]:
     """Push ``chunks`` through ``toxic``; (fake time, data) of what it emitted."""
     out: list[tuple[float, bytes]] = []
@@ -78,9 +89,9 @@ def _pipe(toxic: Toxic, link: FakeLink, chunks: list[Chunk]) -> list[tuple[float
         out.append((link.loop.now, chunk.data))
 
     async def run() -> None:
-        st = toxic.new_state(link)  # type: ignore[arg-type]
+        stage = _started(toxic, link)
         for chunk in chunks:
-            await toxic.pipe(link, st, chunk, emit)  # type: ignore[arg-type]
+            await stage.pipe(chunk, emit)
 
     asyncio.run(run())
     return out
@@ -131,7 +142,7 @@ def test_bandwidth_sleeps_len_over_rate() -> None:
 def test_slow_close_waits_its_delay_on_eof() -> None:
     link = FakeLink()
     toxic = _toxic(SlowCloseToxic, delay=500)
-    asyncio.run(toxic.on_eof(link, StageState(True)))  # type: ignore[arg-type]
+    asyncio.run(_started(toxic, link).on_eof())
     assert link.holds == [0.5]
 
 
@@ -139,7 +150,7 @@ def test_timeout_restarts_on_data_and_drops_it() -> None:
     link = FakeLink()
     toxic = _toxic(TimeoutToxic, timeout=300)
     out: list[Any] = []
-    st = toxic.new_state(link)  # type: ignore[arg-type]
+    stage = _started(toxic, link)
     first = link.loop.timers[-1]
     assert first.when == pytest.approx(0.3)
     link.loop.now = 0.2
@@ -147,8 +158,28 @@ def test_timeout_restarts_on_data_and_drops_it() -> None:
     async def emit(chunk: Chunk) -> None:
         out.append(chunk)
 
-    asyncio.run(toxic.pipe(link, st, Chunk(b"data", 0.2), emit))  # type: ignore[arg-type]
+    asyncio.run(stage.pipe(Chunk(b"data", 0.2), emit))
     assert out == []  # dropped
     assert first.cancelled and link.loop.timers[-1].when == pytest.approx(0.5)
     link.loop.timers[-1].callback()
     assert link.closed == 1
+
+
+def test_each_link_keeps_its_own_stage_state() -> None:
+    # One toxic on two connections: limit_data counts bytes per link, so the first link
+    # reaching the limit closes only itself (a counter kept on the toxic would close both).
+    toxic = _toxic(LimitDataToxic, bytes=10)
+    first, second = FakeLink(), FakeLink()
+    stages = [(_started(toxic, link), link) for link in (first, second)]
+
+    async def emit(chunk: Chunk) -> None:
+        pass
+
+    async def run() -> None:
+        for stage, _ in stages:
+            await stage.pipe(Chunk(b"x" * 8, 0.0), emit)
+        assert (first.closed, second.closed) == (0, 0)
+        await stages[0][0].pipe(Chunk(b"x" * 8, 0.0), emit)
+
+    asyncio.run(run())
+    assert (first.closed, second.closed) == (1, 0)

@@ -68,6 +68,7 @@ def test_redis_6_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         binaries.find_valkey()
 
 
+@pytest.mark.integration  # this machine's real valkey-server and haproxy: not for test-fast
 def test_real_binaries_are_found() -> None:
     assert binaries.find_valkey().name == "valkey-server"
     assert binaries.find_haproxy().version[0].isdigit()

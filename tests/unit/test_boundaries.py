@@ -1,0 +1,152 @@
+"""Import boundaries between the parts of Proctor, as a test (issue #8, item 9).
+
+A small AST walk rather than import-linter: four rules need about sixty lines and no
+extra dependency, "only the standard library" is a predicate (``sys.stdlib_module_names``)
+rather than a list of forbidden packages, and the walk counts every import: inside
+functions, in ``TYPE_CHECKING`` blocks, and ``importlib.import_module`` with a literal
+name.  Each rule has a self-test that plants a violation in a throwaway tree and checks
+the walk reports it with file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module a ``from ... import`` names (relative levels resolved)."""
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".")
+    base = base[: len(base) - node.level + (1 if is_package else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _literal_import(node: ast.Call) -> str | None:
+    # importlib.import_module("x.y") / __import__("x.y") with a constant name.
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name in ("import_module", "__import__") and node.args:
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            return first.value
+    return None
+
+
+def imports_of(path: Path, root: Path) -> Iterator[tuple[int, str]]:
+    """(line, absolute module) for every import in ``path``, however nested."""
+    module = _module_name(path, root)
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            yield node.lineno, _resolve(node, module, is_package)
+        elif isinstance(node, ast.Call) and (name := _literal_import(node)) is not None:
+            yield node.lineno, name
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Files under ``folder`` must not import a module ``forbidden`` accepts."""
+
+    name: str
+    folder: str
+    forbidden: Callable[[str], bool]
+
+    def violations(self, root: Path) -> list[str]:
+        found = []
+        for path in sorted((root / self.folder).rglob("*.py")):
+            for line, name in imports_of(path, root):
+                if self.forbidden(name):
+                    found.append(f"{path.relative_to(root)}:{line} imports {name}")
+        return found
+
+
+RULES = [
+    Rule("the stack never imports the harness or the load tests", "stack",
+         lambda name: _top(name) in ("chaos", "loadtests")),
+    Rule("checkers never import the stack", "chaos/checkers",
+         lambda name: _top(name) == "stack"),
+    Rule("the fault proxy imports only the standard library and itself", "chaos/faultproxy",
+         lambda name: not (_top(name) in sys.stdlib_module_names or _top(name) == "__future__"
+                           or _within(name, "chaos.faultproxy"))),
+    Rule("the harness never imports locust (gevent patches the process)", "chaos",
+         lambda name: _top(name) == "locust"),
+]
+_IDS = [rule.folder for rule in RULES]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=_IDS)
+def test_boundary_holds(rule: Rule) -> None:
+    assert (ROOT / rule.folder).is_dir()
+    assert rule.violations(ROOT) == [], rule.name
+
+
+# --- self-tests: each rule catches a planted violation --------------------------------
+_PLANTED = {
+    "stack": ("stack/lanes/bad.py", "def later():\n    from chaos.history import Op\n",
+              "stack/lanes/bad.py:2 imports chaos.history"),
+    "chaos/checkers": ("chaos/checkers/bad.py", "import stack.config as cfg\n",
+                       "chaos/checkers/bad.py:1 imports stack.config"),
+    "chaos/faultproxy": ("chaos/faultproxy/bad.py", "import os\nfrom ..history import Op\n",
+                         "chaos/faultproxy/bad.py:2 imports chaos.history"),
+    "chaos": ("chaos/bad.py", "import importlib\nimportlib.import_module('locust.env')\n",
+              "chaos/bad.py:2 imports locust.env"),
+}
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in path.relative_to(tmp_path).parents:
+            (tmp_path / parent / "__init__.py").touch()
+        path.write_text(text)
+    return tmp_path
+
+
+_CLEAN = {  # allowed imports only: every rule must report nothing on this tree
+    "stack/lanes/ok.py": "import redis\nfrom stack.config import X\nfrom . import queues\n",
+    "chaos/checkers/ok.py": "from chaos.history import Op\nfrom .base import compose\n",
+    "chaos/faultproxy/ok.py": "from __future__ import annotations\nimport asyncio\n"
+                              "from .link import Link\nfrom . import stage\n",
+    "chaos/ok.py": "import subprocess\nsubprocess.run(['locust', '-f', 'x.py'])\n",
+}
+
+
+@pytest.mark.parametrize("rule", RULES, ids=_IDS)
+def test_rule_catches_a_planted_violation(rule: Rule, tmp_path: Path) -> None:
+    root = _tree(tmp_path, _CLEAN)
+    assert rule.violations(root) == []  # negative control: allowed imports pass
+    rel, text, expected = _PLANTED[rule.folder]
+    _tree(tmp_path, {rel: text})
+    assert rule.violations(root) == [expected]
+
+
+def test_relative_imports_resolve_against_the_package() -> None:
+    node = ast.parse("from ..history import Op").body[0]
+    assert isinstance(node, ast.ImportFrom)
+    assert _resolve(node, "chaos.faultproxy.link", is_package=False) == "chaos.history"
+    assert _resolve(node, "chaos.faultproxy", is_package=True) == "chaos.history"
