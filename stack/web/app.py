@@ -36,6 +36,7 @@ from limits import parse as parse_rate
 from stack.web.ratelimit import RequestLimiter
 from stack.web.routes_common import RequestGuard, WebState, validation_error_handler
 from stack.web.routes_health import drain_on_sigterm
+from stack.web.shedding import InFlightLimit
 from stack.web.write_behind import WriteBehind
 
 __all__ = ["NodeApp", "create_admin_app", "create_app", "create_node", "refuse_insecure_secrets"]
@@ -79,6 +80,7 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
         read_engine.dispose()
 
     app = FastAPI(title=f"Proctor web node {settings.node_name}", lifespan=lifespan)
+    app.add_middleware(InFlightLimit, limit=settings.max_in_flight)  # inside the guard: a shed reply names the node
     _wire(app, state, _PUBLIC_ROUTERS)
     return app
 
