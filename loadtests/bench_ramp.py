@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from datetime import datetime, timezone
@@ -34,6 +35,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "loadtests")]
 from chaos.history import read_history  # noqa: E402
 from chaos.ramp_gate import completions, latency_quantiles, read_ticks  # noqa: E402
 from proc_cpu import Sampler  # noqa: E402
+from profile_spy import start_profile, summarise  # noqa: E402
 from stack.paths import bench_dir, runs_dir  # noqa: E402
 
 KNEE_P99 = 0.25
@@ -47,32 +49,75 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", type=int, default=20, help="answers per student (the full mix is 20)")
     p.add_argument("--web", type=int, default=2, help="web nodes")
     p.add_argument("--label", default="run", help="key of this run in ramp.json (e.g. before, after)")
+    p.add_argument("--profile", default="web_1", help="component to sample with py-spy for the whole ramp ('' = none)")
     return p
 
 
+def _manifest(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def _stack_root(run_dir: Path) -> Any:
-    def root() -> int | None:
-        try:
-            return int(json.loads((run_dir / "manifest.json").read_text())["supervisor_pid"])
-        except (OSError, ValueError, KeyError):
-            return None
-    return root
+    return lambda: _manifest(run_dir).get("supervisor_pid")
 
 
-def _run_ramp(args: argparse.Namespace, run_dir: Path) -> tuple[int, Sampler, float]:
+def _component_roots(run_dir: Path) -> Any:
+    """{component: pid} once the stack is ready (read once: pids change only on a restart)."""
+    cache: dict[str, int] = {}
+
+    def roots() -> dict[str, int]:
+        if not cache:
+            manifest = _manifest(run_dir)
+            if manifest.get("status") == "ready":
+                cache.update({name: entry["pid"] for name, entry in manifest.get("components", {}).items()
+                              if entry.get("pid")})
+        return cache
+    return roots
+
+
+def _profile_when_ready(run_dir: Path, component: str, seconds: float, child: subprocess.Popen) -> Any:
+    """Start py-spy on ``component`` once the stack is ready; returns a callable giving the Popen."""
+    holder: dict[str, subprocess.Popen] = {}
+
+    def run() -> None:
+        while child.poll() is None:
+            pid = _component_roots(run_dir)().get(component)
+            if pid:
+                holder["spy"] = start_profile(pid, seconds, run_dir / f"profile-{component}.txt")
+                return
+            time.sleep(0.2)
+    threading.Thread(target=run, daemon=True).start()
+    return lambda: holder.get("spy")
+
+
+def _run_ramp(args: argparse.Namespace, run_dir: Path) -> tuple[int, Sampler, float, dict[str, Any] | None]:
     command = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", args.steps, "--step-seconds",
                str(args.step_seconds), "--questions", str(args.questions), "--run-dir", str(run_dir),
                "--", "--ramp-web", str(args.web), "--loglevel", "WARNING"]
     started = time.time()
     # Its own process group: the load generator's CPU is that group's (the stack leads its own session).
     child = subprocess.Popen(command, cwd=ROOT, start_new_session=True)
-    sampler = Sampler(load_pgid=child.pid, stack_root=_stack_root(run_dir))
+    sampler = Sampler(load_pgid=child.pid, stack_root=_stack_root(run_dir), components=_component_roots(run_dir))
     sampler.start()
+    ramp_seconds = len(args.steps.split(",")) * args.step_seconds
+    spy = _profile_when_ready(run_dir, args.profile, ramp_seconds + 5, child) if args.profile else (lambda: None)
     try:
         code = child.wait()
     finally:
         sampler.stop()
-    return code, sampler, started
+    return code, sampler, started, _profile_summary(spy(), run_dir / f"profile-{args.profile}.txt")
+
+
+def _profile_summary(spy: subprocess.Popen | None, output: Path) -> dict[str, Any] | None:
+    if spy is None:
+        return None
+    spy.wait()
+    if not output.exists():
+        return {"note": f"py-spy wrote nothing: {spy.stderr.read().decode(errors='replace')[-300:] if spy.stderr else ''}"}
+    return {"file": str(output), **summarise(output)}
 
 
 def _step_rows(run_dir: Path, sampler: Sampler) -> list[dict[str, Any]]:
@@ -96,6 +141,8 @@ def _step_row(step: dict[str, Any], ops: list, window: float, first: dict | None
     if first and last and ops:
         stack, load = last["stack"] - first["stack"], last["load"] - first["load"]
         busy = last["machine_busy"] - first["machine_busy"]
+        row["components_cpu_s"] = {name: round(value - first["components"].get(name, 0.0), 2)
+                                   for name, value in last["components"].items()}
         row.update(stack_cpu_s=round(stack, 2), load_cpu_s=round(load, 2),
                    stack_cpu_s_per_1000=round(1000 * stack / len(ops), 3),
                    load_cpu_s_per_1000=round(1000 * load / len(ops), 3),
@@ -137,16 +184,19 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     run_dir = runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-bench-ramp-{args.label}"
     load_before = os.getloadavg()[0]
-    code, sampler, started = _run_ramp(args, run_dir)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    code, sampler, started, profile = _run_ramp(args, run_dir)
     rows = _step_rows(run_dir, sampler)
     ramp = json.loads((run_dir / "ramp.json").read_text()) if (run_dir / "ramp.json").exists() else {}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    result = {"label": args.label, "commit": commit.strip(), "started": started, "run_dir": str(run_dir),
+    result = {"label": args.label, "commit": commit.strip() + (" (with uncommitted changes)" if dirty else ""),
+              "started": started, "run_dir": str(run_dir),
               "ramp_exit_code": code, "invariants": ramp.get("invariants"), "errors": ramp.get("errors"),
               "knee_req_s": knee(rows), "knee_rule": f"p99 <= {KNEE_P99}s, 0 failed, achieved >= {KNEE_RATE_RATIO} x target",
               "web_nodes": args.web, "mix": _mix(run_dir), "speedups_installed": _speedups(),
               "machine": {"cores": os.cpu_count(), "load_average_before": load_before,
-                          "load_average_after": os.getloadavg()[0]}, "steps": rows}
+                          "load_average_after": os.getloadavg()[0]}, "steps": rows, "profile": profile}
     out = bench_dir() / "ramp.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     previous = json.loads(out.read_text()) if out.exists() else {}
@@ -167,6 +217,12 @@ def _print(result: dict[str, Any]) -> None:
               f"{_num(r['p50'])}  {_num(r['p99'])}  {_num(r.get('stack_cpu_s_per_1000')):>14}  "
               f"{_num(r.get('load_cpu_s_per_1000')):>13}  {_num(r.get('machine_busy_share')):>12}  {r['held']}")
     print(f"  errors: {(result['errors'] or {}).get('layers')}")
+    for r in result["steps"]:
+        print(f"  cpu s at {r['target']:g} req/s by component: {r.get('components_cpu_s')}")
+    profile = result.get("profile") or {}
+    for key in ("self_by_package", "self_by_function", "inclusive_by_stack_function"):
+        if key in profile:
+            print(f"  profile {key}: " + ", ".join(f"{name} {share:.1%}" for name, share in profile[key][:10]))
 
 
 def _num(value: float | None) -> str:

@@ -88,10 +88,11 @@ def machine_busy_seconds() -> tuple[float, float]:
 class Sampler:
     """Samples, every ``interval`` seconds in a thread: the stack's tree (its supervisor, found by
     ``stack_root()`` once it exists), the load generator's process group less the stack, the
-    machine. ``samples`` holds dicts with ``wall``, ``stack``, ``load``, ``machine_busy``, ``machine_total``."""
+    machine. ``samples`` holds dicts with ``wall``, ``stack``, ``load``, ``machine_busy``, ``machine_total`` and ``components`` (CPU per component tree)."""
 
     load_pgid: int
     stack_root: object  # Callable[[], int | None]
+    components: object = None  # Callable[[], dict[str, int]]: component name -> its root pid
     interval: float = 0.25
     samples: list[dict[str, float]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -117,8 +118,10 @@ class Sampler:
         stack = table.tree(root) if root else set()
         load = table.group(self.load_pgid) - stack
         busy, total = machine_busy_seconds()
+        roots = self.components() if self.components else {}  # type: ignore[operator]
         self.samples.append({"wall": time.time(), "stack": table.cpu(stack), "load": table.cpu(load),
-                             "machine_busy": busy, "machine_total": total})
+                             "machine_busy": busy, "machine_total": total,
+                             "components": {name: table.cpu(table.tree(pid)) for name, pid in roots.items()}})
 
     def at(self, wall: float) -> dict[str, float] | None:
         """The last sample taken at or before ``wall``."""

@@ -41,6 +41,10 @@ from stack.web.write_behind import WriteBehind
 
 __all__ = ["NodeApp", "create_admin_app", "create_app", "create_node", "refuse_insecure_secrets"]
 
+LEDGER_POOL_SIZE = 8
+"""Ledger connections a node keeps open per engine: answers serialise on SQLite's write lock,
+so more would idle; a busier moment opens extra ones (stack.ledger.engine.make_engine)."""
+
 _PUBLIC_ROUTERS = (routes_sessions, routes_attempts, routes_answers, routes_outcomes, routes_health)
 _ADMIN_ROUTERS = (routes_admin, routes_health)
 
@@ -57,8 +61,8 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
     """The public API of a node (no admin routes)."""
     settings = load_settings() if settings is None else settings
     refuse_insecure_secrets(settings)
-    engine = make_engine(settings)
-    read_engine = make_engine(settings, read_only=True)
+    engine = make_engine(settings, pool_size=LEDGER_POOL_SIZE)
+    read_engine = make_engine(settings, read_only=True, pool_size=LEDGER_POOL_SIZE)
     clients = ValkeyClients(settings)
     dispatcher = ValkeyDispatcher(settings, engine, clients) if dispatcher is None else dispatcher
     state = WebState(settings=settings, engine=engine, read_engine=read_engine, clients=clients, dispatcher=dispatcher,
