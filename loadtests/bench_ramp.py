@@ -38,6 +38,8 @@ from proc_cpu import Sampler  # noqa: E402
 from profile_spy import start_profile, summarise  # noqa: E402
 from stack.paths import bench_dir, runs_dir  # noqa: E402
 
+__all__ = ["KNEE_P99", "KNEE_RATE_RATIO", "knee", "main"]
+
 KNEE_P99 = 0.25
 KNEE_RATE_RATIO = 0.95
 
@@ -116,7 +118,8 @@ def _profile_summary(spy: subprocess.Popen | None, output: Path) -> dict[str, An
         return None
     spy.wait()
     if not output.exists():
-        return {"note": f"py-spy wrote nothing: {spy.stderr.read().decode(errors='replace')[-300:] if spy.stderr else ''}"}
+        said = spy.stderr.read().decode(errors="replace")[-300:] if spy.stderr else ""
+        return {"note": f"py-spy wrote nothing: {said}"}
     return {"file": str(output), **summarise(output)}
 
 
@@ -141,8 +144,9 @@ def _step_row(step: dict[str, Any], ops: list, window: float, first: dict | None
     if first and last and ops:
         stack, load = last["stack"] - first["stack"], last["load"] - first["load"]
         busy = last["machine_busy"] - first["machine_busy"]
-        row["components_cpu_s"] = {name: round(value - first["components"].get(name, 0.0), 2)
-                                   for name, value in last["components"].items()}
+        # Only components already known at the step's start: a first reading would hold start-up CPU.
+        row["components_cpu_s"] = {name: round(value - first["components"][name], 2)
+                                   for name, value in last["components"].items() if name in first["components"]}
         row.update(stack_cpu_s=round(stack, 2), load_cpu_s=round(load, 2),
                    stack_cpu_s_per_1000=round(1000 * stack / len(ops), 3),
                    load_cpu_s_per_1000=round(1000 * load / len(ops), 3),
@@ -193,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"label": args.label, "commit": commit.strip() + (" (with uncommitted changes)" if dirty else ""),
               "started": started, "run_dir": str(run_dir),
               "ramp_exit_code": code, "invariants": ramp.get("invariants"), "errors": ramp.get("errors"),
-              "knee_req_s": knee(rows), "knee_rule": f"p99 <= {KNEE_P99}s, 0 failed, achieved >= {KNEE_RATE_RATIO} x target",
+              "knee_req_s": knee(rows),
+              "knee_rule": f"p99 <= {KNEE_P99}s, 0 failed, achieved >= {KNEE_RATE_RATIO} x target",
               "web_nodes": args.web, "mix": _mix(run_dir), "speedups_installed": _speedups(),
               "machine": {"cores": os.cpu_count(), "load_average_before": load_before,
                           "load_average_after": os.getloadavg()[0]}, "steps": rows, "profile": profile}

@@ -88,7 +88,8 @@ def machine_busy_seconds() -> tuple[float, float]:
 class Sampler:
     """Samples, every ``interval`` seconds in a thread: the stack's tree (its supervisor, found by
     ``stack_root()`` once it exists), the load generator's process group less the stack, the
-    machine. ``samples`` holds dicts with ``wall``, ``stack``, ``load``, ``machine_busy``, ``machine_total`` and ``components`` (CPU per component tree)."""
+    machine. ``samples`` holds dicts with ``wall``, ``stack``, ``load``, ``machine_busy``,
+    ``machine_total`` and ``components`` (CPU per component tree)."""
 
     load_pgid: int
     stack_root: object  # Callable[[], int | None]

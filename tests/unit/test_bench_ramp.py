@@ -55,10 +55,12 @@ def test_a_tree_counts_descendants_and_a_group_its_members() -> None:
 def test_profile_summary_shares_by_innermost_frame_and_our_functions(tmp_path: Path) -> None:
     collapsed = tmp_path / "profile.txt"
     collapsed.write_text(
-        "main (stack/web/serve.py:50);put_answer (stack/web/routes_answers.py:58);execute (sqlalchemy/engine/base.py:1) 3\n"
+        "main (stack/web/serve.py:50);put_answer (stack/web/routes_answers.py:58);"
+        "execute (sqlalchemy/engine/base.py:1) 3\n"
         "main (stack/web/serve.py:50);notify (threading.py:382) 1\n"
     )
     summary = summarise(collapsed)
     assert summary["samples"] == 4
     assert summary["self_by_package"] == [["sqlalchemy", 0.75], ["python (stdlib)", 0.25]]
-    assert dict(summary["inclusive_by_stack_function"]) == {"main (serve.py)": 1.0, "put_answer (routes_answers.py)": 0.75}
+    inclusive = dict(summary["inclusive_by_stack_function"])
+    assert inclusive == {"main (serve.py)": 1.0, "put_answer (routes_answers.py)": 0.75}
