@@ -37,7 +37,8 @@ __all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "mai
 
 EXIT_LOAD_GATE = 3
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "loadtests" / "exam_ramp.py"
-_HAPROXY_FIELDS = ("hrsp_5xx", "econ", "eresp", "ereq", "dreq", "wretr", "wredis", "qmax", "cli_abrt", "srv_abrt")
+_HAPROXY_FIELDS = ("hrsp_5xx", "econ", "eresp", "ereq", "dreq", "wretr", "wredis", "qmax", "cli_abrt", "srv_abrt",
+                   "connect", "reuse")  # connections opened to a server vs requests on a reused one
 
 
 def _settings(config: dict[str, Any]) -> dict[str, str]:

@@ -185,6 +185,7 @@ class Settings:
     sms_idempotency: bool = True  # PROCTOR_SMS_IDEMPOTENCY: off = negative control
     valkey_fresh_connections: bool = False  # PROCTOR_VALKEY_FRESH_CONNECTIONS: the seed's anti-pattern
     max_body_bytes: int = 16384  # PROCTOR_MAX_BODY_BYTES
+    max_in_flight: int = 64  # PROCTOR_MAX_IN_FLIGHT: requests a node serves at once; more get 503 + Retry-After
     answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
 
     def scaled(self, case_seconds: float) -> float:
@@ -247,6 +248,7 @@ ENV_NAMES: dict[str, str] = {
     "sms_idempotency": "PROCTOR_SMS_IDEMPOTENCY",
     "valkey_fresh_connections": "PROCTOR_VALKEY_FRESH_CONNECTIONS",
     "max_body_bytes": "PROCTOR_MAX_BODY_BYTES",
+    "max_in_flight": "PROCTOR_MAX_IN_FLIGHT",
     "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
 }
 
@@ -257,6 +259,7 @@ _PARSERS = {
     "liveness_ttl": _parse_positive_float,
     "max_job_attempts": _parse_positive_int,
     "max_body_bytes": _parse_positive_int,
+    "max_in_flight": _parse_positive_int,
     "admin_port": lambda name, raw: 0 if raw.strip() == "0" else _parse_positive_int(name, raw),
     "allow_default_secrets": _parse_bool,
     "rate_limits": _parse_bool,

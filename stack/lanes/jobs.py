@@ -35,10 +35,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from stack.config import CASE_AI_CALL_SECONDS, CASE_MERIT_COMPUTE_SECONDS, CASE_SMS_CALL_SECONDS, Settings, load_settings
-from stack.ledger import grading, outbox, outcomes
+from stack.ledger import outbox, outcomes, ranking
 from stack.ledger.engine import make_engine
 from stack.ledger.grading import OPTIONS, answer_key
-from stack.ledger.schema import answers, attempts, exams
+from stack.ledger.schema import attempts, exams
 
 if TYPE_CHECKING:
     import httpx
@@ -186,17 +186,7 @@ def merit_of(conn: Connection, attempt_id: str) -> dict[str, Any]:
     if attempt is None:
         raise LookupError(f"no attempt {attempt_id}")
     question_count = conn.execute(select(exams.c.question_count).where(exams.c.code == attempt.exam_code)).scalar_one()
-    finished = (attempts.c.exam_code == attempt.exam_code) & (attempts.c.status == "finished")
-    ranked = set(conn.execute(select(attempts.c.id).where(finished)).scalars()) | {attempt_id}
-    rows = conn.execute(
-        select(answers.c.attempt_id, answers.c.question, answers.c.content)
-        .join(attempts, attempts.c.id == answers.c.attempt_id)
-        .where(finished | (attempts.c.id == attempt_id))
-    )
-    by_attempt: dict[str, dict[str, str]] = {}
-    for row in rows:
-        by_attempt.setdefault(row.attempt_id, {})[row.question] = row.content
-    scores = {other: grading.score(attempt.exam_code, by_attempt.get(other, {})) for other in ranked}
+    scores = ranking.finished_scores(conn, attempt.exam_code, attempt_id)
     own = scores[attempt_id]
     return {
         "attempt_id": attempt_id,
@@ -205,8 +195,8 @@ def merit_of(conn: Connection, attempt_id: str) -> dict[str, Any]:
         "score": own,
         "max_score": question_count,
         "position": 1 + sum(1 for other in scores.values() if other > own),
-        "ranked_against": sorted(ranked),
-        "finished_attempts": len(ranked),
+        "ranked_against": sorted(scores),
+        "finished_attempts": len(scores),
     }
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
 from stack.lanes.queues import operation_id
-from stack.ledger import outbox, outcomes
+from stack.ledger import outbox, outcomes, ranking
 from stack.ledger.schema import attempts, exams, students
 
 __all__ = [
@@ -153,10 +153,12 @@ def finish_attempt(engine: Engine, attempt_id: str, node: str, now: float | None
         current = get_attempt(conn, attempt_id, for_update=True)
         if current is None:
             raise LookupError(attempt_id)
+        # Scored under the write lock that closes the attempt: no answer can land after it.
+        score = ranking.score_from_answers(conn, current.exam_code, [attempt_id])[attempt_id]
         moved = conn.execute(
             update(attempts)
             .where(attempts.c.id == attempt_id, attempts.c.status == "open")
-            .values(status="finished", finished_at=now)
+            .values(status="finished", finished_at=now, score=score)
         ).rowcount
         if moved != 1:
             return FinishResult(current, [])

@@ -40,18 +40,28 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
 
 
-def make_engine(settings: Settings, *, read_only: bool = False) -> Engine:
+def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int = 0) -> Engine:
     """The ledger engine. ``read_only`` (SQLite): plain deferred BEGIN and ``query_only``, so
     status polls, exports and metrics read a WAL snapshot instead of queueing for the write
-    lock behind answers; PostgreSQL readers never take that lock, so it changes nothing there."""
+    lock behind answers; PostgreSQL readers never take that lock, so it changes nothing there.
+
+    ``pool_size`` (SQLite): 0 opens a connection per transaction (processes that fork, like
+    RQ workers, must not inherit one); N > 0 keeps up to N open connections for a
+    long-lived multi-threaded process (a web node), each used by one thread at a time. It
+    saves the open and the pragmas every transaction otherwise pays (two per answer). Past N
+    a connection is opened and closed as before (no overflow limit, so never a pool
+    timeout). Every pragma, durability included, is set on each connection as it opens."""
     url = settings.ledger_url
     if url.startswith("sqlite"):
         settings.run_dir.mkdir(parents=True, exist_ok=True)
         if not settings.database_url:  # the run folder's own ledger.db
             _create_private(settings.run_dir / "ledger.db")
-        # NullPool: a connection per transaction avoids sharing SQLite handles across the
-        # threads uvicorn and RQ use; opening a local file is cheap.
-        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        if pool_size > 0:  # a pooled handle moves between threads, never used by two at once
+            engine = create_engine(url, pool_size=pool_size, max_overflow=-1,
+                                   connect_args={**connect_args, "check_same_thread": False})
+        else:
+            engine = create_engine(url, poolclass=NullPool, connect_args=connect_args)
         event.listen(engine, "connect", _sqlite_pragmas)
         if read_only:
             event.listen(engine, "connect", _sqlite_query_only)

@@ -83,8 +83,13 @@ attempts = Table(
     Column("status", String(16), nullable=False),  # open | finished
     Column("started_at", Float, nullable=False),
     Column("finished_at", Float, nullable=True),
+    # Answers matching the key, stored by the finish transaction (answers are closed from then
+    # on), so ranking reads one row per attempt instead of re-scoring every answer of the exam.
+    # NULL while open, and for attempts finished by a release before this column.
+    Column("score", Integer, nullable=True),
     UniqueConstraint("student_id", "idempotency_key", name="uq_attempt_start_key"),
 )
+Index("ix_attempts_rank", attempts.c.exam_code, attempts.c.status, attempts.c.score)
 
 answers = Table(
     "answers",

@@ -38,9 +38,14 @@ from limits import parse as parse_rate
 from stack.web.ratelimit import RequestLimiter
 from stack.web.routes_common import RequestGuard, WebState, validation_error_handler
 from stack.web.routes_health import drain_on_sigterm
+from stack.web.shedding import InFlightLimit
 from stack.web.write_behind import WriteBehind
 
 __all__ = ["NodeApp", "create_admin_app", "create_app", "create_node", "refuse_insecure_secrets"]
+
+LEDGER_POOL_SIZE = 8
+"""Ledger connections a node keeps open per engine: answers serialise on SQLite's write lock,
+so more would idle; a busier moment opens extra ones (stack.ledger.engine.make_engine)."""
 
 _PUBLIC_ROUTERS = (routes_sessions, routes_attempts, routes_answers, routes_outcomes, routes_health)
 _ADMIN_ROUTERS = (routes_admin, routes_health)
@@ -65,8 +70,8 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
     """The public API of a node (no admin routes)."""
     settings = load_settings() if settings is None else settings
     refuse_insecure_secrets(settings)
-    engine = make_engine(settings)
-    read_engine = make_engine(settings, read_only=True)
+    engine = make_engine(settings, pool_size=LEDGER_POOL_SIZE)
+    read_engine = make_engine(settings, read_only=True, pool_size=LEDGER_POOL_SIZE)
     clients = ValkeyClients(settings)
     dispatcher = ValkeyDispatcher(settings, engine, clients) if dispatcher is None else dispatcher
     state = WebState(settings=settings, engine=engine, read_engine=read_engine, clients=clients, dispatcher=dispatcher,
@@ -86,6 +91,7 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
         read_engine.dispose()
 
     app = FastAPI(title=f"Proctor web node {settings.node_name}", lifespan=lifespan)
+    app.add_middleware(InFlightLimit, limit=settings.max_in_flight)  # inside the guard: a shed reply names the node
     _wire(app, state, _PUBLIC_ROUTERS)
     return app
 

@@ -36,6 +36,7 @@ __all__ = [
     "attempt_links",
     "get_state",
     "owned_attempt",
+    "request_principal",
     "require_admin",
     "validation_error_handler",
 ]
@@ -70,12 +71,18 @@ class WebState:
         return count
 
 
-def get_state(request: Request) -> WebState:
+# Dependencies that do no I/O are async: FastAPI runs a sync one in the threadpool, and that
+# hop (a queue handoff and a GIL switch each way) cost more CPU than the work (docs/ramp.md).
+async def get_state(request: Request) -> WebState:
     return request.app.state.proctor  # type: ignore[no-any-return]
 
 
+async def request_principal(request: Request) -> Principal:
+    return bearer_principal(request)
+
+
 StateDep = Annotated[WebState, Depends(get_state)]
-PrincipalDep = Annotated[Principal, Depends(bearer_principal)]
+PrincipalDep = Annotated[Principal, Depends(request_principal)]
 
 
 def owned_attempt(attempt_id: str, principal: PrincipalDep, state: StateDep) -> Attempt:

@@ -1,0 +1,238 @@
+"""Benchmark: the knee of the seed's ramp, and what each request costs the stack in CPU.
+
+``python loadtests/bench_ramp.py [--steps 25,50,...,500] [--step-seconds 15] [--web 2] [--label after]``
+runs ``proctor ramp`` (Locust, the full student mix, the embedded stack with every worker and
+the relay, finishes producing merit, narrative and SMS jobs) end to end through HAProxy, with
+the load generator on the same machine, and samples /proc meanwhile (loadtests/proc_cpu.py):
+the stack's process tree (the supervisor and everything under it) and the load generator's
+process group, apart. Per step, from the merged history: completed requests, failures,
+achieved rate, p50/p99, the stack's and the load generator's CPU seconds, stack CPU seconds
+per 1,000 requests and how busy the whole machine was (other work shares the cores).
+
+The knee is the highest step such that it and every step before it held: p99 <= 250 ms,
+0 failed requests and an achieved rate >= 95% of the target. Figures are printed and
+written to ``results/bench/ramp.json`` under ``runs.<label>`` (so a before and an after
+sit side by side), never asserted. Not part of ``make test``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "loadtests")]
+
+from chaos.history import read_history  # noqa: E402
+from chaos.ramp_gate import completions, latency_quantiles, read_ticks  # noqa: E402
+from proc_cpu import Sampler  # noqa: E402
+from profile_spy import start_profile, summarise  # noqa: E402
+from stack.paths import bench_dir, runs_dir  # noqa: E402
+
+__all__ = ["KNEE_P99", "KNEE_RATE_RATIO", "knee", "main"]
+
+KNEE_P99 = 0.25
+KNEE_RATE_RATIO = 0.95
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", default="25,50,100,150,200,300,400,500", help="offered req/s per step")
+    p.add_argument("--step-seconds", type=float, default=15.0)
+    p.add_argument("--questions", type=int, default=20, help="answers per student (the full mix is 20)")
+    p.add_argument("--web", type=int, default=2, help="web nodes")
+    p.add_argument("--label", default="run", help="key of this run in ramp.json (e.g. before, after)")
+    p.add_argument("--profile", default="web_1", help="component to sample with py-spy for the whole ramp ('' = none)")
+    return p
+
+
+def _manifest(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _stack_root(run_dir: Path) -> Any:
+    return lambda: _manifest(run_dir).get("supervisor_pid")
+
+
+def _component_roots(run_dir: Path) -> Any:
+    """{component: pid} once the stack is ready (read once: pids change only on a restart)."""
+    cache: dict[str, int] = {}
+
+    def roots() -> dict[str, int]:
+        if not cache:
+            manifest = _manifest(run_dir)
+            if manifest.get("status") == "ready":
+                cache.update({name: entry["pid"] for name, entry in manifest.get("components", {}).items()
+                              if entry.get("pid")})
+        return cache
+    return roots
+
+
+def _profile_when_ready(run_dir: Path, component: str, seconds: float, child: subprocess.Popen) -> Any:
+    """Start py-spy on ``component`` once the stack is ready; returns a callable giving the Popen."""
+    holder: dict[str, subprocess.Popen] = {}
+
+    def run() -> None:
+        while child.poll() is None:
+            pid = _component_roots(run_dir)().get(component)
+            if pid:
+                holder["spy"] = start_profile(pid, seconds, run_dir / f"profile-{component}.txt")
+                return
+            time.sleep(0.2)
+    threading.Thread(target=run, daemon=True).start()
+    return lambda: holder.get("spy")
+
+
+def _run_ramp(args: argparse.Namespace, run_dir: Path) -> tuple[int, Sampler, float, dict[str, Any] | None]:
+    command = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", args.steps, "--step-seconds",
+               str(args.step_seconds), "--questions", str(args.questions), "--run-dir", str(run_dir),
+               "--", "--ramp-web", str(args.web), "--loglevel", "WARNING"]
+    started = time.time()
+    # Its own process group: the load generator's CPU is that group's (the stack leads its own session).
+    child = subprocess.Popen(command, cwd=ROOT, start_new_session=True)
+    sampler = Sampler(load_pgid=child.pid, stack_root=_stack_root(run_dir), components=_component_roots(run_dir))
+    sampler.start()
+    ramp_seconds = len(args.steps.split(",")) * args.step_seconds
+    spy = _profile_when_ready(run_dir, args.profile, ramp_seconds + 5, child) if args.profile else (lambda: None)
+    try:
+        code = child.wait()
+    finally:
+        sampler.stop()
+    return code, sampler, started, _profile_summary(spy(), run_dir / f"profile-{args.profile}.txt")
+
+
+def _profile_summary(spy: subprocess.Popen | None, output: Path) -> dict[str, Any] | None:
+    if spy is None:
+        return None
+    spy.wait()
+    if not output.exists():
+        said = spy.stderr.read().decode(errors="replace")[-300:] if spy.stderr else ""
+        return {"note": f"py-spy wrote nothing: {said}"}
+    return {"file": str(output), **summarise(output)}
+
+
+def _step_rows(run_dir: Path, sampler: Sampler) -> list[dict[str, Any]]:
+    config = json.loads((run_dir / "ramp_config.json").read_text())
+    ticks = read_ticks(run_dir)
+    origin = ticks[0]["wall"] - ticks[0]["elapsed"]
+    done = completions(read_history(run_dir / "history.jsonl").ops)
+    rows = []
+    for step in config["plan"]["schedule"]:
+        start, end = origin + step["start"], origin + step["end"]
+        ops = [op for op in done if start <= float(op.extra["wall"]) < end]
+        rows.append(_step_row(step, ops, end - start, sampler.at(start), sampler.at(end)))
+    return rows
+
+
+def _step_row(step: dict[str, Any], ops: list, window: float, first: dict | None, last: dict | None) -> dict[str, Any]:
+    quantiles = latency_quantiles(ops)
+    row: dict[str, Any] = {"target": step["rate"], "users": step["users"], "requests": len(ops),
+                           "failed": sum(1 for op in ops if op.type != "ok"),
+                           "achieved": round(len(ops) / window, 2), "p50": quantiles["p50"], "p99": quantiles["p99"]}
+    if first and last and ops:
+        stack, load = last["stack"] - first["stack"], last["load"] - first["load"]
+        busy = last["machine_busy"] - first["machine_busy"]
+        # Only components already known at the step's start: a first reading would hold start-up CPU.
+        row["components_cpu_s"] = {name: round(value - first["components"][name], 2)
+                                   for name, value in last["components"].items() if name in first["components"]}
+        row.update(stack_cpu_s=round(stack, 2), load_cpu_s=round(load, 2),
+                   stack_cpu_s_per_1000=round(1000 * stack / len(ops), 3),
+                   load_cpu_s_per_1000=round(1000 * load / len(ops), 3),
+                   machine_busy_share=round(busy / (last["machine_total"] - first["machine_total"]), 3),
+                   other_cpu_s=round(busy - stack - load, 2))
+    row["held"] = (row["failed"] == 0 and row["p99"] is not None and row["p99"] <= KNEE_P99
+                   and row["achieved"] >= KNEE_RATE_RATIO * step["rate"])
+    return row
+
+
+def knee(rows: list[dict[str, Any]]) -> float | None:
+    """The highest target such that it and every lower step held."""
+    best = None
+    for row in rows:
+        if not row["held"]:
+            break
+        best = row["target"]
+    return best
+
+
+def _mix(run_dir: Path) -> dict[str, Any]:
+    config = json.loads((run_dir / "ramp_config.json").read_text())
+    done = completions(read_history(run_dir / "history.jsonl").ops)
+    return {"student": "login (session), start, answer each question with an Idempotency-Key (retried under the "
+                       "same key after an unknown outcome), finish, poll the merit card",
+            "questions": config["questions"], "polls": config["polls"],
+            "per_user_rate": config["plan"]["per_user_rate"], "requests_by_kind": dict(Counter(op.f for op in done))}
+
+
+def _speedups() -> dict[str, bool]:
+    found = {}
+    for module in ("uvloop", "httptools"):
+        probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, check=False)
+        found[module] = probe.returncode == 0
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    run_dir = runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-bench-ramp-{args.label}"
+    load_before = os.getloadavg()[0]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    code, sampler, started, profile = _run_ramp(args, run_dir)
+    rows = _step_rows(run_dir, sampler)
+    ramp = json.loads((run_dir / "ramp.json").read_text()) if (run_dir / "ramp.json").exists() else {}
+    result = {"label": args.label, "commit": commit.strip() + (" (with uncommitted changes)" if dirty else ""),
+              "started": started, "run_dir": str(run_dir),
+              "ramp_exit_code": code, "invariants": ramp.get("invariants"), "errors": ramp.get("errors"),
+              "knee_req_s": knee(rows),
+              "knee_rule": f"p99 <= {KNEE_P99}s, 0 failed, achieved >= {KNEE_RATE_RATIO} x target",
+              "web_nodes": args.web, "mix": _mix(run_dir), "speedups_installed": _speedups(),
+              "machine": {"cores": os.cpu_count(), "load_average_before": load_before,
+                          "load_average_after": os.getloadavg()[0]}, "steps": rows, "profile": profile}
+    out = bench_dir() / "ramp.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    previous.setdefault("runs", {})[args.label] = result
+    out.write_text(json.dumps(previous, indent=2))
+    _print(result)
+    print(f"written: {out} (runs.{args.label})")
+    return 0
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(f"bench_ramp [{result['label']}] commit {result['commit']}: knee {result['knee_req_s']} req/s "
+          f"({result['knee_rule']}); ramp exit {result['ramp_exit_code']}; invariants {result['invariants']}")
+    print(f"  machine: {result['machine']}; speedups {result['speedups_installed']}")
+    print("  target  achieved  requests  failed  p50     p99     stack_cpu/1000  load_cpu/1000  machine_busy  held")
+    for r in result["steps"]:
+        print(f"  {r['target']:>6g}  {r['achieved']:>8.1f}  {r['requests']:>8}  {r['failed']:>6}  "
+              f"{_num(r['p50'])}  {_num(r['p99'])}  {_num(r.get('stack_cpu_s_per_1000')):>14}  "
+              f"{_num(r.get('load_cpu_s_per_1000')):>13}  {_num(r.get('machine_busy_share')):>12}  {r['held']}")
+    print(f"  errors: {(result['errors'] or {}).get('layers')}")
+    for r in result["steps"]:
+        print(f"  cpu s at {r['target']:g} req/s by component: {r.get('components_cpu_s')}")
+    profile = result.get("profile") or {}
+    for key in ("self_by_package", "self_by_function", "inclusive_by_stack_function"):
+        if key in profile:
+            print(f"  profile {key}: " + ", ".join(f"{name} {share:.1%}" for name, share in profile[key][:10]))
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

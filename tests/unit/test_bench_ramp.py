@@ -1,0 +1,66 @@
+"""The knee benchmark's arithmetic (loadtests/bench_ramp.py, proc_cpu.py, profile_spy.py),
+without running a ramp: the knee rule, /proc parsing, the profile summary."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "loadtests"))
+
+from bench_ramp import KNEE_P99, _step_row, knee  # noqa: E402
+from proc_cpu import _TICKS, ProcessTable, _parse_stat  # noqa: E402
+from profile_spy import summarise  # noqa: E402
+
+
+def _ops(count: int, latency: float, failed: int = 0) -> list:
+    return [SimpleNamespace(type="fail" if n < failed else "ok", latency=latency) for n in range(count)]
+
+
+def _row(target: float, count: int, latency: float, failed: int = 0) -> dict:
+    return _step_row({"rate": target, "users": 1}, _ops(count, latency, failed), 10.0, None, None)
+
+
+def test_a_step_holds_only_with_its_rate_its_p99_and_no_failure() -> None:
+    assert _row(10, 100, KNEE_P99)["held"]
+    assert not _row(10, 100, KNEE_P99 + 0.001)["held"]  # slow
+    assert not _row(10, 100, 0.01, failed=1)["held"]  # one failure
+    assert not _row(10, 94, 0.01)["held"]  # 9.4 of 10 req/s
+
+
+def test_the_knee_is_the_last_step_of_the_unbroken_run_from_the_start() -> None:
+    rows = [_row(25, 250, 0.05), _row(50, 500, 0.1), _row(100, 1000, 0.9), _row(200, 2000, 0.1)]
+    assert knee(rows) == 50  # 200 held again, but after 100 broke: not the knee
+    assert knee(rows[:2]) == 50
+    assert knee([_row(25, 250, 0.9)]) is None
+
+
+def test_proc_stat_parsing_survives_odd_command_names() -> None:
+    line = f"42 (we ird) (name)) S 7 40 40 0 -1 0 0 0 0 0 {3 * _TICKS} {_TICKS} {2 * _TICKS} 0 20 0 1 0"
+    stat = _parse_stat(line)
+    assert (stat.pid, stat.ppid, stat.pgid, stat.cpu) == (42, 7, 40, 6.0)
+
+
+def test_a_tree_counts_descendants_and_a_group_its_members() -> None:
+    rows = [f"{pid} (p) S {ppid} {pgid} 0 0 -1 0 0 0 0 0 {_TICKS} 0 0 0 20 0 1 0"
+            for pid, ppid, pgid in ((1, 0, 1), (10, 1, 10), (11, 10, 10), (12, 11, 20), (30, 1, 30))]
+    table = ProcessTable({stat.pid: stat for stat in map(_parse_stat, rows)})
+    assert table.tree(10) == {10, 11, 12}
+    assert table.group(10) == {10, 11}
+    assert table.cpu(table.tree(10) - table.group(10)) == 1.0
+
+
+def test_profile_summary_shares_by_innermost_frame_and_our_functions(tmp_path: Path) -> None:
+    collapsed = tmp_path / "profile.txt"
+    collapsed.write_text(
+        "main (stack/web/serve.py:50);put_answer (stack/web/routes_answers.py:58);"
+        "execute (sqlalchemy/engine/base.py:1) 3\n"
+        "main (stack/web/serve.py:50);notify (threading.py:382) 1\n"
+    )
+    summary = summarise(collapsed)
+    assert summary["samples"] == 4
+    assert summary["self_by_package"] == [["sqlalchemy", 0.75], ["python (stdlib)", 0.25]]
+    inclusive = dict(summary["inclusive_by_stack_function"])
+    assert inclusive == {"main (serve.py)": 1.0, "put_answer (routes_answers.py)": 0.75}
