@@ -14,7 +14,7 @@ import time
 from typing import Any, Mapping
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from stack.config import CASE_SMS_CALL_SECONDS, Settings, SettingsError, load_settings
@@ -65,7 +65,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
             raise HTTPException(403, f"source address {host} is not on the gateway allow-list")
 
     @app.post("/v1/messages", dependencies=[Depends(source_allowed)])
-    def send_message(body: MessageRequest, idempotency_key: str | None = Header(None)) -> JSONResponse:
+    def send_message(body: MessageRequest, idempotency_key: str | None = Header(None)) -> Response:
         def respond(effect_id: int) -> dict[str, Any]:
             return {
                 "message_id": f"msg_{effect_id}",
