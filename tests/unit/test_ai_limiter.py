@@ -3,39 +3,20 @@ until release, a concurrency cap, and a shared pause (issue #11)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 from redis import Redis
 
-from netsupport import free_port
+from valkeysupport import running_valkey
 from stack.ailane.limiter import CALLS_KEY, SharedLimiter
 
 
 @pytest.fixture(scope="module")
 def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
-    port = free_port()
-    server = subprocess.Popen(["valkey-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(tmp_path_factory.mktemp("valkey"))],
-                              stdout=subprocess.DEVNULL)
-    client = Redis(host="127.0.0.1", port=port)
-    try:
-        for _ in range(200):
-            try:
-                client.ping()
-                break
-            except Exception:
-                time.sleep(0.05)
+    with running_valkey(tmp_path_factory.mktemp("valkey")) as client:
         yield client
-    finally:
-        client.close()
-        os.kill(server.pid, signal.SIGTERM)
-        server.wait(timeout=10)
 
 
 @pytest.fixture(autouse=True)
