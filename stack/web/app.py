@@ -23,6 +23,7 @@ from stack.config import Settings, SettingsError, insecure_secrets, load_setting
 from stack.ledger.engine import make_engine
 from stack.web import (
     routes_admin,
+    routes_ailane,
     routes_answers,
     routes_attempts,
     routes_health,
@@ -41,7 +42,7 @@ from stack.web.write_behind import WriteBehind
 __all__ = ["NodeApp", "create_admin_app", "create_app", "create_node", "refuse_insecure_secrets"]
 
 _PUBLIC_ROUTERS = (routes_sessions, routes_attempts, routes_answers, routes_outcomes, routes_health)
-_ADMIN_ROUTERS = (routes_admin, routes_health)
+_ADMIN_ROUTERS = (routes_admin, routes_ailane, routes_health)
 
 
 def refuse_insecure_secrets(settings: Settings) -> None:
