@@ -24,7 +24,7 @@ from typing import Any
 from redis import Redis
 
 from stack.ailane import billing, lanestate
-from stack.ailane.limiter import SharedLimiter
+from stack.ailane.limiter import CALLS_KEY, PAUSE_KEY, SharedLimiter
 from stack.ailane.policy import RetryClock, classify
 from stack.config import CASE_PROVIDER_CALLS_PER_MINUTE, Settings, SettingsError
 from stack.lanes import jobs
@@ -46,6 +46,7 @@ class LaneConfig:
     ask_before_replay: bool = True
     lease_seconds: float | None = None  # a limiter slot's lease; default job timeout + RQ's 60 s callback window
     visibility_timeout_seconds: float | None = None  # when RQ calls a started job abandoned (timeout + 60 s)
+    limiter_keys: tuple[str, str] = (CALLS_KEY, PAUSE_KEY)  # a per-worker pair = the negative control
 
     def lease(self, settings: Settings) -> float:
         return self.lease_seconds or jobs.job_timeout("narrative", settings) + _RQ_CALLBACK_SECONDS
@@ -55,7 +56,7 @@ class LaneConfig:
 
     def limiter(self, redis: Redis, settings: Settings) -> SharedLimiter:
         return SharedLimiter(redis, self.calls_per_minute, settings.scaled(60.0), self.max_in_flight,
-                             lease_seconds=self.lease(settings))
+                             lease_seconds=self.lease(settings), keys=self.limiter_keys)
 
 
 def check_startup(settings: Settings, config: LaneConfig) -> None:

@@ -77,12 +77,14 @@ class SharedLimiter:
     """``limit`` calls per ``window_seconds`` (real seconds: one case-minute scaled) and
     at most ``cap`` in flight. ``lease_seconds`` must exceed the provider call's HTTP timeout."""
 
-    def __init__(self, redis: Redis, limit: int, window_seconds: float, cap: int, lease_seconds: float) -> None:
+    def __init__(self, redis: Redis, limit: int, window_seconds: float, cap: int, lease_seconds: float,
+                 keys: tuple[str, str] = (CALLS_KEY, PAUSE_KEY)) -> None:
         if limit < 1 or cap < 1:
             raise ValueError(f"limit and cap must be at least 1, not {limit} and {cap}")
         if window_seconds <= 0 or lease_seconds <= 0:
             raise ValueError("window_seconds and lease_seconds must be greater than 0")
         self.redis = redis
+        self.calls_key, self.pause_key = keys  # other keys only for the per-worker negative control
         self.limit, self.cap = limit, cap
         self.window_ms, self.lease_ms = window_seconds * 1000, lease_seconds * 1000
         self._acquire = redis.register_script(_ACQUIRE)
@@ -92,15 +94,15 @@ class SharedLimiter:
     def acquire(self, token: str) -> Grant:
         """Take a slot for the call ``token`` (unique per call), or say how long to wait."""
         granted, value, reason = self._acquire(
-            keys=[CALLS_KEY, PAUSE_KEY], args=[self.limit, self.window_ms, self.cap, self.lease_ms, token]
+            keys=[self.calls_key, self.pause_key], args=[self.limit, self.window_ms, self.cap, self.lease_ms, token]
         )
         reason = reason.decode() if isinstance(reason, bytes) else reason
         return Grant(bool(granted), 0.0 if granted else float(value) / 1000, reason)
 
     def release(self, token: str) -> None:
         """The call is over (answered, refused or failed): its slot counts one more window from now."""
-        self._release(keys=[CALLS_KEY], args=[token])
+        self._release(keys=[self.calls_key], args=[token])
 
     def pause(self, seconds: float, reason: str) -> float:
         """Stop every worker's calls for ``seconds`` (a provider's Retry-After); returns the pause left."""
-        return int(self._pause(keys=[PAUSE_KEY], args=[seconds * 1000, reason])) / 1000
+        return int(self._pause(keys=[self.pause_key], args=[seconds * 1000, reason])) / 1000
