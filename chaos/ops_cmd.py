@@ -25,7 +25,7 @@ import httpx
 from chaos.checkers.billing import check_billing
 from chaos.ledgers import EffectRow
 
-__all__ = ["alerts_main", "audit_main", "lane_main", "review_main"]
+__all__ = ["CommandError", "alerts_main", "audit_main", "lane_main", "review_main"]
 
 
 class CommandError(RuntimeError):

@@ -21,7 +21,7 @@ from stack.config import Settings
 from stack.providers.faults import Admission, FaultState, Faults, Refusal
 from stack.providers.ledger import EffectLedger, IdempotencyConflict, Recorded
 
-__all__ = ["Provider", "admin_router", "health_router", "is_loopback", "lookup", "perform"]
+__all__ = ["Provider", "ResponseLost", "admin_router", "health_router", "is_loopback", "lookup", "perform"]
 
 IDEMPOTENCY_KEY_MAX = 255
 
