@@ -209,3 +209,17 @@ def test_a_valkey_flush_during_backoff_loses_nothing(lane: Settings, redis: Redi
         time.sleep(0.01)
     assert OP in relay.run_once().enqueued  # ...and then, from the ledger alone
     assert row(lane)["job_id"] == f"{OP}-2" and redis.exists(f"rq:job:{OP}-2")
+
+
+def test_a_real_rq_worker_runs_the_lane_job_from_the_relay(lane: Settings, redis: Redis) -> None:
+    """End to end on the real path: relay -> Valkey -> `python -m stack.lanes.worker ai` -> provider."""
+    from stack.relay import Relay
+    from test_relay import start_worker, worker_log
+
+    port = redis.connection_pool.connection_kwargs["port"]
+    settings = lane.with_overrides(valkey_url=f"redis://127.0.0.1:{port}/0")
+    assert OP in Relay(settings, make_engine(settings), redis).run_once().enqueued
+    worker = start_worker(settings, "ai", "--burst")
+    assert worker.wait(timeout=120) == 0, worker_log(settings, "ai")
+    assert row(lane)["status"] == "done" and effects(lane) == [OP]
+    assert ledger_summary(lane)["completed"] == 1
