@@ -1,7 +1,7 @@
 """Lane pause and alerts, kept in the ledger so a Valkey flush never un-pauses a lane.
 
 A credit or auth problem pauses the lane (no further provider calls) and raises an
-alert: a row here, an ERROR log line, and a counter the metrics endpoint can read.
+alert: a row here (``proctor alerts``) and an ERROR log line. No Prometheus metric yet.
 Only an operator resumes (``proctor lane resume ai``); resuming first sends every row
 past its deadline to review (``stack/ailane/review.py``).
 """
