@@ -20,6 +20,10 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "ramp": ("chaos.ramp", "ramp_main", "the seed's 25->500 req/s Locust ramp (headless), gated by exit code"),
     "check": ("chaos.analyze", "check_main", "re-run the checkers offline on a stored run folder"),
     "faultproxy": ("chaos.faultproxy.server", "main", "the Toxiproxy-compatible fault proxy server"),
+    "lane": ("chaos.ops_cmd", "lane_main", "pause, resume or show the AI lane (admin API)"),
+    "review": ("chaos.ops_cmd", "review_main", "list the AI lane's review queue, or replay one item once"),
+    "alerts": ("chaos.ops_cmd", "alerts_main", "alerts raised by the lanes (credit exhausted, key revoked)"),
+    "audit": ("chaos.ops_cmd", "audit_main", "audit billing: reservations against the provider's ledger"),
 }
 
 

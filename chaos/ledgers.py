@@ -111,6 +111,10 @@ class EffectRow:
     request: Any = None
     response: Any = None
     """What the provider answered (absent in run folders older than the payload checks)."""
+    started_at: float | None = None
+    """When the call reached the provider: what limit checkers count (absent before issue #11)."""
+    cost: float | None = None
+    """What the provider charged for this effect (absent before issue #11)."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ _ROW_TYPES: dict[str, type] = {
     "exams": ExamRow,
 }
 
-_FLOAT_FIELDS = {"started_at", "finished_at", "created_at", "enqueued_at", "done_at"}
+_FLOAT_FIELDS = {"started_at", "finished_at", "created_at", "enqueued_at", "done_at", "cost"}
 
 
 @dataclass(frozen=True)

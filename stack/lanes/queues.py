@@ -19,7 +19,7 @@ LANE_OF_KIND = {"merit": "merit", "narrative": "ai", "sms": "sms"}
 
 JOB_FUNCTION = {
     "merit": "stack.lanes.jobs.compute_merit_card",
-    "narrative": "stack.lanes.jobs.write_narrative",
+    "narrative": "stack.ailane.job.write_narrative",  # limiter, retries by class, billing (docs/ai-lane.md)
     "sms": "stack.lanes.jobs.send_result_sms",
 }
 """Outbox kind -> importable job function (workers import jobs by dotted path)."""

@@ -163,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = load_settings()
     warm_tls(settings)  # once here; every forked horse reuses it for its own Valkey connection
+    if args.lane == "ai":
+        from stack.ailane.job import LaneConfig, check_startup
+
+        check_startup(settings, LaneConfig())  # a job timeout past the slot lease stops start-up here
     prepare_worker(args.lane)  # settings, engines, and for ai/sms the HTTP stack: once, not per horse
     component = args.name or settings.component or f"worker_{args.lane}"
     stats = record_process_connections(settings)  # every horse forked below appends to this process's file

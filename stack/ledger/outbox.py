@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import ColumnElement, Connection, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, and_, exists, func, or_, select, update
 
 from stack.lanes.queues import operation_id
-from stack.ledger.schema import OUTBOX_KINDS, outbox
+from stack.ledger.schema import OUTBOX_KINDS, lane_state, outbox
 
 __all__ = [
     "create_rows",
@@ -33,6 +33,7 @@ __all__ = [
     "mark_done",
     "mark_reenqueued",
     "mark_failed",
+    "defer",
     "pending_for_attempt",
     "unfinished_summary",
     "NON_FINAL_STATUSES",
@@ -101,8 +102,15 @@ def _merit_row_is(status: str) -> ColumnElement[bool]:
     return exists().where(merit.c.attempt_id == outbox.c.attempt_id, merit.c.kind == "merit", merit.c.status == status)
 
 
-def _may_enqueue() -> ColumnElement[bool]:
-    return or_(outbox.c.kind.not_in(NEEDS_MERIT), _merit_row_is("done"))
+def _may_enqueue(now: float | None = None) -> ColumnElement[bool]:
+    """Merit first; a waiting row only from its not-before time; no narrative while the AI lane is paused."""
+    now = time.time() if now is None else now
+    ai_paused = exists().where(lane_state.c.lane == "ai", lane_state.c.paused == 1)
+    return and_(
+        or_(outbox.c.kind.not_in(NEEDS_MERIT), _merit_row_is("done")),
+        or_(outbox.c.not_before.is_(None), outbox.c.not_before <= now),
+        or_(outbox.c.kind != "narrative", ~ai_paused),
+    )
 
 
 def enqueueable(conn: Connection, limit: int = 500) -> list[dict]:
@@ -134,6 +142,19 @@ def mark_failed_pending(conn: Connection, op: str, reason: str, now: float | Non
         update(outbox)
         .where(outbox.c.operation_id == op, outbox.c.status == "pending")
         .values(status="failed", updated_at=now, last_error=reason)
+    )
+    return result.rowcount == 1
+
+
+def defer(conn: Connection, op: str, job: str, not_before: float, reason: str, now: float | None = None) -> bool:
+    """A job that must wait (limiter, backoff, paused lane) hands its row back: pending again,
+    with the time before which the relay must not enqueue it. Durable, so a Valkey flush
+    or a killed scheduler during the wait loses nothing."""
+    now = time.time() if now is None else now
+    result = conn.execute(
+        update(outbox)
+        .where(outbox.c.operation_id == op, outbox.c.status == "enqueued", outbox.c.job_id == job)
+        .values(status="pending", not_before=not_before, updated_at=now, last_error=reason)
     )
     return result.rowcount == 1
 

@@ -30,6 +30,9 @@ __all__ = [
     "outcomes",
     "audit_log",
     "roster",
+    "ai_reservations",
+    "lane_state",
+    "alerts",
     "OUTBOX_KINDS",
     "OUTCOME_READY_INDEX",
     "OUTBOX_STATUSES",
@@ -119,6 +122,8 @@ outbox = Table(
     Column("enqueued_at", Float, nullable=True),
     Column("updated_at", Float, nullable=False),
     Column("done_at", Float, nullable=True),
+    Column("not_before", Float, nullable=True),  # a waiting row (limiter, backoff) goes to a lane only then
+    Column("replays", Integer, nullable=False, default=0),  # audited replays from the review queue
     UniqueConstraint("attempt_id", "kind", name="uq_outbox_per_kind"),
 )
 Index("ix_outbox_status", outbox.c.status)
@@ -154,5 +159,39 @@ audit_log = Table(
     Column("at", Float, nullable=False),
     Column("actor", String(64), nullable=False),
     Column("action", String(64), nullable=False),
+    Column("detail", Text, nullable=False),  # JSON
+)
+
+ai_reservations = Table(
+    # Internal allowance reserved before each provider call (issue #11, docs/ai-lane.md):
+    # pending until the provider's answer or a look-up settles it as completed or released.
+    "ai_reservations",
+    metadata,
+    Column("call_id", String(160), primary_key=True),  # "<operation_id>#<n>"
+    Column("operation_id", String(128), nullable=False),
+    Column("state", String(16), nullable=False),  # pending | completed | released
+    Column("cost", Float, nullable=False),
+    Column("reserved_at", Float, nullable=False),
+    Column("settled_at", Float, nullable=True),
+    Column("note", Text, nullable=True),
+)
+Index("ix_ai_reservations_operation", ai_reservations.c.operation_id)
+
+lane_state = Table(
+    "lane_state",  # a paused lane makes no provider calls until an operator resumes it
+    metadata,
+    Column("lane", String(16), primary_key=True),
+    Column("paused", Integer, nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("since", Float, nullable=False),
+)
+
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("lane", String(16), nullable=False),
+    Column("kind", String(32), nullable=False),  # credit_exhausted | key_revoked | ...
     Column("detail", Text, nullable=False),  # JSON
 )

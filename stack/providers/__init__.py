@@ -2,8 +2,9 @@
 
 Both are built from the small kit below: an effect ledger (``ledger.py``) so a
 checker can count real side effects, fault knobs (``faults.py``) set through a
-loopback-only admin API, and one call pipeline (latency -> refusal -> work ->
-record effect -> optional delay after the effect -> answer).
+loopback-only admin API, and one call pipeline (latency -> admission: revoked key,
+forced refusal, invalid payload, own calls/min window, credit -> work -> record the
+effect with its arrival time and cost -> optional delay or lost response -> answer).
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ from __future__ import annotations
 import ipaddress
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from fastapi import APIRouter, Body, Header, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from stack.config import Settings
-from stack.providers.faults import FaultState, Faults
-from stack.providers.ledger import EffectLedger, IdempotencyConflict
+from stack.providers.faults import Admission, FaultState, Faults, Refusal
+from stack.providers.ledger import EffectLedger, IdempotencyConflict, Recorded
 
-__all__ = ["Provider", "admin_router", "health_router", "is_loopback", "lookup", "perform"]
+__all__ = ["Provider", "ResponseLost", "admin_router", "health_router", "is_loopback", "lookup", "perform"]
 
 IDEMPOTENCY_KEY_MAX = 255
 
@@ -33,10 +34,26 @@ class Provider:
     settings: Settings
     work_seconds: float
     ledger: EffectLedger = field(init=False)
-    faults: FaultState = field(default_factory=FaultState)
+    faults: FaultState = field(init=False)
 
     def __post_init__(self) -> None:
         self.ledger = EffectLedger(self.settings.run_dir / f"{self.name}_effects.db")
+        self.faults = FaultState(window_seconds=self.settings.scaled(60.0))  # one case-minute
+
+
+class ResponseLost(ConnectionError):
+    """Raised mid-response on purpose: the effect is recorded, the caller hears nothing whole."""
+
+
+def _lost_response() -> StreamingResponse:
+    """Headers and a first chunk go out, then the body breaks off: uvicorn closes the
+    connection and the caller sees an incomplete response, as after a reset."""
+
+    def broken_body() -> Iterator[bytes]:
+        yield b'{"narrative'
+        raise ResponseLost("response lost after the effect was recorded (lose_response_next)")
+
+    return StreamingResponse(broken_body(), status_code=201, media_type="application/json")
 
 
 def is_loopback(request: Request) -> bool:
@@ -53,27 +70,44 @@ def perform(
     idempotency_key: str | None,
     request_body: dict[str, Any],
     respond: Callable[[int], dict[str, Any]],
-) -> JSONResponse:
+) -> Response:
     """Run one side-effecting call through the fault knobs and the effect ledger."""
     if idempotency_key is not None and not 0 < len(idempotency_key) <= IDEMPOTENCY_KEY_MAX:
         raise HTTPException(422, f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} characters")
     faults = provider.faults.current()
     time.sleep(faults.latency_seconds)
-    refused = provider.faults.take_refusal()
-    if refused is not None:
-        return JSONResponse(refused.body, status_code=refused.status, headers=refused.headers)
+    admitted = provider.faults.admit(operation_id)
+    if isinstance(admitted, Refusal):
+        return JSONResponse(admitted.body, status_code=admitted.status, headers=admitted.headers)
     time.sleep(provider.work_seconds)
-    try:
-        recorded = provider.ledger.record(
-            operation_id, idempotency_key, request_body, lambda effect_id: (201, respond(effect_id))
-        )
-    except IdempotencyConflict:
-        raise HTTPException(409, "Idempotency-Key reused with a different request body") from None
-    if not recorded.replayed:
+    recorded = _record(provider, operation_id, idempotency_key, request_body, respond, admitted)
+    if recorded.replayed:
+        provider.faults.refund(admitted)
+    else:
         # The effect is committed; the caller has not heard yet (unknown outcome window).
         time.sleep(provider.faults.current().delay_after_effect_seconds)
+        if provider.faults.take_lost_response():
+            return _lost_response()
     headers = {"Idempotent-Replayed": "true"} if recorded.replayed else {}
     return JSONResponse(recorded.effect.response, status_code=recorded.effect.status_code, headers=headers)
+
+
+def _record(
+    provider: Provider,
+    operation_id: str,
+    idempotency_key: str | None,
+    request_body: dict[str, Any],
+    respond: Callable[[int], dict[str, Any]],
+    admitted: Admission,
+) -> Recorded:
+    try:
+        return provider.ledger.record(
+            operation_id, idempotency_key, request_body, lambda effect_id: (201, respond(effect_id)),
+            started_at=admitted.started_at, cost=admitted.cost,
+        )
+    except IdempotencyConflict:
+        provider.faults.refund(admitted)
+        raise HTTPException(409, "Idempotency-Key reused with a different request body") from None
 
 
 def lookup(provider: Provider, operation_id: str) -> dict[str, Any]:

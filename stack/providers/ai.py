@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from fastapi import FastAPI, Header
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from stack.config import CASE_AI_CALL_SECONDS, Settings, load_settings
@@ -44,7 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.post("/v1/narratives")
     def create_narrative(
         body: NarrativeRequest, idempotency_key: str | None = Header(None)
-    ) -> JSONResponse:
+    ) -> Response:
         def respond(effect_id: int) -> dict[str, Any]:
             return {
                 "narrative_id": f"nar_{effect_id}",

@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS effects (
     request TEXT NOT NULL,
     status_code INTEGER NOT NULL,
     response TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    started_at REAL NOT NULL,
+    cost REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS ix_effects_operation ON effects (operation_id);
 """
@@ -48,6 +50,8 @@ class Effect:
     request: dict[str, Any]
     status_code: int
     response: dict[str, Any]
+    started_at: float = 0.0
+    cost: float = 0.0
 
     def export(self) -> dict[str, Any]:
         """The row shape of docs/architecture.md ("provider effects")."""
@@ -56,6 +60,8 @@ class Effect:
             "operation_id": self.operation_id,
             "idempotency_key": self.idempotency_key,
             "created_at": self.created_at,
+            "started_at": self.started_at,
+            "cost": self.cost,
             "request": self.request,
             "response": self.response,
         }
@@ -80,6 +86,8 @@ def _effect(row: sqlite3.Row) -> Effect:
         request=json.loads(row["request"]),
         status_code=row["status_code"],
         response=json.loads(row["response"]),
+        started_at=row["started_at"],
+        cost=row["cost"],
     )
 
 
@@ -111,14 +119,19 @@ class EffectLedger:
         idempotency_key: str | None,
         request: dict[str, Any],
         respond: Callable[[int], tuple[int, dict[str, Any]]],
+        *,
+        started_at: float | None = None,
+        cost: float = 0.0,
     ) -> Recorded:
         """Record one effect, or return the stored one for a repeated key.
 
         ``respond(effect_id)`` builds (status, body) for a new effect; it runs inside
         the transaction so a concurrent repeat of the key waits and then replays it.
+        ``started_at`` is when the call reached the provider (its admission, which a
+        limit checker counts); ``cost`` what the new effect was charged.
         """
         with self._connect() as conn:
-            return self._record(conn, operation_id, idempotency_key, request, respond)
+            return self._record(conn, operation_id, idempotency_key, request, respond, started_at, cost)
 
     @staticmethod
     def _record(
@@ -127,6 +140,8 @@ class EffectLedger:
         idempotency_key: str | None,
         request: dict[str, Any],
         respond: Callable[[int], tuple[int, dict[str, Any]]],
+        started_at: float | None,
+        cost: float,
     ) -> Recorded:
         digest = _sha256(request)
         conn.execute("BEGIN IMMEDIATE")
@@ -140,10 +155,12 @@ class EffectLedger:
                     return Recorded(_effect(row), replayed=True)
             next_id = conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM effects").fetchone()[0]
             status, body = respond(next_id)
+            now = time.time()
             cursor = conn.execute(
                 "INSERT INTO effects (id, operation_id, idempotency_key, request_sha256, request,"
-                " status_code, response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (next_id, operation_id, idempotency_key, digest, json.dumps(request), status, json.dumps(body), time.time()),
+                " status_code, response, created_at, started_at, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (next_id, operation_id, idempotency_key, digest, json.dumps(request), status, json.dumps(body), now,
+                 now if started_at is None else started_at, cost),
             )
             row = conn.execute("SELECT * FROM effects WHERE id = ?", (cursor.lastrowid,)).fetchone()
             conn.execute("COMMIT")

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from stack.config import CASE_SMS_CALL_SECONDS, Settings, load_settings
@@ -58,7 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(403, f"source address {host} is not on the gateway allow-list")
 
     @app.post("/v1/messages", dependencies=[Depends(source_allowed)])
-    def send_message(body: MessageRequest, idempotency_key: str | None = Header(None)) -> JSONResponse:
+    def send_message(body: MessageRequest, idempotency_key: str | None = Header(None)) -> Response:
         def respond(effect_id: int) -> dict[str, Any]:
             return {
                 "message_id": f"msg_{effect_id}",

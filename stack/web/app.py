@@ -24,6 +24,7 @@ from stack.config import Settings, SettingsError, insecure_secrets, load_setting
 from stack.ledger.engine import make_engine
 from stack.web import (
     routes_admin,
+    routes_ailane,
     routes_answers,
     routes_attempts,
     routes_health,
@@ -48,7 +49,7 @@ LEDGER_POOL_SIZE = 8
 so more would idle; a busier moment opens extra ones (stack.ledger.engine.make_engine)."""
 
 _PUBLIC_ROUTERS = (routes_sessions, routes_attempts, routes_answers, routes_outcomes, routes_health)
-_ADMIN_ROUTERS = (routes_admin, routes_health)
+_ADMIN_ROUTERS = (routes_admin, routes_ailane, routes_health)
 
 
 def refuse_insecure_secrets(settings: Settings) -> None:

@@ -86,6 +86,7 @@ def settings(tmp_path: Path, valkey_port: int) -> Settings:
         valkey_url=f"redis://127.0.0.1:{valkey_port}/0",
         time_scale=0.001,
         ai_url=f"http://127.0.0.1:{free_port()}",  # nothing listens: AI jobs fail
+        sms_url=f"http://127.0.0.1:{free_port()}",  # nor here: SMS jobs fail
         relay_interval=0.1,
         liveness_ttl=1.0,
         exams={"NOVA-101": 2},
@@ -198,12 +199,13 @@ def test_flushed_valkey_is_reenqueued_only_by_the_reconciler(settings: Settings,
 def test_failed_job_is_reenqueued(settings: Settings, valkey: Redis) -> None:
     card_ready(settings)
     relay(settings, valkey).run_once()
-    worker = start_worker(settings, "ai", "--burst")  # the AI provider is down: the job fails
+    # The SMS gateway is down: the job fails. (The AI lane would defer it instead: docs/ai-lane.md.)
+    worker = start_worker(settings, "sms", "--burst")
     worker.wait(timeout=30)
-    assert job_field(valkey, "narrative-a1-1", "status") == "failed"
+    assert job_field(valkey, "sms-a1-1", "status") == "failed"
     report = relay(settings, valkey).run_once()
-    assert report.reenqueued == ["narrative-a1"]
-    assert row(settings, "narrative-a1")["job_id"] == "narrative-a1-2"
+    assert report.reenqueued == ["sms-a1"]
+    assert row(settings, "sms-a1")["job_id"] == "sms-a1-2"
 
 
 def kill_tree(pid: int) -> None:

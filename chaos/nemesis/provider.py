@@ -1,0 +1,56 @@
+"""Provider faults: set a fake provider's knobs (stack/providers/faults.py) for a while.
+
+``FaultSpec(kind="provider", target="ai", params={"calls_per_minute": 8})`` merges the
+params into the provider's current knobs through its admin API (``PUT /admin/faults``)
+and puts back the knobs it found when the fault ends, so a credit shortage, a revoked
+key, a 429 storm, invalid payloads or lost responses are each one scheduled fault.
+The end restores knobs as a whole: a credit balance spent during the fault is what
+the fault set, not what was left.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import httpx
+
+from chaos.nemesis.base import FaultSpec, NemesisError
+
+__all__ = ["ProviderNemesis"]
+
+
+class ProviderNemesis:
+    kinds = frozenset({"provider"})
+
+    def __init__(self, urls: Mapping[str, str], admin_token: str, timeout: float = 10.0) -> None:
+        self.urls = dict(urls)
+        self.admin_token = admin_token
+        self.timeout = timeout
+        self._before: dict[str, dict[str, Any]] = {}
+
+    def _url(self, target: str) -> str:
+        if target not in self.urls:
+            raise NemesisError(f"unknown provider {target!r}; known: {sorted(self.urls)}")
+        return f"{self.urls[target]}/admin/faults"
+
+    def _request(self, method: str, target: str, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = httpx.request(method, self._url(target), json=knobs, timeout=self.timeout,
+                                 headers={"X-Admin-Token": self.admin_token})
+        if response.status_code != 200:
+            raise NemesisError(f"provider {target!r} refused knobs {knobs}: {response.status_code} {response.text}")
+        return response.json()
+
+    def start(self, fault: FaultSpec) -> dict[str, Any]:
+        current = self._request("GET", fault.target)
+        self._before.setdefault(fault.target, current)
+        return {"knobs": self._request("PUT", fault.target, {**current, **fault.params})}
+
+    def end(self, fault: FaultSpec) -> dict[str, Any]:
+        before = self._before.pop(fault.target, None)
+        if before is None:
+            return {}
+        return {"knobs": self._request("PUT", fault.target, before)}
+
+    def heal(self) -> None:
+        for target in list(self._before):
+            self._request("PUT", target, self._before.pop(target))

@@ -1,0 +1,116 @@
+"""Operator commands of the AI lane (issue #11), over a node's admin API (HTTP), so they
+work against any deployment:
+
+    proctor lane pause|resume|show ai [--reason TEXT]
+    proctor review list | proctor review replay OPERATION_ID
+    proctor alerts
+    proctor audit billing
+
+Every command takes ``--url`` (a node's admin listener, or env ``PROCTOR_ADMIN_URL``)
+and ``--token`` (env ``PROCTOR_ADMIN_TOKEN``), prints JSON, and exits 0 on success,
+1 when the answer is a failure (``audit billing`` found a violation), 2 on bad usage
+or an unreachable API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+import httpx
+
+from chaos.checkers.billing import check_billing
+from chaos.ledgers import EffectRow
+
+__all__ = ["CommandError", "alerts_main", "audit_main", "lane_main", "review_main"]
+
+
+class CommandError(RuntimeError):
+    """Exit 2 with this message: a missing option, an unreachable API, a refused request."""
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--url", default=os.environ.get("PROCTOR_ADMIN_URL"),
+                        help="a node's admin listener, e.g. http://127.0.0.1:9001 (env PROCTOR_ADMIN_URL)")
+    parser.add_argument("--token", default=os.environ.get("PROCTOR_ADMIN_TOKEN"),
+                        help="the admin token (env PROCTOR_ADMIN_TOKEN)")
+    return parser
+
+
+def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    if not args.url:
+        raise CommandError("--url (or PROCTOR_ADMIN_URL) is required: the node's admin listener")
+    if not args.token:
+        raise CommandError("--token (or PROCTOR_ADMIN_TOKEN) is required")
+    try:
+        response = httpx.request(method, f"{args.url.rstrip('/')}{path}", json=body, timeout=30,
+                                 headers={"X-Admin-Token": args.token})
+    except httpx.HTTPError as exc:
+        raise CommandError(f"admin API at {args.url} unreachable: {exc}") from None
+    if response.status_code >= 400:
+        raise CommandError(f"{method} {path}: {response.status_code} {response.text}")
+    return response.json()
+
+
+def _run(prog: str, build: Any, act: Any, argv: Sequence[str] | None) -> int:
+    parser = _parser(prog)
+    build(parser)
+    args = parser.parse_args(argv)
+    try:
+        shown, ok = act(args)
+    except CommandError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(shown, indent=2, sort_keys=True))
+    return 0 if ok else 1
+
+
+def lane_main(argv: Sequence[str] | None = None) -> int:
+    def build(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("action", choices=("pause", "resume", "show"))
+        parser.add_argument("lane", choices=("ai",))
+        parser.add_argument("--reason", default="operator pause", help="why (pause only; audited)")
+
+    def act(args: argparse.Namespace) -> tuple[Any, bool]:
+        if args.action == "show":
+            return _call(args, "GET", f"/admin/lanes/{args.lane}"), True
+        body = {"reason": args.reason} if args.action == "pause" else None
+        return _call(args, "POST", f"/admin/lanes/{args.lane}/{args.action}", body), True
+
+    return _run("proctor lane", build, act, argv)
+
+
+def review_main(argv: Sequence[str] | None = None) -> int:
+    def build(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("action", choices=("list", "replay"))
+        parser.add_argument("operation_id", nargs="?", help="the item to replay (replay only)")
+
+    def act(args: argparse.Namespace) -> tuple[Any, bool]:
+        if args.action == "list":
+            return _call(args, "GET", "/admin/review"), True
+        if not args.operation_id:
+            raise CommandError("replay needs an OPERATION_ID (see `proctor review list`)")
+        return _call(args, "POST", f"/admin/review/{args.operation_id}/replay"), True
+
+    return _run("proctor review", build, act, argv)
+
+
+def alerts_main(argv: Sequence[str] | None = None) -> int:
+    return _run("proctor alerts", lambda parser: None, lambda args: (_call(args, "GET", "/admin/alerts"), True), argv)
+
+
+def audit_main(argv: Sequence[str] | None = None) -> int:
+    def build(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("what", choices=("billing",))
+
+    def act(args: argparse.Namespace) -> tuple[Any, bool]:
+        data = _call(args, "GET", "/admin/audit/billing")
+        effects = [EffectRow(**effect) for effect in data["provider_effects"]]
+        result = check_billing(data["reservations"], effects).to_dict()
+        return {"summary": data["summary"], "verdict": result}, result["valid"] is True
+
+    return _run("proctor audit", build, act, argv)

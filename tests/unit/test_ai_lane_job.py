@@ -1,0 +1,225 @@
+"""The AI narrative job under provider pressure, one run at a time, against a real SQLite
+ledger, a real valkey-server and the fake AI provider (issue #11)."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from redis import Redis
+
+from netsupport import ServedApp, free_port
+from stack.ailane import billing, lanestate
+from stack.ailane.job import LaneConfig, Step, check_startup, run_narrative
+from stack.ailane.limiter import SharedLimiter
+from stack.ailane.review import list_review, replay, resume_lane
+from stack.config import Settings, SettingsError
+from stack.lanes import jobs
+from stack.ledger import outbox, outcomes
+from stack.ledger.engine import init_ledger, make_engine
+from stack.ledger.schema import outbox as outbox_table
+from stack.providers import ai
+from stack.providers.ledger import EffectLedger
+from test_jobs import all_correct, ready_card, seed_attempt, use
+from valkeysupport import running_valkey
+
+ADMIN = {"X-Admin-Token": "proctor-admin"}
+OP = "narrative-a1"
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
+    with running_valkey(tmp_path_factory.mktemp("valkey")) as client:
+        yield client
+
+
+@pytest.fixture
+def lane(tmp_path: Path, redis: Redis, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    redis.flushall()
+    settings = Settings(run_dir=tmp_path, time_scale=0.001, ai_url=f"http://127.0.0.1:{free_port()}",
+                        exams={"NOVA-101": 4})
+    init_ledger(make_engine(settings), settings)
+    use(settings, monkeypatch)
+    with ServedApp(ai.create_app(settings), int(settings.ai_url.rsplit(":", 1)[1])):
+        seed_attempt(settings, "a1", all_correct())
+        ready_card(settings, "a1")
+        yield settings
+    jobs.reset_process_state()
+
+
+def knobs(settings: Settings, **values: Any) -> None:
+    assert httpx.put(f"{settings.ai_url}/admin/faults", json=values, headers=ADMIN).status_code == 200
+
+
+def run(settings: Settings, redis: Redis, number: int, config: LaneConfig = LaneConfig()) -> Step:
+    """Enqueue number ``number`` of the row (as the relay would) and run its job once."""
+    with make_engine(settings).begin() as conn:
+        assert outbox.mark_enqueued(conn, OP, number, f"{OP}-{number}")
+    return run_narrative(jobs._current(), redis, OP, f"{OP}-{number}", config, random.Random(7))
+
+
+def row(settings: Settings) -> dict[str, Any]:
+    with make_engine(settings).begin() as conn:
+        found = outbox.get_row(conn, OP)
+    assert found is not None
+    return found
+
+
+def ledger_summary(settings: Settings) -> dict[str, Any]:
+    with make_engine(settings).begin() as conn:
+        return billing.summary(conn)
+
+
+def effects(settings: Settings) -> list[str]:
+    return [e.operation_id for e in EffectLedger(settings.run_dir / "ai_effects.db").all()]
+
+
+def test_ok_call_is_reserved_completed_and_written(lane: Settings, redis: Redis) -> None:
+    assert run(lane, redis, 1).action == "done"
+    assert row(lane)["status"] == "done" and effects(lane) == [OP]
+    assert ledger_summary(lane)["completed"] == 1 == ledger_summary(lane)["reservations"]
+
+
+def test_full_limiter_defers_the_row_with_a_not_before_and_calls_nothing(lane: Settings, redis: Redis) -> None:
+    config = LaneConfig(calls_per_minute=1)
+    assert config.limiter(redis, lane).acquire("someone-else").granted
+    before = time.time()
+    step = run(lane, redis, 1, config)
+    assert (step.action, step.detail) == ("deferred", "limiter: window")
+    waiting = row(lane)
+    assert waiting["status"] == "pending" and waiting["not_before"] > before
+    assert effects(lane) == [] and ledger_summary(lane)["reservations"] == 0
+    with make_engine(lane).begin() as conn:  # the relay will not take it before its time
+        assert OP not in [r["operation_id"] for r in outbox.enqueueable(conn)]
+
+
+def test_429_releases_the_reservation_pauses_every_worker_and_waits_past_retry_after(
+    lane: Settings, redis: Redis
+) -> None:
+    knobs(lane, status=429, retry_after_seconds=5.0)  # the first backoff is at most 0.06 s at this scale
+    before = time.time()
+    step = run(lane, redis, 1)
+    assert step.action == "deferred" and "transient 429" in step.detail
+    assert row(lane)["not_before"] >= before + 5.0
+    assert ledger_summary(lane) == {**ledger_summary(lane), "reservations": 1, "released": 1, "pending": 0}
+    paused = LaneConfig().limiter(redis, lane).acquire("another-worker")
+    assert (paused.granted, paused.reason) == (False, "paused")
+
+
+def test_credit_exhausted_pauses_the_lane_alerts_and_resume_releases_the_row(lane: Settings, redis: Redis) -> None:
+    knobs(lane, credit_balance=0.0)
+    assert run(lane, redis, 1).action == "held"
+    with make_engine(lane).begin() as conn:
+        assert lanestate.is_paused(conn, "ai")
+        assert [a["kind"] for a in lanestate.list_alerts(conn)] == ["credit_exhausted"]
+        assert OP not in [r["operation_id"] for r in outbox.enqueueable(conn)]  # paused: no more calls
+        assert resume_lane(conn, "ai", "operator", lane.time_scale) == {"lane": "ai", "resumed": True, "to_review": []}
+        assert OP in [r["operation_id"] for r in outbox.enqueueable(conn)]
+    assert ledger_summary(lane)["released"] == 1 and effects(lane) == []
+
+
+def test_resume_sends_rows_past_their_deadline_to_review_first(lane: Settings, redis: Redis) -> None:
+    knobs(lane, key_revoked=True)
+    assert run(lane, redis, 1).detail == "key_revoked"
+    with make_engine(lane).begin() as conn:
+        resumed = resume_lane(conn, "ai", "operator", lane.time_scale, now=time.time() + 12 * 3600 * 0.001 + 1)
+        assert resumed["to_review"] == [OP]
+        assert [item["operation_id"] for item in list_review(conn)] == [OP]
+
+
+def test_lost_response_is_reconciled_by_operation_id_not_replayed(lane: Settings, redis: Redis) -> None:
+    knobs(lane, lose_response_next=1)
+    step = run(lane, redis, 1)
+    assert step.action == "deferred" and "unknown outcome" in step.detail
+    assert ledger_summary(lane)["pending"] == 1
+    assert run(lane, redis, 2).detail == "reconciled: the provider had done it"
+    assert effects(lane) == [OP] and row(lane)["status"] == "done"
+    assert ledger_summary(lane) == {**ledger_summary(lane), "reservations": 1, "completed": 1, "pending": 0}
+
+
+def test_negative_control_replay_without_asking_charges_twice(lane: Settings, redis: Redis) -> None:
+    blind = LaneConfig(ask_before_replay=False)
+    knobs(lane, lose_response_next=1)
+    assert run(lane, redis, 1, blind).action == "deferred"
+    time.sleep(0.2)  # past the shared limiter's window for this one call
+    assert run(lane, redis, 2, blind).action == "done"
+    assert effects(lane) == [OP, OP]  # the duplicate charge the checker must catch
+
+
+def test_invalid_payload_goes_to_review_and_one_replay_runs_it_once(lane: Settings, redis: Redis) -> None:
+    knobs(lane, invalid_operations=[OP])
+    assert run(lane, redis, 1).action == "review"
+    with make_engine(lane).begin() as conn:
+        [item] = list_review(conn)
+        assert item["record"]["permanent"] is True and item["record"]["reservations"][0]["state"] == "released"
+        replay(conn, OP, "operator")
+    knobs(lane)
+    time.sleep(0.2)
+    assert run(lane, redis, 2).action == "done"
+    assert effects(lane) == [OP]
+    with make_engine(lane).begin() as conn:
+        assert [o["status"] for o in outcomes.find(conn, OP)] == ["failed_for_review", "ready"]
+
+
+def test_a_failed_review_replay_goes_back_to_review_without_retrying(lane: Settings, redis: Redis) -> None:
+    knobs(lane, invalid_operations=[OP])
+    run(lane, redis, 1)
+    knobs(lane, status=503)
+    with make_engine(lane).begin() as conn:
+        replay(conn, OP, "operator")
+    step = run(lane, redis, 2)
+    assert step.action == "review" and "review replay failed" in step.detail
+
+
+def test_past_the_deadline_the_job_sends_the_row_to_review_without_calling(lane: Settings, redis: Redis) -> None:
+    with make_engine(lane).begin() as conn:
+        conn.execute(outbox_table.update().where(outbox_table.c.operation_id == OP)
+                     .values(created_at=time.time() - 12 * 3600 * 0.001 - 1))
+    assert run(lane, redis, 1).detail == "retry deadline reached"
+    assert effects(lane) == [] and row(lane)["status"] == "failed"
+
+
+def test_limiter_lease_outlasts_the_job_timeout(lane: Settings, redis: Redis) -> None:
+    limiter = LaneConfig().limiter(redis, lane)
+    assert isinstance(limiter, SharedLimiter) and limiter.lease_ms / 1000 > jobs.job_timeout("narrative", lane)
+    check_startup(lane, LaneConfig())  # the defaults pass
+
+
+@pytest.mark.parametrize("field", ["lease_seconds", "visibility_timeout_seconds"])
+def test_startup_check_refuses_a_job_timeout_that_outlives_lease_or_visibility(lane: Settings, field: str) -> None:
+    with pytest.raises(SettingsError, match=field):
+        check_startup(lane, LaneConfig(**{field: 1.0}))
+
+
+def test_a_valkey_flush_during_backoff_loses_nothing(lane: Settings, redis: Redis) -> None:
+    """The wait lives in the outbox row: with Valkey emptied, the relay still sends it when due."""
+    from stack.relay import Relay
+
+    knobs(lane, status=503)
+    assert run(lane, redis, 1).action == "deferred"
+    not_before = row(lane)["not_before"]
+    redis.flushall()
+    relay = Relay(lane.with_overrides(valkey_url="redis://unused"), make_engine(lane), redis)
+    while time.time() <= not_before:  # not before its time...
+        assert OP not in relay.run_once().enqueued
+        time.sleep(0.01)
+    assert OP in relay.run_once().enqueued  # ...and then, from the ledger alone
+    assert row(lane)["job_id"] == f"{OP}-2" and redis.exists(f"rq:job:{OP}-2")
+
+
+def test_a_real_rq_worker_runs_the_lane_job_from_the_relay(lane: Settings, redis: Redis) -> None:
+    """End to end on the real path: relay -> Valkey -> `python -m stack.lanes.worker ai` -> provider."""
+    from stack.relay import Relay
+    from test_relay import start_worker, worker_log
+
+    port = redis.connection_pool.connection_kwargs["port"]
+    settings = lane.with_overrides(valkey_url=f"redis://127.0.0.1:{port}/0")
+    assert OP in Relay(settings, make_engine(settings), redis).run_once().enqueued
+    worker = start_worker(settings, "ai", "--burst")
+    assert worker.wait(timeout=120) == 0, worker_log(settings, "ai")
+    assert row(lane)["status"] == "done" and effects(lane) == [OP]
+    assert ledger_summary(lane)["completed"] == 1

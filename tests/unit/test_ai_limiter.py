@@ -1,0 +1,76 @@
+"""The shared AI limiter on a real valkey-server: sliding window on Valkey's clock, held
+until release, a concurrency cap, and a shared pause (issue #11)."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import pytest
+from redis import Redis
+
+from valkeysupport import running_valkey
+from stack.ailane.limiter import CALLS_KEY, SharedLimiter
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
+    with running_valkey(tmp_path_factory.mktemp("valkey")) as client:
+        yield client
+
+
+@pytest.fixture(autouse=True)
+def flushed(redis: Redis) -> None:
+    redis.flushall()
+
+
+def limiter(redis: Redis, limit: int = 3, window: float = 30.0, cap: int = 10) -> SharedLimiter:
+    return SharedLimiter(redis, limit=limit, window_seconds=window, cap=cap, lease_seconds=60.0)
+
+
+def test_limit_calls_are_granted_then_the_next_waits_for_the_window(redis: Redis) -> None:
+    shared = limiter(redis)
+    grants = [shared.acquire(f"c{i}") for i in range(4)]
+    assert [g.granted for g in grants] == [True, True, True, False]
+    assert grants[3].reason == "window"
+
+
+def test_a_slot_counts_from_its_release_not_its_acquire(redis: Redis) -> None:
+    shared = limiter(redis, limit=1, window=0.3)
+    assert shared.acquire("slow-call").granted
+    time.sleep(0.4)  # longer than a window, but the call is still in flight
+    assert shared.acquire("next").reason == "window"
+    shared.release("slow-call")
+    # The same budget seen with a long window: the released slot now counts from its release.
+    waiting = limiter(redis, limit=1, window=30.0).acquire("next")
+    assert (waiting.granted, waiting.reason) == (False, "window") and 29.0 < waiting.wait_seconds <= 30.0
+
+
+def test_two_limiters_share_one_budget(redis: Redis) -> None:
+    first, second = limiter(redis), limiter(Redis(connection_pool=redis.connection_pool))
+    assert [first.acquire("a").granted, second.acquire("b").granted, first.acquire("c").granted] == [True] * 3
+    assert not second.acquire("d").granted
+    assert redis.zcard(CALLS_KEY) == 3
+
+
+def test_concurrency_cap_counts_calls_in_flight(redis: Redis) -> None:
+    shared = limiter(redis, limit=10, cap=2)
+    assert shared.acquire("a").granted and shared.acquire("b").granted
+    assert shared.acquire("c").reason == "concurrency"
+    shared.release("a")
+    assert shared.acquire("c").granted
+
+
+def test_pause_stops_every_worker_and_only_extends(redis: Redis) -> None:
+    shared = limiter(redis)
+    assert shared.pause(5.0, "429 from provider") > 4.0
+    assert shared.pause(1.0, "a shorter Retry-After") > 4.0  # never shortened
+    grant = limiter(redis).acquire("a")
+    assert (grant.granted, grant.reason) == (False, "paused") and grant.wait_seconds > 4.0
+
+
+def test_bad_limits_are_refused_by_name(redis: Redis) -> None:
+    with pytest.raises(ValueError, match="limit and cap"):
+        SharedLimiter(redis, limit=0, window_seconds=1, cap=1, lease_seconds=1)
+    with pytest.raises(ValueError, match="window_seconds"):
+        SharedLimiter(redis, limit=1, window_seconds=0, cap=1, lease_seconds=1)

@@ -1,0 +1,114 @@
+"""The AI lane's operator routes on a node's admin listener, driven by the `proctor lane |
+review | alerts | audit` commands over real HTTP (issue #11)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from sqlalchemy import Engine
+from web_support import ADMIN, ROSTER_KEY, TestClient, closed_port
+
+from chaos import ops_cmd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # netsupport lives in tests/unit
+from netsupport import ServedApp, free_port  # noqa: E402
+from stack.ailane import billing, lanestate
+from stack.config import Settings
+from stack.ledger import outbox, outcomes
+from stack.ledger.schema import attempts, outbox as outbox_table, students
+from stack.providers import ai
+from stack.web.app import create_admin_app
+
+OP = "narrative-a1"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:  # as web_fixtures' settings, plus a real fake AI provider's address
+    return Settings(run_dir=tmp_path, valkey_url=f"redis://127.0.0.1:{closed_port()}/0", exams={"NOVA-101": 3},
+                    token_secret="test-secret", admin_token=ADMIN, roster_key=ROSTER_KEY, node_name="web_test",
+                    ai_url=f"http://127.0.0.1:{free_port()}")
+
+
+@pytest.fixture
+def admin_url(settings: Settings, app_client: TestClient) -> Iterator[str]:
+    provider_settings = settings.with_overrides(run_dir=settings.run_dir / "provider", time_scale=0.001)
+    with ServedApp(ai.create_app(provider_settings), int(settings.ai_url.rsplit(":", 1)[1])):
+        with ServedApp(create_admin_app(app_client.app)) as served:  # type: ignore[arg-type]
+            yield served.url
+
+
+def command(main: Any, *argv: str, url: str) -> tuple[int, Any]:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([*argv, "--url", url, "--token", ADMIN])
+    return code, json.loads(out.getvalue()) if out.getvalue() else None
+
+
+def seed_review_item(ledger: Engine) -> None:
+    now = time.time()
+    with ledger.begin() as conn:
+        conn.execute(students.insert().values(id="s-a1", created_at=now))
+        conn.execute(attempts.insert().values(id="a1", student_id="s-a1", exam_code="NOVA-101", status="finished",
+                                              started_at=now, finished_at=now))
+        outbox.create_rows(conn, "a1", now)
+        conn.execute(outbox_table.update().where(outbox_table.c.operation_id == OP)
+                     .values(status="failed", last_error="retry deadline reached"))
+        outcomes.write_failed_for_review(conn, OP, "a1", "narrative", {"reason": "retry deadline reached"})
+
+
+def test_lane_pause_and_resume_over_http_are_audited(admin_url: str, ledger: Engine) -> None:
+    assert command(ops_cmd.lane_main, "pause", "ai", "--reason", "invoice overdue", url=admin_url)[1]["paused"] is True
+    assert command(ops_cmd.lane_main, "show", "ai", url=admin_url)[1]["reason"] == "invoice overdue"
+    code, resumed = command(ops_cmd.lane_main, "resume", "ai", url=admin_url)
+    assert (code, resumed) == (0, {"lane": "ai", "resumed": True, "to_review": []})
+    with ledger.begin() as conn:
+        assert not lanestate.is_paused(conn, "ai")
+
+
+def test_review_list_and_replay_once(admin_url: str, ledger: Engine) -> None:
+    seed_review_item(ledger)
+    code, listed = command(ops_cmd.review_main, "list", url=admin_url)
+    assert code == 0 and [(i["operation_id"], i["record"]["reason"]) for i in listed["items"]] == [
+        (OP, "retry deadline reached")]
+    assert command(ops_cmd.review_main, "replay", OP, url=admin_url)[0] == 0
+    with ledger.begin() as conn:
+        assert outbox.get_row(conn, OP)["status"] == "pending"  # type: ignore[index]
+    assert command(ops_cmd.review_main, "replay", OP, url=admin_url)[0] == 2  # not in review any more: refused
+    assert command(ops_cmd.review_main, "list", url=admin_url)[1] == {"items": []}
+
+
+def test_alerts_list_what_the_lane_raised(admin_url: str, ledger: Engine) -> None:
+    with ledger.begin() as conn:
+        lanestate.raise_alert(conn, "ai", "credit_exhausted", {"status": 402})
+    code, shown = command(ops_cmd.alerts_main, url=admin_url)
+    assert code == 0 and [(a["kind"], a["detail"]) for a in shown["alerts"]] == [("credit_exhausted", {"status": 402})]
+
+
+def test_audit_billing_passes_then_fails_on_a_charge_nobody_reserved(admin_url: str, ledger: Engine,
+                                                                     settings: Settings) -> None:
+    body = {"operation_id": OP, "attempt_id": "a1", "score": 1, "position": 1}
+    assert httpx.post(f"{settings.ai_url}/v1/narratives", json=body).status_code == 201
+    with ledger.begin() as conn:
+        billing.complete(conn, billing.reserve(conn, OP, 1, 1.0))
+    code, shown = command(ops_cmd.audit_main, "billing", url=admin_url)
+    assert code == 0 and shown["verdict"]["valid"] is True and shown["summary"]["completed"] == 1
+    other = {**body, "operation_id": "narrative-a2"}
+    assert httpx.post(f"{settings.ai_url}/v1/narratives", json=other).status_code == 201
+    code, shown = command(ops_cmd.audit_main, "billing", url=admin_url)
+    assert code == 1 and shown["verdict"]["violations"] == ["unreserved_charge"]
+
+
+def test_commands_name_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ops_cmd.alerts_main(["--token", ADMIN, "--url", ""]) == 2
+    assert "--url" in capsys.readouterr().err
+    assert ops_cmd.review_main(["replay", "--url", "http://127.0.0.1:1", "--token", ADMIN]) == 2
+    assert "OPERATION_ID" in capsys.readouterr().err
