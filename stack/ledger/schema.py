@@ -29,6 +29,7 @@ __all__ = [
     "outbox",
     "outcomes",
     "audit_log",
+    "exam_windows",
     "roster",
     "OUTBOX_KINDS",
     "OUTCOME_READY_INDEX",
@@ -150,4 +151,17 @@ audit_log = Table(
     Column("actor", String(64), nullable=False),
     Column("action", String(64), nullable=False),
     Column("detail", Text, nullable=False),  # JSON
+)
+
+exam_windows = Table(
+    "exam_windows",
+    metadata,
+    # The exam lock (stack/ledger/exam_lock.py): while opens_at <= now < closes_at, scaling
+    # below min_web web nodes or below min_workers[lane] workers is refused unless forced.
+    Column("exam_code", String(64), ForeignKey("exams.code"), primary_key=True),
+    Column("opens_at", Float, nullable=False),
+    Column("closes_at", Float, nullable=False),
+    Column("min_web", Integer, nullable=False),
+    Column("min_workers", Text, nullable=False),  # JSON {lane: minimum}
+    Column("updated_at", Float, nullable=False),
 )

@@ -27,6 +27,7 @@ from stack.web import (
     routes_attempts,
     routes_health,
     routes_outcomes,
+    routes_scale,
     routes_sessions,
 )
 from stack.web.dispatch import Dispatcher, ValkeyClients, ValkeyDispatcher
@@ -41,7 +42,7 @@ from stack.web.write_behind import WriteBehind
 __all__ = ["NodeApp", "create_admin_app", "create_app", "create_node", "refuse_insecure_secrets"]
 
 _PUBLIC_ROUTERS = (routes_sessions, routes_attempts, routes_answers, routes_outcomes, routes_health)
-_ADMIN_ROUTERS = (routes_admin, routes_health)
+_ADMIN_ROUTERS = (routes_admin, routes_scale, routes_health)
 
 
 def refuse_insecure_secrets(settings: Settings) -> None:
