@@ -80,3 +80,23 @@ def test_cli_parsers_name_the_bad_argument() -> None:
     assert admin_cli.parse_when("2026-11-30T09:00:00+00:00") == 1796029200.0
     with pytest.raises(argparse.ArgumentTypeError, match="UTC offset"):
         admin_cli.parse_when("2026-11-30T09:00:00")
+
+
+def test_a_scale_fault_without_restore_stays_scaled_and_logs_the_drains() -> None:
+    from test_deployment import FakeDeployment
+
+    from chaos.nemesis import FaultSpec
+    from chaos.nemesis.process import ProcessNemesis
+
+    class DrainingDeployment(FakeDeployment):
+        def scale(self, pool: str, n: int) -> dict:  # type: ignore[override]
+            super().scale(pool, n)
+            return {"drains": [{"node": "web_3", "idle": True}]}
+
+    fake = DrainingDeployment({"web": 3})
+    nemesis = ProcessNemesis(fake)
+    fault = FaultSpec(at=0, kind="scale", target="web", duration=1, params={"count": 1, "restore": False})
+    assert nemesis.start(fault) == {"from": 3, "to": 1, "drains": [{"node": "web_3", "idle": True}]}
+    nemesis.end(fault)
+    nemesis.heal()
+    assert [c.name for c in fake.table.pool("web")] == ["web_1"]  # neither end nor heal scaled back
