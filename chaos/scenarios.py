@@ -13,6 +13,7 @@ from dataclasses import replace
 from chaos.churn import ChurnSpec, churn_generator
 from chaos.nemesis import FaultSpec, periodic_schedule
 from chaos.scenario import Scenario
+from chaos.scenarios_scale import SCALE_SCENARIOS
 from chaos.valkey_stats import valkey_sampler
 from chaos.workload import WorkloadSpec
 from stack.config import CASE_AI_CALL_SECONDS, Settings
@@ -235,6 +236,7 @@ SCENARIOS: dict[str, Scenario] = {
             # retry: answers must still be accepted within the client's patience (p99 measured ~0.2 s).
             options={"expect_ops": ["session", "start", "answer", "finish"], "slo": {"answer": {"p99": 3.0}}},
         ),
+        *SCALE_SCENARIOS,
     )
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from chaos.deployment.final_read import FinalRead, final_read, provider_urls
 from stack.components import Component
@@ -95,8 +95,9 @@ class EmbeddedDeployment:
     def ready_seconds(self, component: str) -> float | None:
         return self.stack.ready_seconds(component)
 
-    def scale(self, pool: str, n: int) -> None:
-        self.stack.scale(pool, n)
+    def scale(self, pool: str, n: int) -> dict[str, Any]:
+        """The protocol's scale, plus what the embedded stack reports (drains per removed node)."""
+        return self.stack.scale(pool, n)
 
     # ------------------------------------------------------------ the final read
     def export(self, dest: Path, quiet_timeout: float, allow_pending: frozenset[str] = frozenset()) -> FinalRead:

@@ -101,11 +101,15 @@ class ProcessNemesis:
             time.sleep(0.005)
 
     def _scale(self, fault: FaultSpec) -> dict[str, Any]:
+        """``params``: ``count``; ``restore`` (default True) scales back at the fault's end.
+        A deployment whose scale reports drains (the embedded one) has them logged."""
         pool, count = fault.target, int(fault.params["count"])
         before = len([c for c in self.stack.components() if c.pool == pool])
-        self._scaled.setdefault(pool, before)
-        self.stack.scale(pool, count)
-        return {"from": before, "to": count}
+        if fault.params.get("restore", True):
+            self._scaled.setdefault(pool, before)
+        result = self.stack.scale(pool, count)
+        drains = result.get("drains") if isinstance(result, dict) else None
+        return {"from": before, "to": count, **({"drains": drains} if drains else {})}
 
     def end(self, fault: FaultSpec) -> dict[str, Any]:
         if fault.kind == "kill" and fault.target in self._killed:

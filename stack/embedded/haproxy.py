@@ -1,9 +1,10 @@
 """HAProxy in front of the web nodes, and its runtime API (a unix socket, level admin).
 
-Scaling rewrites the config and restarts HAProxy (a single foreground ``-db``
-process): simpler and more robust than server-template slots, at the price of a
-sub-second gap for new connections and of runtime admin states (disable/drain)
-being reset by the restart.
+Scaling changes the running backend through the runtime API (``add server``,
+drain, ``del server``: stack/embedded/drain.py) and rewrites the config so that a
+later restart of HAProxy (a single foreground ``-db`` process) starts with the same
+servers. A restart resets runtime admin states (disable/drain) and drops open
+connections, so scaling never restarts it.
 """
 
 from __future__ import annotations
@@ -25,20 +26,27 @@ __all__ = [
     "enable_server",
     "drain_server",
     "server_states",
+    "server_sessions",
+    "add_server",
+    "delete_server",
     "admin_socket_path",
     "remove_admin_socket",
 ]
 
 BACKEND = "web"
 CHECK_INTERVAL = "500ms"
+CHECK_TIMINGS = f"inter {CHECK_INTERVAL} fastinter {CHECK_INTERVAL} downinter {CHECK_INTERVAL} fall 2 rise 1"
 _SUN_PATH_MAX = 97  # HAProxy's own limit: sun_path (108) less the ".<pid>.tmp" it binds first
 _SHORT_SOCKET_ROOT = Path("/tmp")
 
 
-def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Path, source: str | None = None) -> str:
+def _server_options(source: str | None) -> str:
     # ``source``: the address HAProxy connects from, the one the nodes trust for X-Forwarded-For.
-    via = f" source {source}" if source else ""
-    server_lines = [f"    server {name} 127.0.0.1:{port} check{via}" for name, port in servers.items()]
+    return "check" + (f" source {source}" if source else "")
+
+
+def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Path, source: str | None = None) -> str:
+    server_lines = [f"    server {name} 127.0.0.1:{port} {_server_options(source)}" for name, port in servers.items()]
     return "\n".join(
         [
             "global",
@@ -73,7 +81,7 @@ def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Pa
             "    balance roundrobin",
             "    option httpchk GET /readyz",
             "    http-check expect status 200",
-            f"    default-server inter {CHECK_INTERVAL} fastinter {CHECK_INTERVAL} downinter {CHECK_INTERVAL} fall 2 rise 1",
+            f"    default-server {CHECK_TIMINGS}",
             *server_lines,
             "",
         ]
@@ -156,13 +164,43 @@ def drain_server(socket_path: Path | str, server: str) -> None:
 
 def server_states(socket_path: Path | str) -> dict[str, str]:
     """{server name: status} from ``show stat`` (``UP``, ``DOWN``, ``MAINT``, ``DRAIN``...)."""
+    return {name: row.get("status", "") for name, row in _server_rows(socket_path).items()}
+
+
+def server_sessions(socket_path: Path | str) -> dict[str, int]:
+    """{server name: requests it holds}: open sessions (``scur``) plus those queued for it (``qcur``)."""
+    return {name: int(row.get("scur") or 0) + int(row.get("qcur") or 0)
+            for name, row in _server_rows(socket_path).items()}
+
+
+def add_server(socket_path: Path | str, server: str, port: int, source: str | None = None) -> None:
+    """Add a server to the running backend, in maintenance: ``enable_server`` lets traffic in.
+
+    Dynamic servers do not inherit ``default-server``, so the check timings are spelled out."""
+    options = f"{_server_options(source)} {CHECK_TIMINGS}"
+    reply = runtime_command(socket_path, f"add server {BACKEND}/{server} 127.0.0.1:{port} {options}").strip()
+    if "New server registered" not in reply:
+        raise StackError(f"haproxy: add server {BACKEND}/{server}: {reply}")
+    reply = runtime_command(socket_path, f"enable health {BACKEND}/{server}").strip()
+    if reply:
+        raise StackError(f"haproxy: enable health {BACKEND}/{server}: {reply}")
+
+
+def delete_server(socket_path: Path | str, server: str) -> None:
+    """Remove a server in maintenance with no session left from the running backend."""
+    reply = runtime_command(socket_path, f"del server {BACKEND}/{server}").strip()
+    if "Server deleted" not in reply:
+        raise StackError(f"haproxy: del server {BACKEND}/{server}: {reply}")
+
+
+def _server_rows(socket_path: Path | str) -> dict[str, dict[str, str]]:
     lines = runtime_command(socket_path, "show stat").splitlines()
     if not lines or not lines[0].startswith("# "):
         raise StackError(f"haproxy: unexpected 'show stat' reply: {lines[:1]}")
     header = lines[0][2:].split(",")
-    states: dict[str, str] = {}
+    rows: dict[str, dict[str, str]] = {}
     for line in lines[1:]:
         row = dict(zip(header, line.split(",")))
         if row.get("pxname") == BACKEND and row.get("svname") not in (None, "BACKEND", "FRONTEND"):
-            states[row["svname"]] = row.get("status", "")
-    return states
+            rows[row["svname"]] = row
+    return rows

@@ -82,6 +82,9 @@ class StackSpec:
     commands: Mapping[str, Sequence[str]] = field(default_factory=dict)  # per-kind overrides of DEFAULT_COMMANDS
     ready_timeout: float = 30.0
     stop_grace: float = 5.0
+    # Scale-in: the longest a drained web node may take to finish its requests before SIGTERM
+    # (HAProxy's ``timeout server``: no request through it can take longer).
+    drain_limit: float = 30.0
     worker_settle: float = 1.0  # workers/relay count as ready once alive this long
     maxmemory: str = vk.DEFAULT_MAXMEMORY
     links: Sequence[str] = ()  # network links put behind a named proxy of the fault proxy (stack.embedded.links)

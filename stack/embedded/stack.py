@@ -17,7 +17,6 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,11 @@ from stack.embedded import StackError
 from stack.embedded import haproxy as hap
 from stack.embedded.binaries import Binary, find_haproxy, find_valkey
 from stack.embedded.certs import CertPaths, make_certs
+from stack.embedded.control import CONTROL_ENV, ControlServer
+from stack.embedded.drain import DrainReport, admit_server, drain_server_idle, retire_server
 from stack.embedded.links import LinkManager
 from stack.embedded.manifest import package_versions, update_latest_link, write_manifest
-from stack.embedded.secrets import ROSTER_NAME, roster_student_ids, write_private_json
+from stack.embedded.secrets import HAPROXY_SOURCE, ROSTER_NAME, roster_student_ids, write_private_json
 from stack.embedded.ports import free_port
 from stack.embedded.spec import (
     COMPONENT_MODULES,
@@ -84,10 +85,12 @@ class EmbeddedStack:
         self._status = "new"
         self._error: str | None = None
         self._manifest_lock = threading.Lock()
+        self._scale_lock = threading.Lock()
         self._t0 = 0.0
         self._package_versions = package_versions()
         self._self_ticks = (identity(os.getpid()) or (0, 0))[1]
         self._watchdog_ident: tuple[int, int] | None = None
+        self._control: ControlServer | None = None
         self._links = LinkManager(self.spec.links, self.run_dir, self.spec.faultproxy_seed)
         self._topo = Topology(self.spec, self.run_dir, self._links)
         self._table = self._topo.table
@@ -147,6 +150,9 @@ class EmbeddedStack:
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
+        if self._control is not None:
+            self._control.stop()
+            self._control = None
         if self._sup is not None:
             self._sup.stop_all(self.spec.stop_grace)
         self._links.cleanup_external()
@@ -159,6 +165,7 @@ class EmbeddedStack:
         certs = self._certs = make_certs(self.run_dir / "tls")
         self._topo.plan_services(free_port)
         self.settings = stack_settings(self.spec, self.run_dir, self.urls, certs.ca_cert)
+        self._start_control()
         self._sup = Supervisor(self.run_dir, on_change=self._write_manifest)
         self._watchdog_ident = self._sup.watchdog_identity  # kept after detach, for `proctor down`
         self._write_manifest()
@@ -175,6 +182,12 @@ class EmbeddedStack:
         self._start_stage([self._service("haproxy")])
         self._start_stage([self._service("relay")])
         self._start_stage([self._topo.worker(lane, i) for lane in LANES for i in range(1, self.spec.worker_count(lane) + 1)])
+
+    def _start_control(self) -> None:
+        """The runner-side executor of ``POST /admin/scale`` (stack/embedded/control.py); web
+        nodes learn its URL from ``PROCTOR_CONTROL_URL``. Port 0: the kernel picks, no race."""
+        self._control = ControlServer(self.settings.admin_token, self.scale, self.pool_sizes).start(0)
+        self._topo.extra_env[CONTROL_ENV] = self._control.url
 
     def _issue_roster(self) -> None:
         """Enrol ``roster_size`` students per exam with fresh access codes; the codes go to
@@ -217,8 +230,12 @@ class EmbeddedStack:
     # ------------------------------------------------------------ the API
     @property
     def urls(self) -> dict[str, str]:
-        """api, admin, the services, each web node, haproxy_socket, faultproxy (``Topology.urls``)."""
-        return self._topo.urls
+        """api, admin, the services, each web node, haproxy_socket, faultproxy (``Topology.urls``),
+        and ``control``: the runner's control endpoint (stack/embedded/control.py)."""
+        urls = self._topo.urls
+        if urls and self._control is not None:
+            urls["control"] = self._control.url
+        return urls
 
     @property
     def ports(self) -> dict[str, int]:
@@ -273,15 +290,23 @@ class EmbeddedStack:
     def log_tail(self, name: str, lines: int = 40) -> str:
         return self._supervisor().log_tail(name, lines)
 
-    def scale(self, pool: str, n: int) -> None:
-        """Set the number of web nodes ("web") or of workers of one lane ("merit", "ai", "sms") to ``n``."""
+    def scale(self, pool: str, n: int) -> dict[str, Any]:
+        """Set the number of web nodes ("web") or of workers of one lane ("merit", "ai", "sms") to ``n``.
+
+        Web nodes leave gracefully (drain, wait idle, SIGTERM; stack/embedded/drain.py) and
+        join only once ready. Returns ``{pool, from, to, drains}``, one drain report per node
+        removed; calls are serialized (the control endpoint and a nemesis may both scale)."""
         if pool not in SCALABLE:
             raise StackError(f"scale: kind must be one of {sorted(SCALABLE)}, not {pool!r}")
-        if pool == "web":
-            self._scale_web(n)
-        else:
-            self._scale_workers(pool, n)
-        self._write_manifest()
+        with self._scale_lock:
+            before = len(self._table.pool(pool))
+            drains = self._scale_web(n) if pool == "web" else self._scale_workers(pool, n)
+            self._write_manifest()
+        return {"pool": pool, "from": before, "to": n, "drains": [d.as_dict() for d in drains]}
+
+    def pool_sizes(self) -> dict[str, int]:
+        """{pool: running members} for "web" and every lane."""
+        return {pool: len(self._table.pool(pool)) for pool in ("web", *LANES)}
 
     @property
     def engine(self) -> Engine:
@@ -298,20 +323,25 @@ class EmbeddedStack:
         return client
 
     # ------------------------------------------------------------ scaling
-    def _scale_web(self, n: int) -> None:
+    def _scale_web(self, n: int) -> list[DrainReport]:
         if n < 1:
             raise StackError("scale('web', n): at least one web node")
         current = self._table.pool("web")
+        sock = self._haproxy_socket()
         if n > len(current):
-            self._start_stage([self._web(i) for i in range(len(current) + 1, n + 1)])
-            self._reload_haproxy()
-        elif n < len(current):
-            doomed = [c.name for c in current[n:]]
-            self._reload_haproxy(without=doomed)  # stop sending traffic before the nodes go away
-            for name in reversed(doomed):
-                self._forget(name)
+            joining = [self._web(i) for i in range(len(current) + 1, n + 1)]
+            self._start_stage(joining)  # ready before enabled
+            for component in joining:
+                admit_server(sock, component.name, self._topo.backend_port(component.name), HAPROXY_SOURCE)
+        reports = []
+        for component in reversed(current[n:]):
+            reports.append(drain_server_idle(sock, component.name, self.spec.drain_limit))
+            self._forget(component.name)  # SIGTERM, then SIGKILL after stop_grace
+            retire_server(sock, component.name)
+        self._topo.write_haproxy_config()  # a later HAProxy restart starts with these servers
+        return reports
 
-    def _scale_workers(self, lane: str, n: int) -> None:
+    def _scale_workers(self, lane: str, n: int) -> list[DrainReport]:
         if n < 0:
             raise StackError(f"scale({lane!r}, n): n must be >= 0")
         current = self._table.pool(lane)
@@ -319,15 +349,17 @@ class EmbeddedStack:
             self._start_stage([self._topo.worker(lane, i) for i in range(len(current) + 1, n + 1)])
         for component in reversed(current[n:]):
             self._forget(component.name)
+        return []
+
+    def _haproxy_socket(self) -> Path:
+        if self._topo.haproxy_socket is None:
+            raise StackError("scale: HAProxy has no runtime API socket yet")
+        return self._topo.haproxy_socket
 
     def _forget(self, name: str) -> None:
         self._supervisor().remove(name, self.spec.stop_grace)
         self._links.remove(name)  # a web_N link goes with its node
         self._table.remove(name)
-
-    def _reload_haproxy(self, without: Sequence[str] = ()) -> None:
-        self._topo.write_haproxy_config(without)
-        self._supervisor().restart("haproxy", self.spec.stop_grace, self.spec.ready_timeout)
 
     # ------------------------------------------------------------ components
     def _web(self, index: int) -> Component:

@@ -40,6 +40,7 @@ class Topology:
         self.links = links
         self.table = ComponentTable()
         self.haproxy_socket: Path | None = None
+        self.extra_env: dict[str, str] = {}  # e.g. PROCTOR_CONTROL_URL (the runner's control endpoint)
 
     # ------------------------------------------------------------ derived from the table
     def port(self, name: str) -> int:
@@ -107,6 +108,7 @@ class Topology:
         env = dict(os.environ)
         env.update(settings.to_env())
         env.update(self.link_env(component))
+        env.update(self.extra_env)
         env.update(PROCTOR_COMPONENT=name, PROCTOR_NODE_NAME=name, PYTHONUNBUFFERED="1")
         if component is not None:
             if component.admin_port is not None:
@@ -162,9 +164,12 @@ class Topology:
     def worker(self, lane: str, index: int) -> Component:
         return self.table.put(worker_component(self.spec, self.run_dir, lane, index))
 
+    def backend_port(self, name: str) -> int:
+        """Where HAProxy reaches a web node: its link's proxy when it has one, else the node."""
+        return self.links.listen_port(name) or self.table.get(name).port or 0
+
     def write_haproxy_config(self, without: Sequence[str] = ()) -> Path:
-        webs = {c.name: self.links.listen_port(c.name) or c.port or 0
-                for c in self.table.pool("web") if c.name not in without}
+        webs = {c.name: self.backend_port(c.name) for c in self.table.pool("web") if c.name not in without}
         config, sock = hap.write_haproxy_config(self.run_dir, self.port("haproxy"), webs, source=HAPROXY_SOURCE)
         self.haproxy_socket = sock
         return config

@@ -29,6 +29,7 @@ __all__ = [
     "outbox",
     "outcomes",
     "audit_log",
+    "exam_windows",
     "roster",
     "ai_reservations",
     "lane_state",
@@ -194,4 +195,17 @@ alerts = Table(
     Column("lane", String(16), nullable=False),
     Column("kind", String(32), nullable=False),  # credit_exhausted | key_revoked | ...
     Column("detail", Text, nullable=False),  # JSON
+)
+
+exam_windows = Table(
+    "exam_windows",
+    metadata,
+    # The exam lock (stack/ledger/exam_lock.py): while opens_at <= now < closes_at, scaling
+    # below min_web web nodes or below min_workers[lane] workers is refused unless forced.
+    Column("exam_code", String(64), ForeignKey("exams.code"), primary_key=True),
+    Column("opens_at", Float, nullable=False),
+    Column("closes_at", Float, nullable=False),
+    Column("min_web", Integer, nullable=False),
+    Column("min_workers", Text, nullable=False),  # JSON {lane: minimum}
+    Column("updated_at", Float, nullable=False),
 )

@@ -29,6 +29,7 @@ from stack.web import (
     routes_attempts,
     routes_health,
     routes_outcomes,
+    routes_scale,
     routes_sessions,
 )
 from stack.web.answer_sink import AnswerSink, DurableAnswers
@@ -49,7 +50,7 @@ LEDGER_POOL_SIZE = 8
 so more would idle; a busier moment opens extra ones (stack.ledger.engine.make_engine)."""
 
 _PUBLIC_ROUTERS = (routes_sessions, routes_attempts, routes_answers, routes_outcomes, routes_health)
-_ADMIN_ROUTERS = (routes_admin, routes_ailane, routes_health)
+_ADMIN_ROUTERS = (routes_admin, routes_ailane, routes_scale, routes_health)
 
 
 def refuse_insecure_secrets(settings: Settings) -> None:

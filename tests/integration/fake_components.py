@@ -4,11 +4,17 @@ so the supervisor, HAProxy and links are tested without the real stack."""
 __all__ = ["FAKE_HTTP", "FORKING_WORKER", "FORK_STORM"]
 
 FAKE_HTTP = """
-import os, sys
+import os, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 NAME = os.environ["PROCTOR_COMPONENT"].encode()
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
+        url = urlsplit(self.path)
+        if url.path == "/hold":  # answer only once the file named in ?until= exists
+            until = parse_qs(url.query)["until"][0]
+            while not os.path.exists(until):
+                time.sleep(0.01)
         self.send_response(200)
         self.send_header("Content-Length", str(len(NAME)))
         self.send_header("X-Proctor-Node", NAME.decode())
@@ -18,7 +24,8 @@ class Handler(BaseHTTPRequestHandler):
         pass
 ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 """
-"""An HTTP component answering every GET with its name; argv: port."""
+"""An HTTP component answering every GET with its name (``/hold?until=FILE``: once FILE
+exists, so a test decides when a request ends); argv: port."""
 
 FORKING_WORKER = """
 import os, sys, time

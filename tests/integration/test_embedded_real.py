@@ -83,3 +83,29 @@ def test_kill_takes_the_rq_horse_with_the_worker(real_stack: EmbeddedStack) -> N
     real_stack.kill("worker_ai_1")
     assert _wait_gone(set(tree), 2) == set()
     real_stack.wait_healthy("worker_ai_1", 20)
+
+
+def test_proctor_scale_and_lock_go_through_the_admin_api(real_stack: EmbeddedStack,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`proctor lock` stores a window; `proctor scale` is refused below it (exit 1, the exam and
+    its window named), `--force` scales and leaves the audit record. Last in the module: it
+    leaves the stack at web=2 with the window closed."""
+    from stack.admin_cli import lock_main, scale_main
+
+    run_dir = ["--run-dir", str(real_stack.run_dir)]
+    assert lock_main(["NOVA-101", "--opens", "now", "--closes", "+1h", "--min-web", "2",
+                      "--min-worker", "merit=2", *run_dir]) == 0
+    assert scale_main(["web=3", *run_dir]) == 0  # up is never refused
+    assert scale_main(["web=1", *run_dir]) == 1
+    refusal = capsys.readouterr().err
+    assert "refused (409)" in refusal and "exam NOVA-101 (window " in refusal and "web >= 2" in refusal, refusal
+    assert len(real_stack.component_table().pool("web")) == 3
+    assert scale_main(["web=2", "merit=1", "--force", "--reason", "drill", *run_dir]) == 0
+    out = capsys.readouterr().out
+    assert "web: 3 -> 2" in out and "web_3: drained" in out and "lock of NOVA-101 overridden" in out, out
+    admin, headers = real_stack.urls["admin"], {"X-Admin-Token": real_stack.settings.admin_token}
+    overrides = httpx.get(f"{admin}/admin/audit", params={"action": "scale.lock_override"}, headers=headers).json()
+    assert [(r["detail"]["pool"], r["detail"]["to"], r["detail"]["reason"]) for r in overrides["records"]] == [
+        ("merit", 1, "drill")]  # web=2 met the minimum; merit=1 did not
+    assert scale_main(["merit=2", *run_dir]) == 0
+    assert lock_main(["NOVA-101", "--opens", "1", "--closes", "2", *run_dir]) == 0  # closed again
