@@ -60,10 +60,10 @@ def parse_when(text: str, now: float | None = None) -> float:
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
-    from stack.embedded.manifest import RUNS_DIR
+    from stack.paths import runs_dir
 
-    p.add_argument("--run-dir", type=Path, default=RUNS_DIR / "latest",
-                   help="run folder whose manifest names the admin URL and token (default results/runs/latest)")
+    p.add_argument("--run-dir", type=Path, default=runs_dir() / "latest",
+                   help="run folder whose manifest names the admin URL and token (default <results>/runs/latest)")
     p.add_argument("--admin-url", default=None, help="a web node's admin listener; the token then comes from "
                                                      "PROCTOR_ADMIN_TOKEN")
 
