@@ -82,7 +82,7 @@ def chaos_seed(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def run_chaos(request: pytest.FixtureRequest, chaos_seed: int) -> Callable[[str], ChaosRun]:
     """Run a named scenario (chaos/scenarios.py) with the session's seed and time scale."""
-    from chaos.scenario import run_scenario
+    from chaos.runner import run_scenario
     from chaos.scenarios import get_scenario
 
     def run(name: str) -> ChaosRun:
