@@ -56,9 +56,11 @@ class ChaosRun:
         return self.verdict["checkers"][name]
 
     def faults(self) -> list[dict[str, Any]]:
-        path = self.run_dir / "history.jsonl"
-        ops = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return [op["value"] for op in ops if op.get("f") == "fault-start"]
+        """The value of every fault-start op: what the nemesis did (or failed to do)."""
+        from chaos.history import FAULT_START, NEMESIS, read_history
+
+        ops = read_history(self.run_dir / "history.jsonl").ops
+        return [op.value for op in ops if op.process == NEMESIS and op.f == FAULT_START]
 
     def recheck(self) -> int:
         """`proctor check RUN_DIR` on the stored files: must reach the same verdict offline."""

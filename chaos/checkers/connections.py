@@ -27,14 +27,12 @@ from itertools import pairwise
 from typing import Any
 
 from chaos.checkers.base import UNKNOWN, CheckOptions, Result, build_result
-from chaos.history import MONITOR, Op
+from chaos.history import CHURN_SAMPLE, MONITOR, VALKEY_SAMPLE, Op
 from chaos.ledgers import Ledgers
 
 __all__ = ["NAME", "check_connections", "counter_increase"]
 
 NAME = "connections"
-VALKEY_SAMPLE = "valkey-sample"
-CHURN_SAMPLE = "churn-sample"
 HARNESS_CLIENTS = {"proctor-monitor", "proctor-churn"}
 UNNAMED = "(unnamed)"
 """Connections CLIENT LIST caught before their CLIENT SETNAME (mid-handshake) or from clients that never name themselves."""
