@@ -1,2 +1,4 @@
-# The chaos plugin gives every pytest run in this repo the --chaos-* options and fixtures.
-pytest_plugins = ["chaos.pytest_plugin"]
+# The chaos plugin (chaos/pytest_plugin.py) comes from the `pytest11` entry point in pyproject.toml,
+# as in a user's repo: not loaded here (that would register it twice).
+# pytester (tests/plugin) must be named in the top-level conftest: pytest refuses `pytest_plugins` lower down.
+pytest_plugins = ["pytester"]

@@ -26,10 +26,9 @@ from chaos.workload import WorkloadSpec, WorkloadStats, run_workload
 from stack.config import Settings
 from stack.embedded import EmbeddedStack, StackSpec
 from stack.embedded.secrets import read_roster
+from stack.paths import runs_dir
 
-__all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir", "RESULTS_ROOT"]
-
-RESULTS_ROOT = Path("results/runs")
+__all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir"]
 
 Progress = Callable[[str], None]
 
@@ -81,7 +80,9 @@ class RunResult:
         return {True: 0, False: 1}.get(self.valid, 2)
 
 
-def new_run_dir(name: str, root: Path = RESULTS_ROOT) -> Path:
+def new_run_dir(name: str, root: Path | None = None) -> Path:
+    """A fresh run folder under ``root``, by default stack/paths.py's runs_dir() (read at call time)."""
+    root = runs_dir() if root is None else root
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     return root / f"{stamp}-{name}"
 
