@@ -23,6 +23,7 @@ from chaos.monitor import run_monitor
 from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, run_schedule
 from chaos.snapshot import snapshot_ledgers, wait_until_settled
 from chaos.workload import WorkloadSpec, WorkloadStats, run_workload
+import stack.config as stack_config
 from stack.config import Settings
 from stack.embedded import EmbeddedStack, StackSpec
 from stack.embedded.secrets import read_roster
@@ -216,6 +217,8 @@ def _scenario_meta(
         "time_scale": settings.time_scale,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
                      if k not in {"token_secret", "admin_token", "roster_key"}},
+        # The seed's durations, for the report's case-vs-real table: `proctor check` imports no stack code.
+        "case_constants": {name: getattr(stack_config, name) for name in stack_config.__all__ if name.startswith("CASE_")},
         "options": scenario.options,
         "derive_bounds": list(scenario.derive_bounds),
         "expect_valid": scenario.expect_valid,
