@@ -77,8 +77,17 @@ def test_report_lines_show_every_option_in_checker_order() -> None:
 
 def test_detail_sections_belong_to_checkers() -> None:
     assert set(DETAIL_SECTIONS) == {"latency", "connections"} and set(DETAIL_SECTIONS) <= set(CHECKERS)
-    rows = DETAIL_SECTIONS["connections"]({"components": {"web_1": {"connections_now": 2, "errors": {"reset": 1}}}})
-    assert rows[-1] == "| web_1 | 2 | 0 | 0 | 0 | 0 | reset 1 |"
+    assert DETAIL_SECTIONS["connections"]({}) == []
+    rows = DETAIL_SECTIONS["connections"]({"components": {
+        "web_1": {"connections_now": 2, "client_ids_seen": 3, "reconnects": 1, "connects": 4, "error_total": 2,
+                  "errors": {"reset": 1, "eof": 1}},
+        "proctor-churn": {"harness": True}}})
+    assert rows[-2:] == ["| web_1 | 2 | 3 | 1 | 4 | 2 | eof 1, reset 1 |", "| proctor-churn (harness) | 0 | 0 | 0 | 0 | 0 | - |"]
+    quantiles = {"count": 2, "p50": 0.05, "p95": 0.05, "p99": 2.0, "max": 300}
+    rows = DETAIL_SECTIONS["latency"]({"ops": {"answer": quantiles},
+                                       "lanes": {"merit": {**quantiles, "wait": {"p99": 0.5}, "oldest_age": 1.5}}})
+    assert rows[-2:] == ["| op answer | 2 | 50 ms | 50 ms | 2 s | 5 min | | |",
+                         "| lane merit (finish to done) | 2 | 50 ms | 50 ms | 2 s | 5 min | 500 ms | 1.5 s |"]
 
 
 def test_case_durations_come_from_the_run_not_the_stack() -> None:
