@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
-# The chaos plugin gives every pytest run in this repo the --chaos-* options and fixtures.
-pytest_plugins = ["chaos.pytest_plugin"]
+# The chaos plugin (chaos/pytest_plugin.py) comes from the `pytest11` entry point in pyproject.toml,
+# as in a user's repo: not loaded here (that would register it twice).
+# pytester (tests/plugin) must be named in the top-level conftest: pytest refuses `pytest_plugins` lower down.
+pytest_plugins = ["pytester"]
 
 # Folders and markers agree: a test in one of these folders starts real servers (Valkey,
 # HAProxy, workers, PostgreSQL), and so does any test using one of these fixtures. Such a

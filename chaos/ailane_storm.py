@@ -29,7 +29,8 @@ import uvicorn
 from redis import Redis
 from sqlalchemy import Engine, update
 
-from chaos.checkers.base import CheckOptions, Result
+from chaos.checkers import CheckOptions
+from chaos.checkers.base import Result
 from chaos.checkers.billing import check_billing
 from chaos.checkers.duplicate_charges import check_duplicate_charges
 from chaos.checkers.provider_limit import provider_limit_checker

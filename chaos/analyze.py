@@ -20,12 +20,12 @@ from typing import Any, Sequence
 
 from chaos.bounds import apply_bounds, derive_bounds, underivable_notes
 from chaos.checkers import run_checkers
-from chaos.checkers.base import UNKNOWN, CheckOptions, Result, compose
+from chaos.checkers import CheckOptions
+from chaos.checkers.base import UNKNOWN, Result, compose
 from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, read_history
 from chaos.ledgers import load_ledgers
 from chaos.plots import plot_run
 from chaos.report import REPORT_MD, build_report, verdict_word, write_report
-from stack.config import DEFAULT_TIME_SCALE
 
 __all__ = [
     "EXIT_INVALID",
@@ -64,12 +64,17 @@ def load_scenario(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
     return scenario, []
 
 
+_ASSUMED_TIME_SCALE = 0.01
+"""stack.config.DEFAULT_TIME_SCALE, for a scenario.json without one; not imported, so an offline check
+loads no stack code (tests/unit/test_checker_options.py keeps the two equal)."""
+
+
 def _time_scale(scenario: dict[str, Any], notes: list[str]) -> float:
     settings = scenario.get("settings") or {}
     raw = scenario.get("time_scale", settings.get("TIME_SCALE", settings.get("time_scale")))
     if raw is None:
-        notes.append(f"no time_scale in {SCENARIO_FILE}: assumed {DEFAULT_TIME_SCALE}")
-        return DEFAULT_TIME_SCALE
+        notes.append(f"no time_scale in {SCENARIO_FILE}: assumed {_ASSUMED_TIME_SCALE}")
+        return _ASSUMED_TIME_SCALE
     try:
         scale = float(raw)
     except (TypeError, ValueError):

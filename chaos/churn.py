@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from chaos.history import MONITOR, History
+from chaos.history import History
 
 __all__ = ["CHURN_OUTCOMES", "ChurnSpec", "churn_generator", "churn_op", "quantiles"]
 
@@ -200,7 +200,7 @@ async def run_churn(host: str, port: int, context: ssl.SSLContext | None, spec: 
 
     def emit() -> None:
         if history is not None:
-            history.append(process=MONITOR, type="info", f="churn-sample", value=tally.sample())
+            history.churn_sample(tally.sample())
 
     def finished(task: asyncio.Task) -> None:
         in_flight.discard(task)

@@ -13,8 +13,6 @@ client must.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -23,17 +21,7 @@ import httpx
 
 from chaos.history import History
 
-__all__ = ["Call", "CallResult", "ExamClient", "ProcessIds", "classify"]
-
-
-class ProcessIds:
-    """Hands out process numbers; a process that saw ``info`` never issues again."""
-
-    def __init__(self) -> None:
-        self._counter = itertools.count()
-
-    def new(self) -> int:
-        return next(self._counter)
+__all__ = ["Call", "CallResult", "ExamClient", "classify"]
 
 
 @dataclass(frozen=True)
@@ -64,20 +52,19 @@ def classify(status: int | None) -> str:
 
 
 class ExamClient:
-    """Issues calls with bounded retries; every try is its own invoke/complete pair."""
+    """Issues calls with bounded retries; every try is its own invoke/complete pair.
+    Process numbers come from the history writer (``new_process``): one that saw ``info`` never issues again."""
 
     def __init__(
         self,
         http: httpx.AsyncClient,
         history: History,
-        processes: ProcessIds,
         max_tries: int = 6,
         retry_delay: float = 0.1,
         counts: Counter | None = None,
     ) -> None:
         self.http = http
         self.history = history
-        self.processes = processes
         self.max_tries = max_tries
         self.retry_delay = retry_delay
         self.retries = 0
@@ -91,7 +78,7 @@ class ExamClient:
             result.tries = attempt
             if result.type != "info":
                 return result
-            process = self.processes.new()
+            process = self.history.new_process()
             result.process = process
             if attempt < self.max_tries:
                 self.retries += 1
@@ -99,8 +86,7 @@ class ExamClient:
         return result
 
     async def _once(self, process: int, call: Call) -> CallResult:
-        self.history.append(process=process, type="invoke", f=call.f, value=call.value)
-        started = time.monotonic()
+        invoked = self.history.invoke(process, call.f, call.value)
         status: int | None = None
         body: dict[str, Any] = {}
         node = error = None
@@ -115,17 +101,7 @@ class ExamClient:
         self.counts[kind] += 1
         if kind != "ok" and error is None:
             error = str(body.get("detail", body))[:300] if body else f"HTTP {status}"
-        self.history.append(
-            process=process,
-            type=kind,
-            f=call.f,
-            value=call.value,
-            status=status,
-            node=node,
-            receipt_id=body.get("receipt_id"),
-            latency=round(time.monotonic() - started, 6),
-            error=error,
-        )
+        self.history.complete(invoked, kind, status=status, node=node, receipt_id=body.get("receipt_id"), error=error)
         return CallResult(kind, status, body, process, 0)
 
 

@@ -20,7 +20,7 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from chaos.scenario import run_scenario
+    from chaos.runner import run_scenario
     from chaos.scenarios import get_scenario
 
     parser = argparse.ArgumentParser(prog="proctor demo", description=__doc__.splitlines()[0])

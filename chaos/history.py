@@ -3,9 +3,10 @@
 The history is the spine of the harness (Jepsen's design). Clients append an
 ``invoke`` op before a request and one completion after it: ``ok`` (it happened),
 ``fail`` (it definitely did not happen) or ``info`` (unknown: it may still happen).
-The nemesis appends ``fault-start``/``fault-end`` and the monitor appends
-``sample`` ops. Checkers only ever read a finished history, so they can be re-run
-offline on a stored run folder.
+The nemesis and the monitors write ops of named kinds (``OP_KINDS``: ``fault-start``,
+``fault-end``, ``sample``, ``churn-sample``, ``valkey-sample``) through the writer's typed
+methods, which also pick the process. Checkers only ever read a finished history, so
+they can be re-run offline on a stored run folder.
 
 The file is JSON Lines, one op per line, flushed as it is written: if the
 harness crashes, every op written so far is still on disk. A torn last line is
@@ -26,14 +27,20 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 __all__ = [
+    "CHURN_SAMPLE",
     "COMPLETION_TYPES",
+    "FAULT_END",
+    "FAULT_START",
     "FaultWindow",
     "History",
     "HistoryFile",
     "HistoryFormatError",
     "NEMESIS",
     "MONITOR",
+    "OP_KINDS",
     "Op",
+    "SAMPLE",
+    "VALKEY_SAMPLE",
     "client_ops",
     "fault_windows",
     "load_history",
@@ -41,11 +48,30 @@ __all__ = [
     "pair_ops",
     "read_history",
     "TornLine",
+    "write_history",
 ]
 
 NEMESIS = "nemesis"
 MONITOR = "monitor"
 COMPLETION_TYPES = ("ok", "fail", "info")
+
+FAULT_START = "fault-start"
+FAULT_END = "fault-end"
+SAMPLE = "sample"
+"""The monitor's /metrics sample: lane depths and oldest-job ages, pending outcomes, outbox lag."""
+CHURN_SAMPLE = "churn-sample"
+"""The fresh-connection generator's cumulative outcomes (chaos/churn.py)."""
+VALKEY_SAMPLE = "valkey-sample"
+"""Valkey's INFO and CLIENT LIST plus each component's own connection counters (chaos/valkey_stats.py)."""
+OP_KINDS: dict[str, str] = {
+    FAULT_START: NEMESIS,
+    FAULT_END: NEMESIS,
+    SAMPLE: MONITOR,
+    CHURN_SAMPLE: MONITOR,
+    VALKEY_SAMPLE: MONITOR,
+}
+"""Every op kind (``f``) the harness's own processes write, with the process that writes it.
+A new kind is one line here and one writer method; client ops carry the request's name."""
 _OP_TYPES = ("invoke",) + COMPLETION_TYPES
 _OPTIONAL = ("status", "node", "receipt_id", "latency", "error")
 
@@ -159,7 +185,7 @@ class History:
                 extra=fields,
                 **known,
             )
-            self._file.write(json.dumps(op.to_dict(), default=str, separators=(",", ":")) + "\n")
+            self._file.write(_line(op))
             self._file.flush()
             if self._fsync:
                 os.fsync(self._file.fileno())
@@ -180,13 +206,37 @@ class History:
         value = invoked.value if value is None else value
         return self.append(process=invoked.process, type=type, f=invoked.f, value=value, **fields)
 
+    def record(self, f: str, value: Any) -> Op:
+        """A harness op of a named kind (OP_KINDS); its process, nemesis or monitor, comes with the kind."""
+        if f not in OP_KINDS:
+            raise ValueError(f"op kind {f!r} is not one of {sorted(OP_KINDS)}")
+        return self.append(process=OP_KINDS[f], type="info", f=f, value=value)
+
     def nemesis(self, f: str, value: Any = None) -> Op:
         """A fault op, e.g. f="fault-start", value={"fault_id": 1, "kind": "kill", "target": "web_1"}."""
-        return self.append(process=NEMESIS, type="info", f=f, value=value)
+        if OP_KINDS.get(f) != NEMESIS:
+            raise ValueError(f"nemesis op kind {f!r} is not one of {FAULT_START!r}, {FAULT_END!r}")
+        return self.record(f, value)
+
+    def fault_start(self, value: dict[str, Any]) -> Op:
+        """A fault was injected (or failed to be: value["error"]); value holds fault_id, kind, target, at, duration."""
+        return self.record(FAULT_START, value)
+
+    def fault_end(self, value: dict[str, Any]) -> Op:
+        """A fault was undone; same fault_id as its fault-start, plus what healing it cost."""
+        return self.record(FAULT_END, value)
 
     def sample(self, value: dict[str, Any]) -> Op:
         """A monitor sample: {"lanes": {lane: {"depth": n, "oldest_age": s}}, "pending_outcomes": n}."""
-        return self.append(process=MONITOR, type="info", f="sample", value=value)
+        return self.record(SAMPLE, value)
+
+    def churn_sample(self, value: dict[str, Any]) -> Op:
+        """The churn generator's outcomes so far: {"ops": n, "outcomes": {kind: n}, ...}."""
+        return self.record(CHURN_SAMPLE, value)
+
+    def valkey_sample(self, value: dict[str, Any]) -> Op:
+        """Valkey's view of its clients and each component's connection counters: {"ok": bool, ...}."""
+        return self.record(VALKEY_SAMPLE, value)
 
     def counts(self) -> dict[str, int]:
         """Client ops written so far by type ({"invoke": n, "ok": n, ...}): for progress lines."""
@@ -247,6 +297,23 @@ def read_history(path: str | os.PathLike[str]) -> HistoryFile:
     return HistoryFile(_by_index(ops))
 
 
+def write_history(path: str | os.PathLike[str], ops: Iterable[Op]) -> int:
+    """Write ``ops`` as a whole history file (replacing it), in the writer's line format; returns how many.
+    For tools that build a history from others (the ramp's merge), not for a run in progress."""
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # O_CREAT's mode applies only to a new file: a replaced one keeps its old mode
+    with open(fd, "w", encoding="utf-8") as out:
+        for op in ops:
+            out.write(_line(op))
+            written += 1
+    return written
+
+
+def _line(op: Op) -> str:
+    return json.dumps(op.to_dict(), default=str, separators=(",", ":")) + "\n"
+
+
 def load_history(path: str | os.PathLike[str]) -> list[Op]:
     """The ops of a history file (see read_history; a torn last line is left out)."""
     return read_history(path).ops
@@ -297,9 +364,9 @@ def fault_windows(ops: Sequence[Op]) -> list[FaultWindow]:
         if op.process != NEMESIS or not isinstance(op.value, dict):
             continue
         key = op.value.get("fault_id", op.index)
-        if op.f == "fault-start":
+        if op.f == FAULT_START:
             started[key] = op
-        elif op.f == "fault-end" and key in started:
+        elif op.f == FAULT_END and key in started:
             windows.append(_window(started.pop(key), op.time))
     windows += [_window(op, None) for op in started.values()]
     return sorted(windows, key=lambda w: w.start)
@@ -317,4 +384,4 @@ def _window(start: Op, end: float | None) -> FaultWindow:
 
 
 def monitor_samples(ops: Iterable[Op]) -> list[Op]:
-    return [op for op in ops if op.process == MONITOR and op.f == "sample" and isinstance(op.value, dict)]
+    return [op for op in ops if op.process == MONITOR and op.f == SAMPLE and isinstance(op.value, dict)]

@@ -61,7 +61,7 @@ async def run_monitor(api_url: str, history: History, interval: float, stop: asy
             try:
                 response = await http.get("/metrics")
                 if response.status_code == 200:
-                    history.append(process="monitor", type="info", f="sample", value=lane_sample(response.text))
+                    history.sample(lane_sample(response.text))
             except httpx.HTTPError:
                 pass  # a failed sample is a gap in the plot, not a harness error
             try:

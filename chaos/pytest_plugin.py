@@ -1,8 +1,11 @@
 """pytest plugin for chaos scenarios: ``--chaos-*`` options, markers, fixtures.
 
-Loaded by the root ``conftest.py``. A failing scenario prints the one command
-that reproduces it; every run leaves a folder under results/runs/ and the session
-writes ``results/junit.xml`` and ``results/index.md`` listing the runs.
+Registered through the ``pytest11`` entry point ``proctor-chaos`` (pyproject.toml), so
+``pip install proctor`` then ``pytest`` in any repo has it; ``-p no:proctor-chaos`` turns it
+off. A failing scenario prints the one command that reproduces it; every run leaves a folder
+under ``<results>/runs/`` (stack/paths.py: ``$PROCTOR_RESULTS_DIR`` or ``./results``) and
+the session writes ``<results>/index.md`` and ``index.json`` listing the runs. JUnit XML
+only when asked (``--chaos-junit PATH``); a user's own ``--junitxml`` is never touched.
 """
 
 from __future__ import annotations
@@ -14,20 +17,28 @@ from typing import Any, Callable
 
 import pytest
 
-__all__ = ["ChaosRun"]
+from stack.paths import results_dir
 
-RESULTS = Path("results")
+__all__ = ["ChaosRun", "DEPRECATED_OPTIONS"]
+
 _RUNS_KEY = pytest.StashKey[list]()
+DEPRECATED_OPTIONS = {"--time-scale": "--chaos-time-scale", "--keep-stack": "--chaos-keep-stack"}
+"""Old option names, still accepted for one release: old name -> new name."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("chaos", "Proctor chaos scenarios")
     group.addoption("--chaos-seed", type=int, default=None,
                     help="seed for fault schedules and workloads (default: chaos_seed ini, 20261006)")
-    group.addoption("--time-scale", type=float, default=None,
-                    help="real seconds per case second for every seed duration (default: scenario's, 0.01)")
-    group.addoption("--keep-stack", action="store_true", default=False,
-                    help="leave each scenario's stack running for inspection (stop: proctor down RUN_DIR)")
+    group.addoption("--chaos-time-scale", "--time-scale", dest="chaos_time_scale", type=float, default=None,
+                    help="real seconds per case second for every seed duration (default: scenario's, 0.01); "
+                         "--time-scale is a deprecated alias")
+    group.addoption("--chaos-keep-stack", "--keep-stack", dest="chaos_keep_stack", action="store_true", default=False,
+                    help="leave each scenario's stack running for inspection (stop: proctor down RUN_DIR); "
+                         "--keep-stack is a deprecated alias")
+    group.addoption("--chaos-junit", metavar="PATH", default=None,
+                    help="write JUnit XML of this session to PATH (pytest's --junitxml under another name: "
+                         "give one or the other)")
     parser.addini("chaos_seed", "default seed for chaos scenarios", default="20261006")
 
 
@@ -36,10 +47,29 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "chaos: an end-to-end chaos scenario (stack + load + faults -> verdict)")
     config.addinivalue_line("markers", "negative_control: a scenario with a safeguard off; passes only if "
                                        "the checkers report the violation")
-    if getattr(config.option, "xmlpath", None) is None and not hasattr(config, "workerinput"):
-        RESULTS.mkdir(exist_ok=True)
-        config.option.xmlpath = str(RESULTS / "junit.xml")
+    _junit_when_asked(config)
     config.stash[_RUNS_KEY] = []
+
+
+def _junit_when_asked(config: pytest.Config) -> None:
+    """--chaos-junit PATH hands PATH to pytest's own JUnit writer, which runs after this
+    hook; with a --junitxml of the user's as well, one of them would be lost: refuse."""
+    path = config.getoption("chaos_junit")
+    if path is None:
+        return
+    if getattr(config.option, "xmlpath", None):
+        raise pytest.UsageError(f"--chaos-junit {path} and --junitxml {config.option.xmlpath}: give only one")
+    config.option.xmlpath = path
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Name a deprecated option where the user looks first: the session header."""
+    used = [old for old in DEPRECATED_OPTIONS if _given(config, old)]
+    return [f"chaos: {old} is deprecated, use {DEPRECATED_OPTIONS[old]}" for old in used]
+
+
+def _given(config: pytest.Config, option: str) -> bool:
+    return any(arg == option or arg.startswith(option + "=") for arg in config.invocation_params.args)
 
 
 class ChaosRun:
@@ -56,9 +86,11 @@ class ChaosRun:
         return self.verdict["checkers"][name]
 
     def faults(self) -> list[dict[str, Any]]:
-        path = self.run_dir / "history.jsonl"
-        ops = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return [op["value"] for op in ops if op.get("f") == "fault-start"]
+        """The value of every fault-start op: what the nemesis did (or failed to do)."""
+        from chaos.history import FAULT_START, NEMESIS, read_history
+
+        ops = read_history(self.run_dir / "history.jsonl").ops
+        return [op.value for op in ops if op.process == NEMESIS and op.f == FAULT_START]
 
     def recheck(self) -> int:
         """`proctor check RUN_DIR` on the stored files: must reach the same verdict offline."""
@@ -82,14 +114,14 @@ def chaos_seed(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def run_chaos(request: pytest.FixtureRequest, chaos_seed: int) -> Callable[[str], ChaosRun]:
     """Run a named scenario (chaos/scenarios.py) with the session's seed and time scale."""
-    from chaos.scenario import run_scenario
+    from chaos.runner import run_scenario
     from chaos.scenarios import get_scenario
 
     def run(name: str) -> ChaosRun:
         scenario = get_scenario(name)
         started = time.monotonic()
-        result = run_scenario(scenario, chaos_seed, time_scale=request.config.getoption("--time-scale"),
-                              keep_stack=request.config.getoption("--keep-stack"), progress=_progress(name))
+        result = run_scenario(scenario, chaos_seed, time_scale=request.config.getoption("chaos_time_scale"),
+                              keep_stack=request.config.getoption("chaos_keep_stack"), progress=_progress(name))
         run = ChaosRun(result)
         request.config.stash[_RUNS_KEY].append(
             {"test": request.node.nodeid, "scenario": name, "seed": chaos_seed, "valid": run.valid,
@@ -125,18 +157,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     runs = session.config.stash.get(_RUNS_KEY, [])
     if not runs:
         return
-    RESULTS.mkdir(exist_ok=True)
+    results = results_dir()
+    results.mkdir(parents=True, exist_ok=True)
     lines = ["# Chaos runs", "", "| test | valid | expected | seconds | run folder | reproduce |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['test']} | {r['valid']} | {r['expect_valid']} | {r['seconds']} | {r['run_dir']} | `{r['reproduce']}` |"
               for r in runs]
-    (RESULTS / "index.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "index.json").write_text(json.dumps(runs, indent=2))
+    (results / "index.md").write_text("\n".join(lines) + "\n")
+    (results / "index.json").write_text(json.dumps(runs, indent=2))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     runs = terminalreporter.config.stash.get(_RUNS_KEY, [])
     if runs:
-        terminalreporter.write_sep("-", "chaos runs (results/index.md)")
+        terminalreporter.write_sep("-", f"chaos runs ({results_dir() / 'index.md'})")
         for r in runs:
             terminalreporter.write_line(f"{r['scenario']}: valid={r['valid']} (expected {r['expect_valid']}) "
                                         f"{r['seconds']}s -> {r['run_dir']}")

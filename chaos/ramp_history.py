@@ -12,13 +12,11 @@ history, as they do for the chaos workload.
 from __future__ import annotations
 
 import heapq
-import json
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
-from chaos.history import HistoryFormatError, Op, read_history
+from chaos.history import HistoryFormatError, Op, read_history, write_history
 
 __all__ = ["HISTORIES_DIR", "MergedHistory", "merge_histories"]
 
@@ -64,13 +62,11 @@ def merge_histories(run_dir: Path, dest_name: str = "history.jsonl") -> MergedHi
     merged = list(heapq.merge(*streams, key=lambda item: item[0]))
     origin = merged[0][0] if merged else 0.0
     processes: dict[tuple[int, object], int] = {}
-    dest = run_dir / dest_name
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w", encoding="utf-8") as out:
-        for index, (wall, number, op) in enumerate(merged):
-            process = op.process if not op.is_client else processes.setdefault((number, op.process), len(processes))
-            rewritten = replace(op, index=index, time=round(wall - origin, 6), process=process,
-                                extra={**op.extra, "source": result.files[number]})
-            out.write(json.dumps(rewritten.to_dict(), separators=(",", ":")) + "\n")
-    result.ops = len(merged)
+
+    def rewritten(index: int, wall: float, number: int, op: Op) -> Op:
+        process = op.process if not op.is_client else processes.setdefault((number, op.process), len(processes))
+        return replace(op, index=index, time=round(wall - origin, 6), process=process,
+                       extra={**op.extra, "source": result.files[number]})
+
+    result.ops = write_history(run_dir / dest_name, (rewritten(index, *item) for index, item in enumerate(merged)))
     return result

@@ -2,22 +2,24 @@
 
 Both carry the verdict, every checker's counts and examples, the settings, and the
 command that reproduces the run. Every duration taken from the incident (the
-``CASE_*`` constants of stack/config.py) is shown in case time *and* in the real
-time the run used (case x TIME_SCALE), so "a 10 s AI call" in the story and
-"0.1 s" in the run are never confused.
+``CASE_*`` constants of stack/config.py, which the runner records in scenario.json as
+``case_constants``) is shown in case time *and* in the real time the run used
+(case x TIME_SCALE), so "a 10 s AI call" in the story and "0.1 s" in the run are never
+confused. Each checker renders its own details (``DETAIL_SECTIONS``) and options
+(``CheckOptions.report_lines``); this module imports no stack code, so ``proctor check``
+runs where only the harness is installed.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-import stack.config as stack_config
 from chaos.bounds import bounds_markdown
-from chaos.checkers.base import CheckOptions, Result
+from chaos.checkers import DETAIL_SECTIONS, CheckOptions
+from chaos.checkers.base import Result, format_seconds
 
 __all__ = [
     "REPORT_JSON",
@@ -39,32 +41,23 @@ def verdict_word(valid: Any) -> str:
     return {True: "VALID", False: "INVALID"}.get(valid, "UNKNOWN") if isinstance(valid, bool) else "UNKNOWN"
 
 
-def format_seconds(seconds: float | None) -> str:
-    """A duration a person can read: 3.4 ms, 0.34 s, 7.5 min, 12 h."""
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.3g} ms"
-    if seconds < 120:
-        return f"{seconds:.3g} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.3g} min"
-    return f"{seconds / 3600:.3g} h"
-
-
-def case_durations(time_scale: float) -> list[dict[str, Any]]:
-    """Every CASE_* duration of the seed, in case seconds and in this run's real seconds."""
+def case_durations(case_constants: Mapping[str, Any], time_scale: float) -> list[dict[str, Any]]:
+    """Every CASE_*_SECONDS of the seed (as the run recorded them), in case and in this run's real seconds."""
     rows = []
-    for name in sorted(vars(stack_config)):
-        value = getattr(stack_config, name)
-        if name.startswith("CASE_") and name.endswith("_SECONDS") and isinstance(value, (int, float)):
+    for name in sorted(case_constants):
+        value = case_constants[name]
+        if name.startswith("CASE_") and name.endswith("_SECONDS") and _is_number(value):
             rows.append({"name": name, "case_seconds": float(value), "real_seconds": float(value) * time_scale})
-    rate = getattr(stack_config, "CASE_PROVIDER_CALLS_PER_MINUTE", None)
-    if isinstance(rate, (int, float)) and rate > 0:
+    rate = case_constants.get("CASE_PROVIDER_CALLS_PER_MINUTE")
+    if _is_number(rate) and rate > 0:
         # A rate scales as its interval: 8 calls per case minute = one per 7.5 case seconds.
         interval = 60.0 / rate
         rows.append({"name": "CASE_PROVIDER_CALLS_PER_MINUTE (interval)", "case_seconds": interval, "real_seconds": interval * time_scale})
     return rows
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def build_report(
@@ -92,7 +85,7 @@ def build_report(
         "checkers": composed.get("checks", {}),
         "settings": dict(scenario.get("settings") or {}),
         "options": options.to_dict(),
-        "case_durations": case_durations(time_scale),
+        "case_durations": case_durations(scenario.get("case_constants") or {}, time_scale),
         "harness_notes": harness_notes,
         "plots": plots,
         "recovery_seconds": scenario.get("recovery_seconds"),
@@ -184,38 +177,9 @@ def _checker_section(name: str, check: Mapping[str, Any]) -> list[str]:
     for category, examples in check.get("examples", {}).items():
         lines += ["", f"{category} (first {len(examples)} of {counts.get(category, len(examples))}):", ""]
         lines += [f"- `{_clip(json.dumps(example, default=str))}`" for example in examples]
-    if name == "latency":
-        lines += _latency_table(check.get("details", {}))
-    if name == "connections":
-        lines += _connections_table(check.get("details", {}))
+    if name in DETAIL_SECTIONS:
+        lines += DETAIL_SECTIONS[name](check.get("details", {}))
     return lines + [""]
-
-
-def _connections_table(details: Mapping[str, Any]) -> list[str]:
-    """Per component: Valkey's view (CLIENT LIST ids) beside the component's own counters."""
-    components = details.get("components") or {}
-    if not components:
-        return []
-    header = ("| component | connections at end | client ids seen | reconnects (new ids) | connects (own count) "
-              "| connection errors | by kind |")
-    lines = ["", header, "|---|---|---|---|---|---|---|"]
-    for name, c in components.items():
-        kinds = ", ".join(f"{k} {v}" for k, v in sorted(c.get("errors", {}).items())) or "-"
-        label = f"{name} (harness)" if c.get("harness") else name
-        lines.append(f"| {label} | {c.get('connections_now', 0)} | {c.get('client_ids_seen', 0)} | {c.get('reconnects', 0)} "
-                     f"| {c.get('connects', 0)} | {c.get('error_total', 0)} | {kinds} |")
-    return lines
-
-
-def _latency_table(details: Mapping[str, Any]) -> list[str]:
-    lines = ["", "| series | count | p50 | p95 | p99 | max | queue wait p99 | oldest job |", "|---|---|---|---|---|---|---|---|"]
-    for f, s in details.get("ops", {}).items():
-        lines.append(f"| op {f} | {s['count']} | " + " | ".join(format_seconds(s[q]) for q in ("p50", "p95", "p99", "max")) + " | | |")
-    for lane, s in details.get("lanes", {}).items():
-        cells = " | ".join(format_seconds(s.get(q)) for q in ("p50", "p95", "p99", "max"))
-        wait = format_seconds((s.get("wait") or {}).get("p99"))
-        lines.append(f"| lane {lane} (finish to done) | {s.get('count', 0)} | {cells} | {wait} | {format_seconds(s.get('oldest_age'))} |")
-    return lines
 
 
 def _settings_section(report: Mapping[str, Any]) -> list[str]:
@@ -224,16 +188,14 @@ def _settings_section(report: Mapping[str, Any]) -> list[str]:
     settings = report.get("settings", {})
     if settings:
         lines += ["| setting | value |", "|---|---|"] + [f"| {k} | `{v}` |" for k, v in sorted(settings.items())] + [""]
-    lines += ["| seed duration | case time | real time in this run |", "|---|---|---|"]
-    lines += [f"| {d['name']} | {format_seconds(d['case_seconds'])} | {format_seconds(d['real_seconds'])} |" for d in report["case_durations"]]
+    if report["case_durations"]:
+        lines += ["| seed duration | case time | real time in this run |", "|---|---|---|"]
+        lines += [f"| {d['name']} | {format_seconds(d['case_seconds'])} | {format_seconds(d['real_seconds'])} |"
+                  for d in report["case_durations"]]
+    else:
+        lines.append("(scenario.json records no case_constants: the seed's durations are not shown)")
     lines += ["", "Checker options (real seconds; case time = real / TIME_SCALE):", ""]
-    options = report["options"]
-    deadline = options.get("outcome_deadline_seconds")
-    lines.append(f"- outcome_deadline_seconds: {_both(deadline, scale)}")
-    for key, limits in options.get("slo", {}).items():
-        lines.append(f"- slo {key}: " + ", ".join(f"{t} {_both(v, scale)}" for t, v in limits.items()))
-    for key in ("allow_pending", "allow_failed_for_review", "expect_ops"):
-        lines.append(f"- {key}: {', '.join(options.get(key, [])) or '(none)'}")
+    lines += CheckOptions.report_lines(report["options"], lambda real: _both(real, scale))
     return lines + [""]
 
 

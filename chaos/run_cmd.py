@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def print_verdict(result) -> None:  # noqa: ANN001 - chaos.scenario.RunResult
+def print_verdict(result) -> None:  # noqa: ANN001 - chaos.runner.RunResult
     print()
     print(f"verdict: valid={result.valid}")
     for name, res in result.verdict.get("checkers", {}).items():
@@ -37,7 +37,7 @@ def print_verdict(result) -> None:  # noqa: ANN001 - chaos.scenario.RunResult
 
 
 def main(argv: list[str] | None = None) -> int:
-    from chaos.scenario import run_scenario
+    from chaos.runner import run_scenario
     from chaos.scenarios import get_scenario
 
     args = _parser().parse_args(argv)

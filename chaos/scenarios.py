@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from chaos.churn import ChurnSpec, churn_generator
 from chaos.nemesis import FaultSpec, periodic_schedule
-from chaos.scenario import Scenario
+from chaos.runner import Scenario
 from chaos.scenarios_scale import SCALE_SCENARIOS
 from chaos.valkey_stats import valkey_sampler
 from chaos.workload import WorkloadSpec

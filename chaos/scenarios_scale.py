@@ -13,7 +13,7 @@ acknowledged answer. ``chaos/test_scale_in.py`` asserts both; the stats checker'
 from __future__ import annotations
 
 from chaos.nemesis import FaultSpec
-from chaos.scenario import Scenario
+from chaos.runner import Scenario
 from chaos.workload import WorkloadSpec
 
 __all__ = ["SCALE_SCENARIOS", "REMOVED_NODES"]

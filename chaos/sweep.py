@@ -34,7 +34,7 @@ DEFAULT_FIRST_SEED = 20261006  # the chaos suite's default seed (chaos_seed ini)
 EXCLUDED_BY_DEFAULT = frozenset({"demo"})  # `make demo`'s shortened worker_kill; ask for it by name
 
 RunOne = Callable[[Any, int, Path], Any]
-"""(scenario, seed, run_dir) -> a chaos.scenario.RunResult; injectable so tests need no stack."""
+"""(scenario, seed, run_dir) -> a chaos.runner.RunResult; injectable so tests need no stack."""
 
 Say = Callable[[str], None]
 
@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from chaos.scenario import run_scenario
+    from chaos.runner import run_scenario
 
     seeds = sweep_seeds(args.first_seed, args.seeds)
     out_dir = _stamp_dir(args.out)

@@ -36,13 +36,12 @@ from redis import Redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from chaos.history import MONITOR, History
+from chaos.history import History
 from stack.connection_stats import STATS_DIR, STATS_SUFFIX
 from stack.valkey_client import classify_error
 
-__all__ = ["SAMPLE_F", "component_of", "read_process_counters", "take_sample", "valkey_sampler"]
+__all__ = ["component_of", "read_process_counters", "take_sample", "valkey_sampler"]
 
-SAMPLE_F = "valkey-sample"
 MONITOR_NAME = "proctor-monitor"
 _INFO_FIELDS = ("connected_clients", "total_connections_received", "rejected_connections", "used_cpu_sys",
                 "used_cpu_user", "maxclients", "blocked_clients")
@@ -128,7 +127,7 @@ def valkey_sampler(interval: float = 0.5):
         try:
             while True:
                 last = await asyncio.to_thread(take_sample, client, stack.run_dir)
-                history.append(process=MONITOR, type="info", f=SAMPLE_F, value=last)
+                history.valkey_sample(last)
                 samples += 1
                 failed += not last.get("ok")
                 if stop.is_set():

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import httpx
 
-from chaos.client import Call, ExamClient, ProcessIds
+from chaos.client import Call, ExamClient
 from chaos.history import History
 
 __all__ = ["WorkloadSpec", "WorkloadStats", "run_workload", "student_flow"]
@@ -85,7 +85,7 @@ async def student_flow(
     access_code: str = "",
 ) -> None:
     """One student's exam; stops at the first definite failure or exhausted retries."""
-    process = client.processes.new()
+    process = client.history.new_process()
     # The access code goes in the request only: the history's value never holds it.
     session = await client.call(
         process,
@@ -165,12 +165,11 @@ async def run_workload(
                          f"{len(students)} (PROCTOR_ROSTER_SIZE)")
     rng = random.Random(seed)
     stats = WorkloadStats()
-    processes = ProcessIds()
     gate = asyncio.Semaphore(spec.max_in_flight)
     limits = httpx.Limits(max_connections=spec.max_in_flight, max_keepalive_connections=spec.max_in_flight)
     timeout = httpx.Timeout(spec.request_timeout)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as http:
-        client = ExamClient(http, history, processes, max_tries=spec.max_tries, counts=counts)
+        client = ExamClient(http, history, max_tries=spec.max_tries, counts=counts)
         tasks = [asyncio.create_task(_arrive(client, spec, gate, rng, i, stats, students[i]))
                  for i in range(wanted)]
         stats.students = len(tasks)

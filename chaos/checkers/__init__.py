@@ -1,18 +1,19 @@
 """Invariant checkers: pure functions (history, ledgers, options) -> Result.
 
-One checker per module; ``CHECKERS`` lists them in report order and
-``run_checkers`` runs them all (each crash-safe) and composes one verdict.
-What each proves: docs/checkers.md.
+One checker per module, with its options and any report lines of its own beside it;
+``CHECKERS`` lists them in report order, ``DETAIL_SECTIONS`` the checkers that render
+their details in report.md, and ``run_checkers`` runs them all (each crash-safe) and
+composes one verdict. What each proves, and how to add one: docs/checkers.md.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from chaos.checkers.answers import check_answers
+from chaos.checkers import connections, latency
 from chaos.checkers.base import (
     UNKNOWN,
-    CheckOptions,
     Checker,
     OptionsError,
     Result,
@@ -24,6 +25,7 @@ from chaos.checkers.effects import check_effects
 from chaos.checkers.faults import check_faults
 from chaos.checkers.jobs import check_jobs
 from chaos.checkers.latency import check_latency
+from chaos.checkers.options import CheckOptions
 from chaos.checkers.payloads import check_payloads
 from chaos.checkers.stats import check_stats
 from chaos.history import Op
@@ -33,6 +35,7 @@ __all__ = [
     "CHECKERS",
     "CheckOptions",
     "Checker",
+    "DETAIL_SECTIONS",
     "OptionsError",
     "Result",
     "UNKNOWN",
@@ -59,6 +62,13 @@ CHECKERS: dict[str, Checker] = {
     "latency": check_latency,
     "connections": check_connections,
 }
+
+
+DETAIL_SECTIONS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
+    "latency": latency.render_details,
+    "connections": connections.render_details,
+}
+"""Checker name -> its report.md lines from the result's ``details`` (after counts, notes, examples)."""
 
 
 def run_checkers(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:

@@ -1,35 +1,47 @@
-"""What every checker returns, how verdicts combine, and the options checkers take.
+"""What every checker returns, how verdicts combine, and how a checker declares its options.
 
 A checker is a pure function ``(history, ledgers, options) -> Result``. Its verdict
 ``valid`` is True, False, or "unknown" (it could not tell, e.g. a ledger was never
 read). Combining verdicts ranks false > unknown > true: one proven violation makes
 the run invalid; otherwise anything unproven makes it unknown. Only a run where
 every checker proved its invariant is valid.
+
+A checker's options are a frozen dataclass in its own module, mixing in ``CheckerOptions``
+and declaring each key with ``option(...)`` (docs/checkers.md, "Writing a checker");
+``chaos.checkers.options.CheckOptions`` is all of them in one value.
 """
 
 from __future__ import annotations
 
 import math
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
 
 from chaos.history import Op
 from chaos.ledgers import OUTBOX_KINDS, Ledgers
 
 __all__ = [
-    "CheckOptions",
+    "CheckerOptions",
     "Checker",
-    "DeclaredFault",
     "MAX_EXAMPLES",
     "OptionsError",
     "Result",
+    "Show",
     "UNKNOWN",
     "Validity",
     "build_result",
     "check_safe",
     "compose",
+    "format_seconds",
     "merge_validity",
+    "option",
+    "parse_kinds",
+    "parse_limit",
+    "parse_seconds",
+    "parse_strings",
+    "show_plain",
+    "show_seconds",
     "summarize",
     "unknown_unless_invalid",
 ]
@@ -39,8 +51,6 @@ Validity = Union[bool, Literal["unknown"]]
 
 MAX_EXAMPLES = 8
 """Examples kept per category: enough to debug from, small enough to read (Jepsen keeps 8)."""
-
-SLO_THRESHOLDS = ("p50", "p95", "p99", "max", "oldest_age")
 
 
 class OptionsError(ValueError):
@@ -81,7 +91,8 @@ class Result:
         return cls(name, UNKNOWN, counts=dict(counts or {}), notes=list(notes))
 
 
-Checker = Callable[[Sequence[Op], Ledgers, "CheckOptions"], Result]
+Checker = Callable[[Sequence[Op], Ledgers, Any], Result]
+"""(history, ledgers, options) -> Result; options is CheckOptions, or the checker's own options class."""
 
 
 def build_result(
@@ -146,7 +157,7 @@ def compose(results: Iterable[Result], name: str = "proctor") -> Result:
     return Result(name, merge_validity(verdicts), counts, notes=notes, checks=checks)
 
 
-def check_safe(name: str, checker: Checker, history: Sequence[Op], ledgers: Ledgers, options: "CheckOptions") -> Result:
+def check_safe(name: str, checker: Checker, history: Sequence[Op], ledgers: Ledgers, options: Any) -> Result:
     """Run one checker; a crash is a harness error, reported as unknown rather than as a pass."""
     try:
         result = checker(history, ledgers, options)
@@ -171,102 +182,83 @@ def summarize(values: Iterable[float]) -> dict[str, float | int | None]:
     return summary
 
 
-@dataclass(frozen=True)
-class DeclaredFault:
-    """One fault of scenario.json's "faults" list (FaultSpec.as_dict: at, kind, target,
-    duration, then its params flattened in). Its position in the list is its fault_id."""
-
-    fault_id: int
-    at: float
-    kind: str
-    target: str
-    duration: float
+Show = Callable[[str, Any, Callable[[float | None], str]], list[str]]
+"""How an option appears in report.md: (name, value as in to_dict, seconds -> "real = case") -> lines."""
 
 
-@dataclass(frozen=True)
-class CheckOptions:
-    """The "options" object of scenario.json; defaults are the strict choice."""
+def show_plain(name: str, value: Any, both: Callable[[float | None], str]) -> list[str]:
+    """A list as "a, b" or (none); anything else as itself, None as "not set"."""
+    if isinstance(value, list):
+        return [f"- {name}: {', '.join(map(str, value)) or '(none)'}"]
+    return [f"- {name}: {'not set' if value is None else value}"]
 
-    allow_pending: frozenset[str] = frozenset()
-    """Outbox kinds whose still-pending/enqueued rows (no outcome yet) count as accounted for."""
-    allow_failed_for_review: frozenset[str] = frozenset()
-    """Outbox kinds whose failed_for_review outcome satisfies the effects checker."""
-    outcome_deadline_seconds: float | None = None
-    """Real seconds from finish to final outcome; None = no deadline."""
-    slo: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    """{"answer": {"p99": 0.5}, "lane:merit": {"p99": 0.6, "oldest_age": 2}}: real seconds."""
-    expect_ops: tuple[str, ...] = ("answer", "finish")
-    """Client f's that must have at least one ok; otherwise the run proved nothing."""
-    max_rejected_connections: int | None = None
-    """Valkey's rejected_connections (maxclients) over the run may not exceed this; None = not checked."""
-    max_component_connection_errors: int | None = None
-    """Connection errors each stack component may report (its own counters); None = not checked."""
-    max_connects_per_process: int | None = None
-    """Valkey connections any one stack process may open over the run (pooled: a handful); None = not checked."""
-    declared_faults: tuple[DeclaredFault, ...] | None = None
-    """scenario.json's top-level "faults" (not an option): what the nemesis was told to do; None = not declared."""
+
+def show_seconds(name: str, value: Any, both: Callable[[float | None], str]) -> list[str]:
+    """Real seconds, shown with their case time too (real / TIME_SCALE)."""
+    return [f"- {name}: {both(value)}"]
+
+
+def option(default: Any, parse: Callable[[Any, str], Any], *, dump: Callable[[Any], Any] = lambda v: v,
+           show: Show = show_plain) -> Any:
+    """A dataclass field that is a key of scenario.json's "options": ``parse(value, "options.<key>")``
+    checks and converts (raising OptionsError naming the key), ``dump`` turns it back into JSON,
+    ``show`` renders it in report.md. Mutable defaults are copied per instance."""
+    metadata = {"parse": parse, "dump": dump, "show": show}
+    if isinstance(default, (dict, list, set)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+class CheckerOptions:
+    """Mixin of a checker's options dataclass: parsing, JSON and report lines come from its
+    ``option`` fields, so each key is written once, where the checker declares it."""
 
     @classmethod
-    def from_scenario(cls, scenario: Mapping[str, Any]) -> "CheckOptions":
-        """The options of a scenario.json document, plus its declared faults."""
-        options = cls.from_dict(scenario.get("options"))
-        return replace(options, declared_faults=_declared_faults(scenario.get("faults")))
+    def option_fields(cls) -> list[Field]:
+        return [f for f in fields(cls) if "parse" in f.metadata]  # type: ignore[arg-type]
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "CheckOptions":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Any:
         data = dict(data or {})
-        unknown = set(data) - {"allow_pending", "allow_failed_for_review", "outcome_deadline_seconds", "slo", "expect_ops",
-                               "max_rejected_connections", "max_component_connection_errors", "max_connects_per_process"}
+        declared = {f.name: f for f in cls.option_fields()}
+        unknown = set(data) - set(declared)
         if unknown:
             raise OptionsError(f"options: unknown keys {sorted(unknown)}")
-        defaults = cls()
-        return cls(
-            allow_pending=_kinds(data, "allow_pending", defaults.allow_pending),
-            allow_failed_for_review=_kinds(data, "allow_failed_for_review", defaults.allow_failed_for_review),
-            outcome_deadline_seconds=_deadline(data.get("outcome_deadline_seconds")),
-            slo=_slo(data.get("slo", {})),
-            expect_ops=tuple(_strings(data, "expect_ops", defaults.expect_ops)),
-            max_rejected_connections=_limit(data.get("max_rejected_connections"), "options.max_rejected_connections"),
-            max_component_connection_errors=_limit(data.get("max_component_connection_errors"),
-                                                   "options.max_component_connection_errors"),
-            max_connects_per_process=_limit(data.get("max_connects_per_process"), "options.max_connects_per_process"),
-        )
+        return cls(**{key: declared[key].metadata["parse"](value, f"options.{key}") for key, value in data.items()})
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "allow_pending": sorted(self.allow_pending),
-            "allow_failed_for_review": sorted(self.allow_failed_for_review),
-            "outcome_deadline_seconds": self.outcome_deadline_seconds,
-            "slo": {key: dict(limits) for key, limits in self.slo.items()},
-            "expect_ops": list(self.expect_ops),
-            "max_rejected_connections": self.max_rejected_connections,
-            "max_component_connection_errors": self.max_component_connection_errors,
-            "max_connects_per_process": self.max_connects_per_process,
-        }
+        return {f.name: f.metadata["dump"](getattr(self, f.name)) for f in self.option_fields()}
+
+    @classmethod
+    def report_lines(cls, options: Mapping[str, Any], both: Callable[[float | None], str]) -> list[str]:
+        """The options of a report.json (to_dict's shape) as report.md lines, in declaration order."""
+        return [line for f in cls.option_fields() if f.name in options
+                for line in f.metadata["show"](f.name, options[f.name], both)]
 
 
-def _strings(data: Mapping[str, Any], key: str, default: Iterable[str]) -> list[str]:
-    value = data.get(key, list(default))
+def parse_strings(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise OptionsError(f"options.{key}={value!r}: expected a list of strings")
-    return value
+        raise OptionsError(f"{where}={value!r}: expected a list of strings")
+    return tuple(value)
 
 
-def _kinds(data: Mapping[str, Any], key: str, default: Iterable[str]) -> frozenset[str]:
-    kinds = _strings(data, key, default)
+def parse_kinds(value: Any, where: str) -> frozenset[str]:
+    """Outbox kinds (merit, narrative, sms)."""
+    kinds = parse_strings(value, where)
     bad = [k for k in kinds if k not in OUTBOX_KINDS]
     if bad:
-        raise OptionsError(f"options.{key}: {bad} are not outbox kinds {OUTBOX_KINDS}")
+        raise OptionsError(f"{where}: {bad} are not outbox kinds {OUTBOX_KINDS}")
     return frozenset(kinds)
 
 
-def _positive(value: Any, where: str) -> float:
+def parse_seconds(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise OptionsError(f"{where}={value!r}: expected a number of seconds > 0")
     return float(value)
 
 
-def _limit(value: Any, where: str) -> int | None:
+def parse_limit(value: Any, where: str) -> int | None:
+    """A whole number >= 0, or None for "not checked"."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -274,39 +266,14 @@ def _limit(value: Any, where: str) -> int | None:
     return value
 
 
-def _deadline(value: Any) -> float | None:
-    return None if value is None else _positive(value, "options.outcome_deadline_seconds")
-
-
-def _slo(value: Any) -> dict[str, dict[str, float]]:
-    if not isinstance(value, Mapping):
-        raise OptionsError(f"options.slo={value!r}: expected an object")
-    slo: dict[str, dict[str, float]] = {}
-    for key, limits in value.items():
-        if not isinstance(limits, Mapping) or not limits:
-            raise OptionsError(f"options.slo.{key}={limits!r}: expected e.g. {{\"p99\": 0.5}}")
-        bad = [name for name in limits if name not in SLO_THRESHOLDS]
-        if bad:
-            raise OptionsError(f"options.slo.{key}: {bad} are not among {SLO_THRESHOLDS}")
-        slo[key] = {name: _positive(v, f"options.slo.{key}.{name}") for name, v in limits.items()}
-    return slo
-
-
-def _declared_faults(value: Any) -> tuple[DeclaredFault, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise OptionsError(f"faults={value!r:.80}: expected a list of faults")
-    declared = []
-    for fault_id, fault in enumerate(value):
-        where = f"faults[{fault_id}]"
-        if not isinstance(fault, Mapping):
-            raise OptionsError(f"{where}={fault!r:.80}: expected an object")
-        for key in ("kind", "target"):
-            if not isinstance(fault.get(key), str):
-                raise OptionsError(f"{where}.{key}={fault.get(key)!r}: expected a string")
-        for key in ("at", "duration"):
-            if isinstance(fault.get(key), bool) or not isinstance(fault.get(key), (int, float)):
-                raise OptionsError(f"{where}.{key}={fault.get(key)!r}: expected a number of seconds")
-        declared.append(DeclaredFault(fault_id, float(fault["at"]), fault["kind"], fault["target"], float(fault["duration"])))
-    return tuple(declared)
+def format_seconds(seconds: float | None) -> str:
+    """A duration a person can read: 3.4 ms, 0.34 s, 7.5 min, 12 h."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.3g} ms"
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"

@@ -22,19 +22,18 @@ summing the increases.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from chaos.checkers.base import UNKNOWN, CheckOptions, Result, build_result
-from chaos.history import MONITOR, Op
+from chaos.checkers.base import UNKNOWN, CheckerOptions, Result, build_result, option, parse_limit
+from chaos.history import CHURN_SAMPLE, MONITOR, VALKEY_SAMPLE, Op
 from chaos.ledgers import Ledgers
 
-__all__ = ["NAME", "check_connections", "counter_increase"]
+__all__ = ["ConnectionsOptions", "NAME", "check_connections", "counter_increase", "render_details"]
 
 NAME = "connections"
-VALKEY_SAMPLE = "valkey-sample"
-CHURN_SAMPLE = "churn-sample"
 HARNESS_CLIENTS = {"proctor-monitor", "proctor-churn"}
 UNNAMED = "(unnamed)"
 """Connections CLIENT LIST caught before their CLIENT SETNAME (mid-handshake) or from clients that never name themselves."""
@@ -131,7 +130,17 @@ def _churn(history: Sequence[Op]) -> dict[str, Any]:
     }
 
 
-def check_connections(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+@dataclass(frozen=True)
+class ConnectionsOptions(CheckerOptions):
+    max_rejected_connections: int | None = option(None, parse_limit)
+    """Valkey's rejected_connections (maxclients) over the run may not exceed this; None = not checked."""
+    max_component_connection_errors: int | None = option(None, parse_limit)
+    """Connection errors each stack component may report (its own counters); None = not checked."""
+    max_connects_per_process: int | None = option(None, parse_limit)
+    """Valkey connections any one stack process may open over the run (pooled: a handful); None = not checked."""
+
+
+def check_connections(history: Sequence[Op], ledgers: Ledgers, options: ConnectionsOptions) -> Result:
     samples = _samples(history, VALKEY_SAMPLE)
     ok = [op for op in samples if op.value.get("ok")]
     figures = _valkey_figures(ok) if ok else {}
@@ -183,3 +192,19 @@ def check_connections(history: Sequence[Op], ledgers: Ledgers, options: CheckOpt
     if result.valid is True and unknown:
         result.valid = UNKNOWN
     return result
+
+
+def render_details(details: Mapping[str, Any]) -> list[str]:
+    """report.md lines: per component, Valkey's view (CLIENT LIST ids) beside the component's own counters."""
+    components = details.get("components") or {}
+    if not components:
+        return []
+    header = ("| component | connections at end | client ids seen | reconnects (new ids) | connects (own count) "
+              "| connection errors | by kind |")
+    lines = ["", header, "|---|---|---|---|---|---|---|"]
+    for name, c in components.items():
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(c.get("errors", {}).items())) or "-"
+        label = f"{name} (harness)" if c.get("harness") else name
+        lines.append(f"| {label} | {c.get('connections_now', 0)} | {c.get('client_ids_seen', 0)} | {c.get('reconnects', 0)} "
+                     f"| {c.get('connects', 0)} | {c.get('error_total', 0)} | {kinds} |")
+    return lines

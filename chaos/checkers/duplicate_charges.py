@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Sequence
 
-from chaos.checkers.base import CheckOptions, Result, build_result
+from chaos.checkers.base import Result, build_result
 from chaos.history import Op
 from chaos.ledgers import EffectRow, Ledgers
 
@@ -28,7 +28,7 @@ def duplicate_charges(effects: Sequence[EffectRow]) -> list[dict[str, Any]]:
             for op, rows in sorted(charged.items()) if len(rows) > 1]
 
 
-def check_duplicate_charges(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+def check_duplicate_charges(history: Sequence[Op], ledgers: Ledgers, options: object) -> Result:
     if ledgers.ai_effects is None:
         return Result.unknown(NAME, ledgers.missing("ai_effects"))
     return build_result(NAME, bad={"duplicate_charges": duplicate_charges(ledgers.ai_effects)},

@@ -25,14 +25,16 @@ invoke without an attempt_id makes the result unknown.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from chaos.checkers.acknowledged import acknowledged_finishes
-from chaos.checkers.base import CheckOptions, Result, build_result, unknown_unless_invalid
+from chaos.checkers.base import Result, build_result, option, parse_kinds, unknown_unless_invalid
+from chaos.checkers.jobs import PendingOptions
 from chaos.history import Op
 from chaos.ledgers import OUTBOX_KINDS, EffectRow, Ledgers, OutboxRow, OutcomeRow
 
-__all__ = ["NAME", "check_effects"]
+__all__ = ["EffectsOptions", "NAME", "check_effects"]
 
 NAME = "effects"
 
@@ -40,7 +42,13 @@ _PROVIDER_KIND = {"sms_effects": "sms", "ai_effects": "narrative"}
 """Provider ledger -> the outbox kind whose operation ids it records."""
 
 
-def check_effects(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+@dataclass(frozen=True)
+class EffectsOptions(PendingOptions):
+    allow_failed_for_review: frozenset[str] = option(frozenset(), parse_kinds, dump=sorted)
+    """Outbox kinds whose failed_for_review outcome satisfies the effects checker."""
+
+
+def check_effects(history: Sequence[Op], ledgers: Ledgers, options: EffectsOptions) -> Result:
     needed = ("attempts", "outbox", "outcomes", "sms_effects", "ai_effects")
     if any(getattr(ledgers, table) is None for table in needed):
         return Result.unknown(NAME, ledgers.missing(*needed) + ["cannot account for every effect"])
@@ -90,7 +98,7 @@ def _judge_outcome(
     kind: str,
     outcomes: Mapping[str, list[OutcomeRow]],
     outbox: Mapping[str, OutboxRow],
-    options: CheckOptions,
+    options: EffectsOptions,
     bad: dict[str, list[Any]],
     info: dict[str, list[Any]],
 ) -> None:

@@ -22,21 +22,62 @@ have happened.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
 
-from chaos.checkers.base import CheckOptions, DeclaredFault, Result, build_result, unknown_unless_invalid
+from chaos.checkers.base import CheckerOptions, OptionsError, Result, build_result, unknown_unless_invalid
 from chaos.history import NEMESIS, Op
 from chaos.ledgers import Ledgers
 
-__all__ = ["NAME", "check_faults"]
+__all__ = ["DeclaredFault", "FaultsOptions", "NAME", "check_faults", "declared_faults"]
 
 NAME = "faults"
 
 _PHASES = ("fault-start", "fault-end")
 
 
-def check_faults(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+@dataclass(frozen=True)
+class DeclaredFault:
+    """One fault of scenario.json's "faults" list (FaultSpec.as_dict: at, kind, target,
+    duration, then its params flattened in). Its position in the list is its fault_id."""
+
+    fault_id: int
+    at: float
+    kind: str
+    target: str
+    duration: float
+
+
+@dataclass(frozen=True)
+class FaultsOptions(CheckerOptions):
+    declared_faults: tuple[DeclaredFault, ...] | None = None
+    """scenario.json's top-level "faults" (not an "options" key, so a plain field): what the nemesis
+    was told to do; None = not declared. CheckOptions.from_scenario fills it with declared_faults()."""
+
+
+def declared_faults(value: Any) -> tuple[DeclaredFault, ...] | None:
+    """scenario.json's "faults" list, checked; None when the scenario declares none."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise OptionsError(f"faults={value!r:.80}: expected a list of faults")
+    return tuple(_declared_fault(fault_id, fault) for fault_id, fault in enumerate(value))
+
+
+def _declared_fault(fault_id: int, fault: Any) -> DeclaredFault:
+    where = f"faults[{fault_id}]"
+    if not isinstance(fault, Mapping):
+        raise OptionsError(f"{where}={fault!r:.80}: expected an object")
+    for key in ("kind", "target"):
+        if not isinstance(fault.get(key), str):
+            raise OptionsError(f"{where}.{key}={fault.get(key)!r}: expected a string")
+    for key in ("at", "duration"):
+        if isinstance(fault.get(key), bool) or not isinstance(fault.get(key), (int, float)):
+            raise OptionsError(f"{where}.{key}={fault.get(key)!r}: expected a number of seconds")
+    return DeclaredFault(fault_id, float(fault["at"]), fault["kind"], fault["target"], float(fault["duration"]))
+
+
+def check_faults(history: Sequence[Op], ledgers: Ledgers, options: FaultsOptions) -> Result:
     ops = _fault_ops(history)
     bad: dict[str, list[Any]] = {"not_injected": [], "injection_failed": [], "mismatched": [], "unhealed": [], "undeclared": []}
     declared = {fault.fault_id: fault for fault in options.declared_faults or ()}

@@ -22,21 +22,50 @@ from the attempt's finish (**deadline_exceeded**).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from chaos.checkers.acknowledged import acknowledged_finishes
-from chaos.checkers.base import CheckOptions, Result, build_result, summarize, unknown_unless_invalid
+from chaos.checkers.base import (
+    CheckerOptions,
+    Result,
+    build_result,
+    option,
+    parse_kinds,
+    parse_seconds,
+    show_seconds,
+    summarize,
+    unknown_unless_invalid,
+)
 from chaos.history import Op
 from chaos.ledgers import OUTBOX_KINDS, Ledgers, OutboxRow, OutcomeRow
 
-__all__ = ["NAME", "check_jobs", "completion_seconds"]
+__all__ = ["NAME", "JobsOptions", "PendingOptions", "check_jobs", "completion_seconds"]
 
 NAME = "jobs"
 
 _NOT_FINAL = ("pending", "enqueued")
 
 
-def check_jobs(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+@dataclass(frozen=True)
+class PendingOptions(CheckerOptions):
+    """Shared by the jobs and effects checkers."""
+
+    allow_pending: frozenset[str] = option(frozenset(), parse_kinds, dump=sorted)
+    """Outbox kinds whose still-pending/enqueued rows (no outcome yet) count as accounted for."""
+
+
+def _deadline(value: Any, where: str) -> float | None:
+    return None if value is None else parse_seconds(value, where)
+
+
+@dataclass(frozen=True)
+class JobsOptions(PendingOptions):
+    outcome_deadline_seconds: float | None = option(None, _deadline, show=show_seconds)
+    """Real seconds from finish to final outcome; None = no deadline."""
+
+
+def check_jobs(history: Sequence[Op], ledgers: Ledgers, options: JobsOptions) -> Result:
     needed = ("attempts", "outbox", "outcomes")
     if ledgers.attempts is None or ledgers.outbox is None or ledgers.outcomes is None:
         return Result.unknown(NAME, ledgers.missing(*needed) + ["cannot tell finished work from vanished work"])
@@ -82,7 +111,7 @@ def _final_review_times(outcomes: Sequence[OutcomeRow]) -> dict[str, float | Non
 def _judge_row(
     row: OutboxRow,
     review: Mapping[str, float | None],
-    options: CheckOptions,
+    options: JobsOptions,
     exported_at: float | None,
     bad: dict[str, list[Any]],
     info: dict[str, list[Any]],
@@ -135,7 +164,7 @@ def _deadline_problems(
     rows: Sequence[OutboxRow],
     finished: Mapping[str, float | None],
     review: Mapping[str, float | None],
-    options: CheckOptions,
+    options: JobsOptions,
 ) -> list[dict[str, Any]]:
     """Final rows that became final later than the deadline after their attempt finished.
 

@@ -20,13 +20,24 @@ is an **slo_violation** (invalid); an SLO on a series with no data is unknown.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
-from chaos.checkers.base import UNKNOWN, CheckOptions, Result, build_result, summarize
+from chaos.checkers.base import (
+    UNKNOWN,
+    CheckerOptions,
+    OptionsError,
+    Result,
+    build_result,
+    format_seconds,
+    option,
+    parse_seconds,
+    summarize,
+)
 from chaos.history import Op, monitor_samples, pair_ops
 from chaos.ledgers import LANE_OF_KIND, Ledgers, OutboxRow
 
-__all__ = ["LANES", "NAME", "check_latency", "op_latencies", "resolve_slo_key"]
+__all__ = ["LANES", "LatencyOptions", "NAME", "SLO_THRESHOLDS", "check_latency", "op_latencies", "render_details", "resolve_slo_key"]
 
 NAME = "latency"
 
@@ -34,7 +45,35 @@ LANES = ("merit", "ai", "sms")
 """Mirrors stack.lanes.queues.LANES."""
 
 
-def check_latency(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+SLO_THRESHOLDS = ("p50", "p95", "p99", "max", "oldest_age")
+
+
+def _slo(value: Any, where: str) -> dict[str, dict[str, float]]:
+    if not isinstance(value, Mapping):
+        raise OptionsError(f"{where}={value!r}: expected an object")
+    slo: dict[str, dict[str, float]] = {}
+    for key, limits in value.items():
+        if not isinstance(limits, Mapping) or not limits:
+            raise OptionsError(f"{where}.{key}={limits!r}: expected e.g. {{\"p99\": 0.5}}")
+        bad = [name for name in limits if name not in SLO_THRESHOLDS]
+        if bad:
+            raise OptionsError(f"{where}.{key}: {bad} are not among {SLO_THRESHOLDS}")
+        slo[key] = {name: parse_seconds(v, f"{where}.{key}.{name}") for name, v in limits.items()}
+    return slo
+
+
+def _show_slo(name: str, value: Any, both: Callable[[float | None], str]) -> list[str]:
+    return [f"- {name} {key}: " + ", ".join(f"{t} {both(v)}" for t, v in limits.items()) for key, limits in value.items()]
+
+
+@dataclass(frozen=True)
+class LatencyOptions(CheckerOptions):
+    slo: Mapping[str, Mapping[str, float]] = option({}, _slo, dump=lambda slo: {k: dict(v) for k, v in slo.items()},
+                                                    show=_show_slo)
+    """{"answer": {"p99": 0.5}, "lane:merit": {"p99": 0.6, "oldest_age": 2}}: real seconds."""
+
+
+def check_latency(history: Sequence[Op], ledgers: Ledgers, options: LatencyOptions) -> Result:
     ops, incomplete = op_latencies(history)
     op_summary = {f: summarize(values) for f, values in sorted(ops.items())}
     lanes = _lane_summaries(ledgers.outbox, history)
@@ -122,3 +161,15 @@ def _compare(
             unknowns.append(f"slo {key}.{threshold}: no data to compare with {limit} s")
         elif observed > limit:
             violations.append({"slo": key, "threshold": threshold, "limit": limit, "observed": observed})
+
+
+def render_details(details: Mapping[str, Any]) -> list[str]:
+    """report.md lines: one row per client f and per lane, quantiles in readable units."""
+    lines = ["", "| series | count | p50 | p95 | p99 | max | queue wait p99 | oldest job |", "|---|---|---|---|---|---|---|---|"]
+    for f, s in details.get("ops", {}).items():
+        lines.append(f"| op {f} | {s['count']} | " + " | ".join(format_seconds(s[q]) for q in ("p50", "p95", "p99", "max")) + " | | |")
+    for lane, s in details.get("lanes", {}).items():
+        cells = " | ".join(format_seconds(s.get(q)) for q in ("p50", "p95", "p99", "max"))
+        wait = format_seconds((s.get("wait") or {}).get("p99"))
+        lines.append(f"| lane {lane} (finish to done) | {s.get('count', 0)} | {cells} | {wait} | {format_seconds(s.get('oldest_age'))} |")
+    return lines

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from chaos.checkers.base import CheckOptions, Result, build_result, unknown_unless_invalid
+from chaos.checkers.base import Result, build_result, unknown_unless_invalid
 from chaos.history import Op
 from chaos.ledgers import AttemptRow, EffectRow, ExamRow, Ledgers, OutcomeRow
 
@@ -74,7 +74,8 @@ class _Facts:
         self.unknown[why] = self.unknown.get(why, 0) + 1
 
 
-def check_payloads(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+def check_payloads(history: Sequence[Op], ledgers: Ledgers, options: object = None) -> Result:
+    """Takes no options."""
     needed = ("attempts", "answers", "outcomes", "sms_effects", "ai_effects")
     if any(getattr(ledgers, table) is None for table in needed):
         return Result.unknown(NAME, ledgers.missing(*needed) + ["cannot read what the outcomes claim against the facts"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from chaos.checkers.base import CheckOptions, Checker, Result, build_result
+from chaos.checkers.base import Checker, Result, build_result
 from chaos.history import Op
 from chaos.ledgers import EffectRow, Ledgers
 
@@ -46,7 +46,7 @@ def provider_limit_checker(limit: int, window_seconds: float, table: str = "ai_e
     if limit < 1 or window_seconds <= 0:
         raise ValueError(f"limit must be >= 1 and window_seconds > 0, not {limit} and {window_seconds}")
 
-    def check_provider_limit(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+    def check_provider_limit(history: Sequence[Op], ledgers: Ledgers, options: object) -> Result:
         effects = getattr(ledgers, table)
         if effects is None:
             return Result.unknown(NAME, ledgers.missing(table))

@@ -14,18 +14,25 @@ run during a fault).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Any, Sequence
 
-from chaos.checkers.base import CheckOptions, Result, build_result
+from chaos.checkers.base import CheckerOptions, Result, build_result, option, parse_strings
 from chaos.history import NEMESIS, Op, fault_windows, pair_ops
 from chaos.ledgers import Ledgers
 
-__all__ = ["NAME", "check_stats", "outcome_counts"]
+__all__ = ["NAME", "StatsOptions", "check_stats", "outcome_counts"]
 
 NAME = "stats"
 
 
-def check_stats(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
+@dataclass(frozen=True)
+class StatsOptions(CheckerOptions):
+    expect_ops: tuple[str, ...] = option(("answer", "finish"), parse_strings, dump=list)
+    """Client f's that must have at least one ok; otherwise the run proved nothing."""
+
+
+def check_stats(history: Sequence[Op], ledgers: Ledgers, options: StatsOptions) -> Result:
     per_f = outcome_counts(history)
     vacuous = [{"f": f, **per_f.get(f, {"ok": 0, "fail": 0, "info": 0})} for f in options.expect_ops if not per_f.get(f, {}).get("ok")]
     no_ops = [] if per_f else [{"reason": "the history has no client op"}]

@@ -19,7 +19,7 @@ __all__ = ["run_schedule", "log_fault"]
 
 def log_fault(history: History, phase: str, fault_id: int, fault: FaultSpec, detail: dict[str, Any]) -> None:
     value = {"fault_id": fault_id, **fault.as_dict(), **detail}
-    history.append(process="nemesis", type="info", f=f"fault-{phase}", value=value)
+    {"start": history.fault_start, "end": history.fault_end}[phase](value)
 
 
 async def run_schedule(nemesis: Nemesis, faults: Sequence[FaultSpec], history: History, started: float) -> None:

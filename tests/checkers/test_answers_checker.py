@@ -13,7 +13,7 @@ from typing import Any
 from checker_builders import HistoryBuilder, answer, answer_row, attempt_row
 
 from chaos.checkers.answers import check_answers, fingerprint
-from chaos.checkers.base import CheckOptions
+from chaos.checkers import CheckOptions
 from chaos.ledgers import Ledgers
 
 OPTIONS = CheckOptions()

@@ -6,10 +6,9 @@ import importlib
 
 import pytest
 
-from chaos.checkers import CHECKERS, run_checkers
+from chaos.checkers import CHECKERS, CheckOptions, run_checkers
 from chaos.checkers.base import (
     UNKNOWN,
-    CheckOptions,
     OptionsError,
     Result,
     build_result,
@@ -106,21 +105,26 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
 
 EXPORTS = {
     "chaos.checkers": [
-        "CHECKERS", "CheckOptions", "Checker", "OptionsError", "Result", "UNKNOWN", "check_answers", "check_connections",
+        "CHECKERS", "CheckOptions", "Checker", "DETAIL_SECTIONS", "OptionsError", "Result", "UNKNOWN", "check_answers",
+        "check_connections",
         "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
     ],
     "chaos.checkers.base": [
-        "CheckOptions", "Checker", "DeclaredFault", "MAX_EXAMPLES", "OptionsError", "Result", "UNKNOWN", "Validity",
-        "build_result", "check_safe", "compose", "merge_validity", "summarize", "unknown_unless_invalid",
+        "CheckerOptions", "Checker", "MAX_EXAMPLES", "OptionsError", "Result", "Show", "UNKNOWN", "Validity",
+        "build_result", "check_safe", "compose", "format_seconds", "merge_validity", "option", "parse_kinds", "parse_limit",
+        "parse_seconds", "parse_strings", "show_plain", "show_seconds", "summarize", "unknown_unless_invalid",
     ],
+    "chaos.checkers.options": ["CheckOptions"],
+    "chaos.checkers.connections": ["ConnectionsOptions", "NAME", "check_connections", "counter_increase", "render_details"],
     "chaos.checkers.acknowledged": ["acknowledged_finishes", "attempt_students"],
-    "chaos.checkers.faults": ["NAME", "check_faults"],
+    "chaos.checkers.faults": ["DeclaredFault", "FaultsOptions", "NAME", "check_faults", "declared_faults"],
     "chaos.checkers.payloads": ["NAME", "check_payloads", "score_of", "sms_body"],
     "chaos.checkers.answers": ["NAME", "check_answers", "fingerprint", "fingerprints"],
-    "chaos.checkers.effects": ["NAME", "check_effects"],
-    "chaos.checkers.jobs": ["NAME", "check_jobs", "completion_seconds"],
-    "chaos.checkers.latency": ["LANES", "NAME", "check_latency", "op_latencies", "resolve_slo_key"],
-    "chaos.checkers.stats": ["NAME", "check_stats", "outcome_counts"],
+    "chaos.checkers.effects": ["EffectsOptions", "NAME", "check_effects"],
+    "chaos.checkers.jobs": ["JobsOptions", "NAME", "PendingOptions", "check_jobs", "completion_seconds"],
+    "chaos.checkers.latency": ["LANES", "LatencyOptions", "NAME", "SLO_THRESHOLDS", "check_latency", "op_latencies",
+                               "render_details", "resolve_slo_key"],
+    "chaos.checkers.stats": ["NAME", "StatsOptions", "check_stats", "outcome_counts"],
 }
 
 

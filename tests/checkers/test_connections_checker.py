@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from chaos.checkers.base import UNKNOWN, CheckOptions, OptionsError
+from chaos.checkers import CheckOptions
+from chaos.checkers.base import UNKNOWN, OptionsError
 from chaos.checkers.connections import check_connections, counter_increase
 from chaos.ledgers import Ledgers
 from tests.checkers.checker_builders import HistoryBuilder

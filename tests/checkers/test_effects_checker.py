@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from checker_builders import HistoryBuilder, attempt_row, effect, good_exports, ledgers_from, outbox_rows, outcome_rows
 
-from chaos.checkers.base import CheckOptions
+from chaos.checkers import CheckOptions
 from chaos.checkers.effects import check_effects
 from chaos.ledgers import Ledgers
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from checker_builders import HistoryBuilder
 
-from chaos.checkers.base import UNKNOWN, CheckOptions, OptionsError
+from chaos.checkers import CheckOptions
+from chaos.checkers.base import UNKNOWN, OptionsError
 from chaos.checkers.faults import check_faults
 from chaos.ledgers import Ledgers
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from checker_builders import HistoryBuilder, attempt_row, good_exports, outbox_rows, outcome_rows
 
-from chaos.checkers.base import CheckOptions
+from chaos.checkers import CheckOptions
 from chaos.checkers.jobs import check_jobs
 from chaos.ledgers import Ledgers
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from checker_builders import HistoryBuilder, answer, attempt_row, good_exports, ledgers_from, outbox_rows
 
-from chaos.checkers.base import CheckOptions, OptionsError
+from chaos.checkers import CheckOptions
+from chaos.checkers.base import OptionsError
 from chaos.checkers.latency import check_latency, resolve_slo_key
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from checker_builders import HistoryBuilder
 
-from chaos.checkers.base import UNKNOWN, CheckOptions
+from chaos.checkers import CheckOptions
+from chaos.checkers.base import UNKNOWN
 from chaos.checkers.payloads import check_payloads, score_of, sms_body
 from chaos.ledgers import Ledgers
 

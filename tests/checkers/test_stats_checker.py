@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from checker_builders import HistoryBuilder, answer
 
-from chaos.checkers.base import CheckOptions
+from chaos.checkers import CheckOptions
 from chaos.checkers.stats import check_stats
 from chaos.ledgers import Ledgers
 

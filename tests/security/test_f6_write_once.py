@@ -23,7 +23,8 @@ from pgserver import PostgresServer
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import IntegrityError
 
-from chaos.checkers.base import CheckOptions, Result
+from chaos.checkers import CheckOptions
+from chaos.checkers.base import Result
 from chaos.checkers.effects import check_effects
 from chaos.ledgers import load_ledgers
 from stack.config import Settings

@@ -103,6 +103,7 @@ def build_run(folder: Path, *, lose_answer: bool = False, options: dict[str, Any
         "seed": 7,
         "time_scale": 0.01,
         "settings": {"TIME_SCALE": "0.01", "PROCTOR_MAX_JOB_ATTEMPTS": "5"},
+        "case_constants": {"CASE_AI_CALL_SECONDS": 10.0, "CASE_RETRY_WINDOW_SECONDS": 43200.0},  # the runner records them
         "options": options if options is not None else {"outcome_deadline_seconds": 5, "slo": {"answer": {"p99": 1.0}}},
         "description": "SIGKILL the merit worker mid-job",
         "started_at": 1800000000.0,  # the runner writes epoch seconds

@@ -9,7 +9,7 @@ import pytest
 
 import chaos.bounds as bounds_module
 from chaos.bounds import apply_bounds, bounds_markdown, derive_bounds, kill_windows
-from chaos.checkers.base import CheckOptions
+from chaos.checkers import CheckOptions
 from chaos.checkers.jobs import check_jobs
 from chaos.checkers.latency import check_latency
 from chaos.history import Op

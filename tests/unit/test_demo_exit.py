@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import chaos.scenario as scenario_module
+import chaos.runner as scenario_module
 from chaos.cli import main as cli_main
-from chaos.scenario import RunResult
+from chaos.runner import RunResult
 
 
 def finished_run(tmp_path: Path, valid: Any) -> RunResult:

@@ -173,7 +173,7 @@ def test_bad_options_name_the_option(argv: list[str], message: str, capsys: pyte
 
 def test_main_runs_the_chosen_scenarios_under_the_hog_and_returns_the_table_exit_code(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import chaos.scenario as scenario_module
+    import chaos.runner as scenario_module
 
     hogs: list[tuple[str, int]] = []
 
@@ -206,7 +206,7 @@ def test_main_runs_the_chosen_scenarios_under_the_hog_and_returns_the_table_exit
 
 def test_main_stops_the_hog_and_exits_130_when_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    import chaos.scenario as scenario_module
+    import chaos.runner as scenario_module
 
     stopped: list[bool] = []
 

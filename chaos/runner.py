@@ -23,12 +23,12 @@ from chaos.history import History
 from chaos.monitor import run_monitor
 from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, run_schedule
 from chaos.workload import WorkloadSpec, WorkloadStats, run_workload
+import stack.config as stack_config
 from stack.config import Settings
 from stack.embedded.secrets import read_roster
+from stack.paths import runs_dir
 
-__all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir", "RESULTS_ROOT"]
-
-RESULTS_ROOT = Path("results/runs")
+__all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir"]
 
 Progress = Callable[[str], None]
 
@@ -80,7 +80,9 @@ class RunResult:
         return {True: 0, False: 1}.get(self.valid, 2)
 
 
-def new_run_dir(name: str, root: Path = RESULTS_ROOT) -> Path:
+def new_run_dir(name: str, root: Path | None = None) -> Path:
+    """A fresh run folder under ``root``, by default stack/paths.py's runs_dir() (read at call time)."""
+    root = runs_dir() if root is None else root
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     return root / f"{stamp}-{name}"
 
@@ -213,6 +215,8 @@ def _scenario_meta(
         "time_scale": settings.time_scale,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
                      if k not in {"token_secret", "admin_token", "roster_key"}},
+        # The seed's durations, for the report's case-vs-real table: `proctor check` imports no stack code.
+        "case_constants": {name: getattr(stack_config, name) for name in stack_config.__all__ if name.startswith("CASE_")},
         "options": scenario.options,
         "derive_bounds": list(scenario.derive_bounds),
         "expect_valid": scenario.expect_valid,
