@@ -11,6 +11,7 @@ import random
 from dataclasses import replace
 
 from chaos.churn import ChurnSpec, churn_generator
+from chaos.isolation_scenarios import ISOLATION_SCENARIOS
 from chaos.nemesis import FaultSpec, periodic_schedule
 from chaos.scenario import Scenario
 from chaos.valkey_stats import valkey_sampler
@@ -235,6 +236,7 @@ SCENARIOS: dict[str, Scenario] = {
             # retry: answers must still be accepted within the client's patience (p99 measured ~0.2 s).
             options={"expect_ops": ["session", "start", "answer", "finish"], "slo": {"answer": {"p99": 3.0}}},
         ),
+        *ISOLATION_SCENARIOS,
     )
 }
 
