@@ -45,9 +45,13 @@ def _run(scenario: Any, seed: int) -> dict[str, Any]:  # noqa: ANN401 - chaos.sc
     from chaos.scenario import run_scenario
 
     result = run_scenario(scenario, seed, progress=lambda msg: print(f"  [{scenario.name}] {msg}", flush=True))
-    waits = merit_finish_to_ready(result.run_dir)
-    isolation = result.verdict["checkers"].get("isolation", {}).get("details", {})
-    return {"run_dir": str(result.run_dir), "valid": result.valid, "merit_cards": len(waits),
+    return _figures(result.run_dir, result.verdict)
+
+
+def _figures(run_dir: Path, verdict: dict[str, Any]) -> dict[str, Any]:
+    waits = merit_finish_to_ready(run_dir)
+    isolation = verdict["checkers"].get("isolation", {}).get("details", {})
+    return {"run_dir": str(run_dir), "valid": verdict.get("valid"), "merit_cards": len(waits),
             "p50": _quantile(waits, 0.5), "p99": _quantile(waits, 0.99), "max": _quantile(waits, 1.0),
             "merit_execution": (isolation.get("bound") or {}).get("terms", {}).get("execution"),
             "merit_pickup": (isolation.get("bound") or {}).get("terms", {}).get("pickup"),
@@ -60,9 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python loadtests/bench_isolation.py")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip-baseline", action="store_true", help="only the run with the backlog")
+    parser.add_argument("--backlog-run", type=Path, default=None,
+                        help="a stored lane_isolation run folder to read instead of running it again")
     args = parser.parse_args(argv)
     backlog = get_scenario("lane_isolation")
-    figures = {"with_backlog": _run(backlog, args.seed)}
+    if args.backlog_run is not None:
+        stored = json.loads((args.backlog_run / "report.json").read_text())
+        figures = {"with_backlog": {**_figures(args.backlog_run, stored), "loadavg": None}}
+    else:
+        figures = {"with_backlog": _run(backlog, args.seed)}
     if not args.skip_baseline:
         # the checker still runs (for its measured execution and pickup); with no backlog it
         # says "not exercised", which is the point of a baseline
