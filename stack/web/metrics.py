@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from redis import Redis
 from rq import Queue
 from rq.job import Job
+from rq.registry import FailedJobRegistry
 from rq.utils import str_to_date
 from sqlalchemy import Engine
 
@@ -68,6 +69,7 @@ class RequestCounters:
 class LaneSample:
     depth: int
     oldest_age: float  # seconds the head job has waited; 0 when empty, NaN if its hash is gone
+    failed: int = 0  # jobs in RQ's failed registry of the lane (kept FAILURE_TTL)
 
 
 def lane_samples(client: Redis, now: float | None = None) -> dict[str, LaneSample]:
@@ -75,17 +77,19 @@ def lane_samples(client: Redis, now: float | None = None) -> dict[str, LaneSampl
     now = time.time() if now is None else now
     keys = {lane: Queue(lane, connection=client).key for lane in LANES}
     pipe = client.pipeline(transaction=False)
-    for key in keys.values():
+    for lane, key in keys.items():
         pipe.llen(key)
         pipe.lindex(key, 0)
+        pipe.zcard(FailedJobRegistry(lane, connection=client).key)
     replies = pipe.execute()
-    depths = dict(zip(LANES, replies[0::2]))
-    heads = {lane: head for lane, head in zip(LANES, replies[1::2]) if head is not None}
+    depths = dict(zip(LANES, replies[0::3]))
+    heads = {lane: head for lane, head in zip(LANES, replies[1::3]) if head is not None}
+    failed = dict(zip(LANES, replies[2::3]))
     pipe = client.pipeline(transaction=False)
     for head in heads.values():
         pipe.hget(Job.key_for(head.decode() if isinstance(head, bytes) else head), "enqueued_at")
     stamps = dict(zip(heads, pipe.execute()))
-    return {lane: LaneSample(int(depths[lane]), _age(stamps, lane, now)) for lane in LANES}
+    return {lane: LaneSample(int(depths[lane]), _age(stamps, lane, now), int(failed[lane])) for lane in LANES}
 
 
 def _age(stamps: dict[str, object], lane: str, now: float) -> float:
@@ -156,6 +160,8 @@ def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients,
                    [((lane,), s.depth) for lane, s in lanes.items()])
         out.metric("proctor_lane_oldest_job_age_seconds", "gauge", "Age of the job at the head of the lane.", ["lane"],
                    [((lane,), s.oldest_age) for lane, s in lanes.items()])
+        out.metric("proctor_lane_failed_jobs", "gauge", "Jobs in the lane's RQ failed registry.", ["lane"],
+                   [((lane,), s.failed) for lane, s in lanes.items()])
     conn = process_stats().snapshot()
     out.metric("proctor_valkey_connects_total", "counter", "Valkey connections this node opened (TCP + TLS + SETNAME).",
                ["node"], [((node,), conn["connects"])])
