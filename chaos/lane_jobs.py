@@ -22,11 +22,12 @@ import json
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-from redis import Redis
+from typing import TYPE_CHECKING, Any
 
 from chaos.checkers.isolation import LANE_JOBS_FILE
+
+if TYPE_CHECKING:  # the harness's base install has no redis; only a stack run calls this
+    from redis import Redis
 
 __all__ = ["LANE_JOBS_FILE", "harvest_jobs", "job_records_background", "parse_rq_time", "write_lane_jobs"]
 
@@ -54,7 +55,7 @@ def _record(job_id: str, values: list[bytes | None]) -> dict[str, Any]:
             **{name: parse_rq_time(fields[name]) for name in ("enqueued_at", "started_at", "ended_at")}}
 
 
-def harvest_jobs(redis: Redis) -> list[dict[str, Any]]:
+def harvest_jobs(redis: "Redis") -> list[dict[str, Any]]:
     """Every job of the three kinds that Valkey still holds, as a record (sorted by job id)."""
     ids = sorted({key.decode().split(":", 2)[2] for key in redis.scan_iter(match="rq:job:*", count=1000)
                   if key.count(b":") == 2})
