@@ -22,6 +22,7 @@ from chaos.bounds import apply_bounds, derive_bounds, underivable_notes
 from chaos.checkers import run_checkers
 from chaos.checkers import CheckOptions
 from chaos.checkers.base import UNKNOWN, Result, compose
+from chaos.checkers.isolation import isolation_from_run
 from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, read_history
 from chaos.ledgers import load_ledgers
 from chaos.plots import plot_run
@@ -102,12 +103,15 @@ def _history_problems(read: HistoryFile | None, problem: str | None) -> list[str
     return []
 
 
-def _verdict(read: HistoryFile | None, problems: list[str], run_dir: Path, options: CheckOptions) -> Result:
+def _verdict(read: HistoryFile | None, problems: list[str], run_dir: Path, options: CheckOptions,
+             scenario: dict[str, Any]) -> Result:
     if read is None or not read.ops:
         # Without ops nothing can be judged: an empty history would look vacuous or make
         # every ledger row "unexpected", both wrong claims about the stack.
         return compose([Result.unknown("history", problems)])
     checked = run_checkers(read.ops, load_ledgers(run_dir), options)
+    if "lane_isolation" in scenario:  # asked for by the scenario (chaos/checkers/isolation.py)
+        checked = compose([*checked.checks.values(), isolation_from_run(run_dir, scenario["lane_isolation"])])
     if problems:  # a torn history or an underivable bound: judge what is there, never call it valid
         checked = compose([Result.unknown("history", problems), *checked.checks.values()])
     return checked
@@ -129,7 +133,8 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     # Bounds that follow from the fault schedule are derived from what this run measured.
     bounds = derive_bounds(scenario, history or [], load_ledgers(run_dir).outbox)
     options = CheckOptions.from_scenario({**scenario, "options": apply_bounds(scenario.get("options"), bounds)})
-    result = _verdict(read, _history_problems(read, problem) + underivable_notes(bounds), run_dir, options)
+    result = _verdict(read, _history_problems(read, problem) + underivable_notes(bounds), run_dir, options,
+                      scenario)
     plot_names = _plots(history or [], run_dir, notes) if plots else []
     report = build_report(scenario, result, options, time_scale, plot_names, notes)
     report["faults"] = _fault_rows(history or [])

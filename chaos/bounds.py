@@ -53,6 +53,7 @@ __all__ = [
     "KillWindow",
     "apply_bounds",
     "bounds_markdown",
+    "burst",
     "derive_bounds",
     "kill_windows",
     "underivable_notes",
@@ -133,14 +134,14 @@ def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: 
     if per_job is None:
         return {"lane": lane, "error": f"no done {lane} job to measure the service time from"}
     created = sorted(r.created_at for r in rows if r.created_at is not None)
-    burst = _burst(created, per_job * workers)
-    queue_backlog = max((c["backlog"] for c in _clusters(spans, (workers + burst) * per_job, created)), default=0)
+    arrivals = burst(created, per_job * workers)
+    queue_backlog = max((c["backlog"] for c in _clusters(spans, (workers + arrivals) * per_job, created)), default=0)
     # The cluster that costs a job the most, not merely the longest: a shorter one with more
     # kills or more jobs behind it can hold a job longer.
     worst = max(_clusters(spans, detection, created), default={"span": 0.0, "kills": 0, "backlog": 0},
                 key=lambda c: c["span"] + c["kills"] * detection + c["backlog"] * per_job)
     return {"lane": lane, "workers": workers, "all_down": round(_all_down(spans, workers), 3),
-            "per_job": round(per_job, 4), "per_job_from": measured_from, "burst": burst,
+            "per_job": round(per_job, 4), "per_job_from": measured_from, "burst": arrivals,
             "queue_backlog": queue_backlog, "backlog": worst["backlog"],
             "cluster_span": worst["span"], "cluster_kills": worst["kills"]}
 
@@ -190,8 +191,8 @@ def _clusters(spans: Sequence[tuple[float, float]], gap: float, created: Sequenc
     return clusters
 
 
-def _burst(created: Sequence[float], window: float) -> int:
-    """Most creations within any ``window``-long interval (two pointers over sorted times)."""
+def burst(created: Sequence[float], window: float) -> int:
+    """Most creations (sorted times) within any ``window``-long interval (two pointers over sorted times)."""
     most, left = 0, 0
     for right, at in enumerate(created):
         while at - created[left] > window:

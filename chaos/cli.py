@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "sweep": ("chaos.sweep", "main", "every chaos scenario over N seeds (optionally under CPU load): a verdict table"),
     "ramp": ("chaos.ramp", "ramp_main", "the seed's 25->500 req/s Locust ramp (headless), gated by exit code"),
     "check": ("chaos.analyze", "check_main", "re-run the checkers offline on a stored run folder"),
+    "digest": ("chaos.digest", "digest_main", "the exam digest from each web node's /metrics (--watch refreshes)"),
     "faultproxy": ("chaos.faultproxy.server", "main", "the Toxiproxy-compatible fault proxy server"),
     "lane": ("chaos.ops_cmd", "lane_main", "pause, resume or show the AI lane (admin API)"),
     "review": ("chaos.ops_cmd", "review_main", "list the AI lane's review queue, or replay one item once"),

@@ -20,6 +20,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "redis": "stack",
     "sqlalchemy": "stack",
     "limits": "stack",
+    "prometheus_client": "stack",
     "locust": "load",
     "psycopg": "postgres",
 }

@@ -64,6 +64,9 @@ class Scenario:
     # "outcome_deadline_seconds", "slo.merit.oldest_age"); stored in scenario.json.
     derive_bounds: tuple[str, ...] = ()
     expect_valid: bool = True  # False for a negative control: the checkers must catch it
+    # Further top-level scenario.json keys a checker reads (e.g. "lane_isolation",
+    # chaos/checkers/isolation.py); never one of the keys the runner writes itself.
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -209,6 +212,7 @@ def _scenario_meta(
 ) -> dict[str, Any]:
     settings = stack.settings
     return {
+        **scenario.extra,
         "name": scenario.name,
         "description": scenario.description,
         "seed": seed,

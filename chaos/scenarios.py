@@ -11,6 +11,7 @@ import random
 from dataclasses import replace
 
 from chaos.churn import ChurnSpec, churn_generator
+from chaos.isolation_scenarios import ISOLATION_SCENARIOS
 from chaos.nemesis import FaultSpec, periodic_schedule
 from chaos.runner import Scenario
 from chaos.scenarios_scale import SCALE_SCENARIOS
@@ -237,6 +238,7 @@ SCENARIOS: dict[str, Scenario] = {
             options={"expect_ops": ["session", "start", "answer", "finish"], "slo": {"answer": {"p99": 3.0}}},
         ),
         *SCALE_SCENARIOS,
+        *ISOLATION_SCENARIOS,
     )
 }
 

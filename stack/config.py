@@ -188,6 +188,7 @@ class Settings:
     max_body_bytes: int = 16384  # PROCTOR_MAX_BODY_BYTES
     max_in_flight: int = 64  # PROCTOR_MAX_IN_FLIGHT: requests a node serves at once; more get 503 + Retry-After
     answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
+    shared_lane: bool = False  # PROCTOR_SHARED_LANE: on = AI jobs join the merit queue (negative control, the seed's lane)
 
     def scaled(self, case_seconds: float) -> float:
         """Real seconds for a case-time duration."""
@@ -252,6 +253,7 @@ ENV_NAMES: dict[str, str] = {
     "max_body_bytes": "PROCTOR_MAX_BODY_BYTES",
     "max_in_flight": "PROCTOR_MAX_IN_FLIGHT",
     "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
+    "shared_lane": "PROCTOR_SHARED_LANE",
 }
 
 _PARSERS = {
@@ -273,6 +275,7 @@ _PARSERS = {
     "reconciler_enabled": _parse_bool,
     "sms_idempotency": _parse_bool,
     "valkey_fresh_connections": _parse_bool,
+    "shared_lane": _parse_bool,
     "exams": _parse_exams,
     "run_dir": lambda _name, raw: Path(raw),
 }

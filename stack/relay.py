@@ -45,7 +45,7 @@ from stack.config import Settings, load_settings
 from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client
 from stack.lanes.enqueue import enqueue_operation
-from stack.lanes.queues import LANE_OF_KIND, job_id
+from stack.lanes.queues import job_id, lane_routes
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine
@@ -132,6 +132,7 @@ class Relay:
         self.engine = engine
         self.redis = redis
         self.limbo = LimboWatch(redis, grace=settings.liveness_ttl)
+        self.lane_of_kind = lane_routes(settings)
 
     def run_once(self) -> PassReport:
         report = PassReport()
@@ -177,7 +178,7 @@ class Relay:
         for row in rows:
             verdict = inspect_job(self.redis, row["job_id"])
             if verdict is None:
-                verdict = self.limbo.verdict(LANE_OF_KIND[row["kind"]], row["job_id"])
+                verdict = self.limbo.verdict(self.lane_of_kind[row["kind"]], row["job_id"])
             if verdict is None:
                 continue
             # Replace first, clean up second: the ledger must point at the replacement (or
@@ -189,7 +190,7 @@ class Relay:
             else:
                 self._reenqueue(row, verdict.reason, report)
             if verdict.abandoned:
-                self.limbo.release(LANE_OF_KIND[row["kind"]], row["job_id"])
+                self.limbo.release(self.lane_of_kind[row["kind"]], row["job_id"])
                 self._forget(row["job_id"])
 
     def _forget(self, jid: str) -> None:

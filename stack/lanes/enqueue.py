@@ -15,7 +15,7 @@ from rq.exceptions import DuplicateJobError
 
 from stack.config import Settings
 from stack.lanes.jobs import job_timeout
-from stack.lanes.queues import JOB_FUNCTION, job_id, queue_for
+from stack.lanes.queues import JOB_FUNCTION, job_id, lane_routes, queue_for
 
 __all__ = ["FAILURE_TTL", "enqueue_operation"]
 
@@ -34,7 +34,7 @@ def enqueue_operation(redis: Redis, settings: Settings, kind: str, op: str, numb
     """
     jid = job_id(op, number)
     try:
-        queue_for(kind, redis).enqueue(
+        queue_for(kind, redis, lane_routes(settings)).enqueue(
             JOB_FUNCTION[kind],
             op,
             job_id=jid,

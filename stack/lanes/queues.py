@@ -7,15 +7,23 @@ running job. So the urgent merit lane never shares a worker with the AI lane.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from redis import Redis
 from rq import Queue
 
-__all__ = ["LANES", "LANE_OF_KIND", "JOB_FUNCTION", "operation_id", "job_id", "queue_for"]
+from stack.config import Settings
+
+__all__ = ["LANES", "LANE_OF_KIND", "JOB_FUNCTION", "SHARED_LANE_ROUTES", "operation_id", "job_id", "lane_routes", "queue_for"]
 
 LANES = ("merit", "ai", "sms")
 
 LANE_OF_KIND = {"merit": "merit", "narrative": "ai", "sms": "sms"}
 """Outbox kind -> lane (queue name)."""
+
+SHARED_LANE_ROUTES = {"merit": "merit", "narrative": "merit", "sms": "sms"}
+"""The seed's shared lane, a negative control only (``PROCTOR_SHARED_LANE=on``): narrative
+(AI) jobs join the merit queue, whose two workers then serve both, in FIFO order."""
 
 JOB_FUNCTION = {
     "merit": "stack.lanes.jobs.compute_merit_card",
@@ -35,5 +43,11 @@ def job_id(operation: str, enqueue_number: int) -> str:
     return f"{operation}-{enqueue_number}"
 
 
-def queue_for(kind: str, connection: Redis) -> Queue:
-    return Queue(LANE_OF_KIND[kind], connection=connection)
+def lane_routes(settings: Settings) -> Mapping[str, str]:
+    """Kind -> queue for this process: the one place ``PROCTOR_SHARED_LANE`` is read. The
+    table is picked whole, so enqueueing and the relay's look-ups meet no branch of their own."""
+    return SHARED_LANE_ROUTES if settings.shared_lane else LANE_OF_KIND
+
+
+def queue_for(kind: str, connection: Redis, routes: Mapping[str, str] = LANE_OF_KIND) -> Queue:
+    return Queue(routes[kind], connection=connection)

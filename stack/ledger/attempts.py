@@ -25,6 +25,7 @@ __all__ = [
     "StartKeyConflict",
     "ensure_student",
     "finish_attempt",
+    "finish_in",
     "get_attempt",
     "outcome_for",
     "question_count",
@@ -148,26 +149,31 @@ def start_attempt(
 
 def finish_attempt(engine: Engine, attempt_id: str, node: str, now: float | None = None) -> FinishResult:
     """Finish the attempt and write its outbox rows in one transaction; a replay writes nothing."""
-    now = time.time() if now is None else now
     with engine.begin() as conn:
-        current = get_attempt(conn, attempt_id, for_update=True)
-        if current is None:
-            raise LookupError(attempt_id)
-        # Scored under the write lock that closes the attempt: no answer can land after it.
-        score = ranking.score_from_answers(conn, current.exam_code, [attempt_id])[attempt_id]
-        moved = conn.execute(
-            update(attempts)
-            .where(attempts.c.id == attempt_id, attempts.c.status == "open")
-            .values(status="finished", finished_at=now, score=score)
-        ).rowcount
-        if moved != 1:
-            return FinishResult(current, [])
-        ops = outbox.create_rows(conn, attempt_id, now=now)
-        outcomes.audit(
-            conn, current.student_id, "attempt.finish",
-            {"attempt_id": attempt_id, "node": node, "operation_ids": ops}, now,
-        )
-        finished = get_attempt(conn, attempt_id)
+        return finish_in(conn, attempt_id, node, time.time() if now is None else now)
+
+
+def finish_in(conn: Connection, attempt_id: str, node: str, now: float) -> FinishResult:
+    """The finish transaction's work, on the caller's transaction (``finish_attempt``; the
+    backlog seeding path batches many finishes in one commit, stack/ledger/backlog.py)."""
+    current = get_attempt(conn, attempt_id, for_update=True)
+    if current is None:
+        raise LookupError(attempt_id)
+    # Scored under the write lock that closes the attempt: no answer can land after it.
+    score = ranking.score_from_answers(conn, current.exam_code, [attempt_id])[attempt_id]
+    moved = conn.execute(
+        update(attempts)
+        .where(attempts.c.id == attempt_id, attempts.c.status == "open")
+        .values(status="finished", finished_at=now, score=score)
+    ).rowcount
+    if moved != 1:
+        return FinishResult(current, [])
+    ops = outbox.create_rows(conn, attempt_id, now=now)
+    outcomes.audit(
+        conn, current.student_id, "attempt.finish",
+        {"attempt_id": attempt_id, "node": node, "operation_ids": ops}, now,
+    )
+    finished = get_attempt(conn, attempt_id)
     assert finished is not None
     return FinishResult(finished, ops)
 

@@ -1,10 +1,16 @@
-"""Prometheus text (0.0.4) for one web node: what the exam digest should have watched.
+"""Prometheus text (0.0.4) for one web node, through ``prometheus_client``: what the exam
+digest should have watched.
 
 Requests and 5xx of this node, and, beyond CPU and failed-job counts, the signals
 that showed the incident: queue depth and oldest-job age per lane (from Valkey,
 through the no-retry ``probe`` client) and pending outcomes / outbox lag (from the
 ledger), and this node's Valkey connects and connection errors by kind
 (``proctor_valkey_connects_total``, ``proctor_valkey_errors_total{node,kind}``). A down Valkey or ledger is reported as ``*_up 0``, never as a failed scrape.
+
+Request latency per route is a histogram, ``proctor_http_request_duration_seconds{node,route,
+method}``, with the route's template (``/v1/attempts/{attempt_id}/finish``), never the raw path,
+so a scan of made-up paths cannot grow the series. Each node owns its registry (a test builds
+many apps in one process, and the default global one would refuse a second registration).
 """
 
 from __future__ import annotations
@@ -13,11 +19,15 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from redis import Redis
 from rq import Queue
 from rq.job import Job
+from rq.registry import FailedJobRegistry
 from rq.utils import str_to_date
 from sqlalchemy import Engine
 
@@ -32,17 +42,23 @@ log = logging.getLogger(__name__)
 
 
 class RequestCounters:
-    """Thread-safe request and 5xx totals of this process (one uvicorn process = one node)."""
+    """Thread-safe request and 5xx totals of this process (one uvicorn process = one node),
+    and the latency histogram per route template."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.requests = 0
         self.errors_5xx = 0
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.latency = Histogram("proctor_http_request_duration_seconds", "Request latency by route template.",
+                                 ["node", "route", "method"], registry=self.registry)
 
-    def record(self, status: int) -> None:
+    def record(self, status: int, node: str = "", route: str = "unmatched", method: str = "", seconds: float | None = None) -> None:
         with self._lock:
             self.requests += 1
             self.errors_5xx += status >= 500
+        if seconds is not None:
+            self.latency.labels(node, route, method).observe(seconds)
 
     def snapshot(self) -> tuple[int, int]:
         with self._lock:
@@ -53,6 +69,7 @@ class RequestCounters:
 class LaneSample:
     depth: int
     oldest_age: float  # seconds the head job has waited; 0 when empty, NaN if its hash is gone
+    failed: int = 0  # jobs in RQ's failed registry of the lane (kept FAILURE_TTL)
 
 
 def lane_samples(client: Redis, now: float | None = None) -> dict[str, LaneSample]:
@@ -60,17 +77,19 @@ def lane_samples(client: Redis, now: float | None = None) -> dict[str, LaneSampl
     now = time.time() if now is None else now
     keys = {lane: Queue(lane, connection=client).key for lane in LANES}
     pipe = client.pipeline(transaction=False)
-    for key in keys.values():
+    for lane, key in keys.items():
         pipe.llen(key)
         pipe.lindex(key, 0)
+        pipe.zcard(FailedJobRegistry(lane, connection=client).key)
     replies = pipe.execute()
-    depths = dict(zip(LANES, replies[0::2]))
-    heads = {lane: head for lane, head in zip(LANES, replies[1::2]) if head is not None}
+    depths = dict(zip(LANES, replies[0::3]))
+    heads = {lane: head for lane, head in zip(LANES, replies[1::3]) if head is not None}
+    failed = dict(zip(LANES, replies[2::3]))
     pipe = client.pipeline(transaction=False)
     for head in heads.values():
         pipe.hget(Job.key_for(head.decode() if isinstance(head, bytes) else head), "enqueued_at")
     stamps = dict(zip(heads, pipe.execute()))
-    return {lane: LaneSample(int(depths[lane]), _age(stamps, lane, now)) for lane in LANES}
+    return {lane: LaneSample(int(depths[lane]), _age(stamps, lane, now), int(failed[lane])) for lane in LANES}
 
 
 def _age(stamps: dict[str, object], lane: str, now: float) -> float:
@@ -100,19 +119,22 @@ def ledger_sample(engine: Engine, now: float | None = None) -> LedgerSample:
     return LedgerSample(True, count, 0.0 if oldest is None else max(0.0, now - oldest))
 
 
-@dataclass
-class _Text:
-    lines: list[str] = field(default_factory=list)
+class _Families:
+    """The scrape's metric families, built at scrape time (a collector with one collect())."""
 
-    def metric(self, name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        self.lines += [f"{name}{labels} {_number(value)}" for labels, value in samples]
+    def __init__(self) -> None:
+        self.families: list[Metric] = []
 
+    def metric(self, name: str, kind: str, help_text: str, labels: Sequence[str],
+               samples: Sequence[tuple[Sequence[str], float]]) -> None:
+        family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        family = family_type(name.removesuffix("_total") if kind == "counter" else name, help_text, labels=list(labels))
+        for values, value in samples:
+            family.add_metric(list(values), value)
+        self.families.append(family)
 
-def _number(value: float) -> str:
-    if isinstance(value, float) and math.isnan(value):
-        return "NaN"
-    return repr(value) if isinstance(value, float) else str(value)
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
 
 
 def _valkey_lanes(clients: ValkeyClients) -> dict[str, LaneSample] | None:
@@ -128,26 +150,27 @@ def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients,
     requests, errors = counters.snapshot()
     lanes = _valkey_lanes(clients)
     ledger = ledger_sample(engine)
-    node_label = f'{{node="{node}"}}'
-    text = _Text()
-    text.metric("proctor_http_requests_total", "counter", "HTTP requests served by this node.", [(node_label, requests)])
-    text.metric("proctor_http_5xx_total", "counter", "HTTP 5xx responses of this node.", [(node_label, errors)])
-    text.metric("proctor_draining", "gauge", "1 while this node drains (readyz 503).", [(node_label, int(draining))])
-    text.metric("proctor_valkey_up", "gauge", "1 if the lanes could be read from Valkey.", [(node_label, int(lanes is not None))])
+    out = _Families()
+    out.metric("proctor_http_requests_total", "counter", "HTTP requests served by this node.", ["node"], [((node,), requests)])
+    out.metric("proctor_http_5xx_total", "counter", "HTTP 5xx responses of this node.", ["node"], [((node,), errors)])
+    out.metric("proctor_draining", "gauge", "1 while this node drains (readyz 503).", ["node"], [((node,), int(draining))])
+    out.metric("proctor_valkey_up", "gauge", "1 if the lanes could be read from Valkey.", ["node"], [((node,), int(lanes is not None))])
     if lanes is not None:
-        text.metric("proctor_lane_depth", "gauge", "Jobs waiting in the lane's queue.",
-                    [(f'{{lane="{lane}"}}', s.depth) for lane, s in lanes.items()])
-        text.metric("proctor_lane_oldest_job_age_seconds", "gauge", "Age of the job at the head of the lane.",
-                    [(f'{{lane="{lane}"}}', s.oldest_age) for lane, s in lanes.items()])
+        out.metric("proctor_lane_depth", "gauge", "Jobs waiting in the lane's queue.", ["lane"],
+                   [((lane,), s.depth) for lane, s in lanes.items()])
+        out.metric("proctor_lane_oldest_job_age_seconds", "gauge", "Age of the job at the head of the lane.", ["lane"],
+                   [((lane,), s.oldest_age) for lane, s in lanes.items()])
+        out.metric("proctor_lane_failed_jobs", "gauge", "Jobs in the lane's RQ failed registry.", ["lane"],
+                   [((lane,), s.failed) for lane, s in lanes.items()])
     conn = process_stats().snapshot()
-    text.metric("proctor_valkey_connects_total", "counter", "Valkey connections this node opened (TCP + TLS + SETNAME).",
-                [(node_label, conn["connects"])])
-    text.metric("proctor_valkey_errors_total", "counter", "Valkey connection errors of this node, by kind.",
-                [(f'{{node="{node}",kind="{kind}"}}', conn["errors"].get(kind, 0)) for kind in ERROR_KINDS])
-    text.metric("proctor_ledger_up", "gauge", "1 if the ledger could be read.", [(node_label, int(ledger.up))])
+    out.metric("proctor_valkey_connects_total", "counter", "Valkey connections this node opened (TCP + TLS + SETNAME).",
+               ["node"], [((node,), conn["connects"])])
+    out.metric("proctor_valkey_errors_total", "counter", "Valkey connection errors of this node, by kind.", ["node", "kind"],
+               [((node, kind), conn["errors"].get(kind, 0)) for kind in ERROR_KINDS])
+    out.metric("proctor_ledger_up", "gauge", "1 if the ledger could be read.", ["node"], [((node,), int(ledger.up))])
     if ledger.up:
-        text.metric("proctor_pending_outcomes", "gauge", "Outbox rows not yet done or failed.",
-                    [("", ledger.pending_outcomes)])
-        text.metric("proctor_outbox_lag_seconds", "gauge", "Age of the oldest non-final outbox row.",
-                    [("", ledger.outbox_lag)])
-    return "\n".join(text.lines) + "\n"
+        out.metric("proctor_pending_outcomes", "gauge", "Outbox rows not yet done or failed.", [], [((), ledger.pending_outcomes)])
+        out.metric("proctor_outbox_lag_seconds", "gauge", "Age of the oldest non-final outbox row.", [], [((), ledger.outbox_lag)])
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(out)  # type: ignore[arg-type] - any object with collect() is a collector
+    return (generate_latest(registry) + generate_latest(counters.registry)).decode()

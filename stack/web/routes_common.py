@@ -8,6 +8,7 @@ import ipaddress
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -157,6 +158,7 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         status = {"code": 500, "started": False}
+        started = time.perf_counter()
 
         async def stamped(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -175,7 +177,9 @@ class RequestGuard:
             if not status["started"]:
                 await self._reply(stamped, 500, {"detail": "internal error"})
         finally:
-            self.counters.record(int(status["code"]))
+            route = scope.get("route")  # set by the router on a match: the template, never the raw path
+            self.counters.record(int(status["code"]), self.node, getattr(route, "path", "unmatched"),
+                                 scope.get("method", ""), time.perf_counter() - started)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole body, or None when it is over the limit (declared or actual)."""

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from chaos.checkers.base import CheckOptions
+from chaos.checkers import CheckOptions
 from chaos.checkers.billing import check_billing
 from chaos.checkers.duplicate_charges import check_duplicate_charges
 from chaos.checkers.paused_calls import calls_while_paused, check_paused_calls, pause_windows

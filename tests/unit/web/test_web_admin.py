@@ -139,3 +139,15 @@ def test_metrics_count_5xx(app_client: TestClient, ledger: Engine) -> None:
     samples = _parse(app_client.get("/metrics").text)
     assert samples['proctor_http_5xx_total{node="web_test"}'] == 1
     assert json.loads(app_client.get("/healthz").text)["status"] == "ok"
+
+
+def test_metrics_have_a_latency_histogram_per_route_template(app_client: TestClient, ledger: Engine) -> None:
+    attempt = _run_one_attempt(app_client, ledger)
+    assert app_client.get("/v1/no-such-route/8a7f").status_code == 404
+    text = app_client.get("/metrics").text
+    samples = _parse(text)
+    finish = 'method="POST",node="web_test",route="/v1/attempts/{attempt_id}/finish"'
+    assert samples[f"proctor_http_request_duration_seconds_count{{{finish}}}"] == 1
+    assert samples[f'proctor_http_request_duration_seconds_bucket{{le="+Inf",{finish}}}'] == 1
+    assert 'route="unmatched"' in text  # a made-up path is one series, never its own
+    assert "8a7f" not in text and str(attempt) not in text

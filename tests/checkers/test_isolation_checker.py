@@ -1,0 +1,88 @@
+"""The lane-isolation checker (chaos/checkers/isolation.py) on hand-written job records.
+
+Each breach is planted AFTER valid jobs, so a checker that looked only at the first jobs
+would miss it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chaos.checkers.isolation import LANE_JOBS_FILE, LaneJob, check_isolation, isolation_from_run, merit_wait_bound
+
+
+def merit(n: int, enqueued: float, started: float | None, ended: float | None, worker: str = "worker_merit_1.1",
+          queue: str = "merit") -> LaneJob:
+    return LaneJob(f"merit-a{n}-1", "merit", queue, worker if started is not None else None, enqueued, started, ended)
+
+
+def ai(n: int, started: float, ended: float | None, worker: str = "worker_ai_1.1", queue: str = "ai") -> LaneJob:
+    return LaneJob(f"narrative-b{n}-1", "narrative", queue, worker, 0.0, started, ended)
+
+
+def isolated() -> list[LaneJob]:
+    """Merit jobs every 0.2 s, each 0.01 s to start and 0.01 s to run; AI busy throughout."""
+    jobs = [merit(n, 10 + 0.2 * n, 10 + 0.2 * n + 0.01, 10 + 0.2 * n + 0.02) for n in range(10)]
+    return jobs + [ai(n, 10 + 0.1 * n, 10 + 0.1 * n + 0.1) for n in range(20)]
+
+
+def test_separate_lanes_under_a_busy_ai_lane_are_valid() -> None:
+    result = check_isolation(isolated(), observed_at=20.0, merit_workers=2)
+    assert result.valid is True, result.to_dict()
+    assert result.counts["waited_behind_ai"] == 0 and result.counts["wait_over_bound"] == 0
+    assert result.details["ai_jobs_overlapping_merit"] > 0
+
+
+def test_an_ai_job_taken_from_the_merit_queue_while_merit_waited_is_reported() -> None:
+    # after the valid jobs: a merit job queued at 13.0 on a shared queue, an AI job from that
+    # queue starts at 13.05 on a merit worker, the merit job starts only when it ended
+    shared = [ai(99, 13.05, 13.5, worker="worker_merit_2.7", queue="merit"),
+              merit(50, 13.0, 13.51, 13.52, worker="worker_merit_2.7")]
+    result = check_isolation(isolated() + shared, observed_at=20.0, merit_workers=2)
+    assert result.valid is False
+    assert result.examples["waited_behind_ai"][0]["merit_job"] == "merit-a50-1"
+    assert result.counts["wait_over_bound"] >= 1  # 0.51 s against (2 + burst) * 0.02 s
+
+
+def test_a_merit_job_still_queued_when_observed_counts_its_wait_as_a_lower_bound() -> None:
+    stuck = [ai(98, 14.0, None, worker="worker_merit_1.1", queue="merit"), merit(60, 13.9, None, None)]
+    result = check_isolation(isolated() + stuck, observed_at=19.9, merit_workers=2)
+    assert result.valid is False
+    assert result.details["never_started"] == 1
+    assert result.examples["wait_over_bound"][0] == {"merit_job": "merit-a60-1", "waited": 6.0,
+                                                    "bound": result.details["bound"]["value"], "started": False}
+
+
+def test_a_slow_merit_lane_without_any_ai_job_breaks_only_the_bound() -> None:
+    late = [merit(70, 15.0, 17.0, 17.01)]  # two seconds in its own queue, nobody in front
+    result = check_isolation(isolated() + late, observed_at=20.0, merit_workers=2)
+    assert result.violations == ["wait_over_bound"]
+
+
+def test_an_idle_ai_lane_proves_nothing() -> None:
+    only_merit = [j for j in isolated() if j.kind == "merit"]
+    result = check_isolation(only_merit, observed_at=20.0, merit_workers=2)
+    assert result.valid == "unknown"
+    assert any("not exercised" in note for note in result.notes)
+
+
+def test_no_merit_job_ran_leaves_the_bound_underivable() -> None:
+    jobs = [merit(1, 10.0, None, None), ai(1, 10.5, 11.0, queue="ai")]
+    assert merit_wait_bound(jobs, 2)["value"] is None
+    assert check_isolation(jobs, observed_at=12.0, merit_workers=2).valid == "unknown"
+
+
+def test_the_bound_is_the_merit_oldest_formula_with_measured_terms() -> None:
+    bound = merit_wait_bound(isolated(), workers=2)
+    assert bound["terms"]["per_job"] == pytest.approx(0.02)
+    assert bound["value"] == pytest.approx((2 + bound["terms"]["burst"]) * 0.02)
+
+
+def test_a_run_folder_without_records_or_with_a_bad_spec_is_unknown(tmp_path: Path) -> None:
+    assert isolation_from_run(tmp_path, {"merit_workers": 2}).valid == "unknown"
+    (tmp_path / LANE_JOBS_FILE).write_text(json.dumps({"table": "outbox", "exported_at": 1.0, "rows": []}))
+    assert "lane_jobs" in isolation_from_run(tmp_path, {"merit_workers": 2}).notes[0]
+    assert "merit_workers" in isolation_from_run(tmp_path, {"merit_workers": 0}).notes[0]

@@ -1,0 +1,59 @@
+"""`proctor digest` (chaos/digest.py) on hand-written /metrics text: parse, screen, rates."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.digest import NodeScrape, digest_main, parse_metrics, render_digest
+
+FINISH = 'proctor_http_request_duration_seconds_count{method="POST",node="web_1",route="/v1/attempts/{attempt_id}/finish"}'
+
+
+def _node(finishes: float, failed_ai: float = 0.0) -> NodeScrape:
+    text = f"""# HELP proctor_http_requests_total HTTP requests served by this node.
+# TYPE proctor_http_requests_total counter
+proctor_http_requests_total{{node="web_1"}} 120.0
+proctor_http_5xx_total{{node="web_1"}} 2.0
+proctor_lane_depth{{lane="merit"}} 0.0
+proctor_lane_depth{{lane="ai"}} 1990.0
+proctor_lane_oldest_job_age_seconds{{lane="ai"}} 95.5
+proctor_lane_failed_jobs{{lane="ai"}} {failed_ai}
+proctor_pending_outcomes 4010.0
+proctor_outbox_lag_seconds 130.25
+{FINISH} {finishes}
+"""
+    return NodeScrape("http://127.0.0.1:1", samples=parse_metrics(text))
+
+
+def test_parse_reads_names_labels_and_values() -> None:
+    samples = parse_metrics('a_total{node="web_1",route="/v1/x/{id}"} 3.0\n# TYPE a counter\nb NaN\n')
+    assert samples[0] == ("a_total", {"node": "web_1", "route": "/v1/x/{id}"}, 3.0)
+    assert samples[1][0] == "b"
+
+
+def test_one_screen_shows_what_on_call_watches() -> None:
+    screen = render_digest([_node(10, failed_ai=3)])
+    assert "1990" in screen and "95.5 s" in screen and "4010" in screen and "130.25 s" in screen
+    ai_row = next(line for line in screen.splitlines() if line.startswith("ai "))
+    assert ai_row.split() == ["ai", "1990", "95.5", "s", "3"]
+    assert " 120 " in screen
+    assert "exam lock n/a" in screen and "rates: n/a" in screen
+
+
+def test_rates_come_from_the_histogram_counts_between_two_screens() -> None:
+    screen = render_digest([_node(40)], before=[_node(10)], interval=30.0)
+    assert "finishes 60/min" in screen
+
+
+def test_an_unreachable_node_is_shown_not_skipped() -> None:
+    down = NodeScrape("http://127.0.0.1:9", error="ConnectError: refused")
+    assert "unreachable: ConnectError" in render_digest([down, _node(1)])
+
+
+def test_bad_options_name_themselves(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        digest_main(["--url", "http://127.0.0.1:9", "--watch", "0"])
+    assert "--watch" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        digest_main([])
+    assert "--url" in capsys.readouterr().err
