@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from chaos.lane_jobs import job_records_background
-from chaos.scenario import Scenario
+from chaos.runner import Scenario
 from chaos.workload import WorkloadSpec
 from stack.config import CASE_AI_CALL_SECONDS
 

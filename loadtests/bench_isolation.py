@@ -41,8 +41,8 @@ def merit_finish_to_ready(run_dir: Path) -> list[float]:
             and not str(attempts.get(row["attempt_id"], {}).get("exam_code", "")).startswith("BACKLOG-")]
 
 
-def _run(scenario: Any, seed: int) -> dict[str, Any]:  # noqa: ANN401 - chaos.scenario.Scenario
-    from chaos.scenario import run_scenario
+def _run(scenario: Any, seed: int) -> dict[str, Any]:  # noqa: ANN401 - chaos.runner.Scenario
+    from chaos.runner import run_scenario
 
     result = run_scenario(scenario, seed, progress=lambda msg: print(f"  [{scenario.name}] {msg}", flush=True))
     return _figures(result.run_dir, result.verdict)
