@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 __all__ = [
+    "ANSWER_REVISION_RULES",
     "CASE_AI_CALL_SECONDS",
     "CASE_MERIT_COMPUTE_SECONDS",
     "CASE_SMS_CALL_SECONDS",
@@ -124,6 +125,17 @@ def _parse_rate(name: str, raw: str) -> str:
     return raw
 
 
+ANSWER_REVISION_RULES = ("highest", "last-arrival", "compacting")
+"""PROCTOR_ANSWER_REVISIONS: the highest revision is current (correct), or a negative control."""
+
+
+def _parse_revision_rule(name: str, raw: str) -> str:
+    rule = raw.strip().lower()
+    if rule not in ANSWER_REVISION_RULES:
+        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(ANSWER_REVISION_RULES)}")
+    return rule
+
+
 def _parse_exams(name: str, raw: str) -> dict[str, int]:
     """``NOVA-101:20,NOVA-102:10`` -> {code: question count}."""
     exams: dict[str, int] = {}
@@ -168,6 +180,7 @@ class Settings:
     valkey_fresh_connections: bool = False  # PROCTOR_VALKEY_FRESH_CONNECTIONS: the seed's anti-pattern
     max_body_bytes: int = 16384  # PROCTOR_MAX_BODY_BYTES
     answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
+    answer_revisions: str = "highest"  # PROCTOR_ANSWER_REVISIONS: last-arrival/compacting = negative controls
 
     def scaled(self, case_seconds: float) -> float:
         """Real seconds for a case-time duration."""
@@ -227,6 +240,7 @@ ENV_NAMES: dict[str, str] = {
     "valkey_fresh_connections": "PROCTOR_VALKEY_FRESH_CONNECTIONS",
     "max_body_bytes": "PROCTOR_MAX_BODY_BYTES",
     "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
+    "answer_revisions": "PROCTOR_ANSWER_REVISIONS",
 }
 
 _PARSERS = {
@@ -243,6 +257,7 @@ _PARSERS = {
     "login_network_limit": _parse_rate,
     "trusted_proxies": _parse_addresses,
     "answer_write_behind": _parse_non_negative_float,
+    "answer_revisions": _parse_revision_rule,
     "reconciler_enabled": _parse_bool,
     "sms_idempotency": _parse_bool,
     "valkey_fresh_connections": _parse_bool,

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stack.config import Settings, SettingsError, insecure_secrets, load_settings
 from stack.ledger.engine import make_engine
+from stack.ledger.revisions import revision_policy
 from stack.web import (
     routes_admin,
     routes_answers,
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
     state = WebState(settings=settings, engine=engine, read_engine=read_engine, clients=clients, dispatcher=dispatcher,
                      limiter=RequestLimiter(clients, enabled=settings.rate_limits,
                                             login_network=parse_rate(settings.login_network_limit)))
+    state.revision_policy = revision_policy(settings.answer_revisions)
     if settings.answer_write_behind > 0:
         state.write_behind = WriteBehind(engine, settings.node_name, settings.answer_write_behind)
 

@@ -24,6 +24,7 @@ from stack.web.auth import Principal, bearer_principal
 from stack.web.dispatch import Dispatcher, ValkeyClients
 from stack.web.metrics import RequestCounters
 from stack.web.ratelimit import RequestLimiter
+from stack.ledger.revisions import RevisionPolicy
 from stack.web.write_behind import WriteBehind
 
 __all__ = [
@@ -55,6 +56,7 @@ class WebState:
     counters: RequestCounters = field(default_factory=RequestCounters)
     draining: threading.Event = field(default_factory=threading.Event)
     write_behind: WriteBehind | None = None  # only for the write-behind negative control
+    revision_policy: RevisionPolicy = field(default_factory=RevisionPolicy)  # PROCTOR_ANSWER_REVISIONS
     limiter: RequestLimiter = field(default_factory=lambda: RequestLimiter(None, enabled=False))
     _exams: dict[str, int] = field(default_factory=dict)
 
