@@ -17,7 +17,7 @@ import itertools
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -44,6 +44,8 @@ class Call:
     value: dict[str, Any]
     json: dict[str, Any] | None = None
     headers: dict[str, str] | None = None
+    observe: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """What an ok reply adds to the completion's value (a read's result, a write's verdict)."""
 
 
 @dataclass
@@ -119,7 +121,7 @@ class ExamClient:
             process=process,
             type=kind,
             f=call.f,
-            value=call.value,
+            value={**call.value, **call.observe(body)} if call.observe and kind == "ok" else call.value,
             status=status,
             node=node,
             receipt_id=body.get("receipt_id"),

@@ -96,6 +96,9 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
         "stats": False,
         "faults": UNKNOWN,  # no declared faults: cannot tell whether the chaos happened
         "answers": UNKNOWN,
+        "revisions": True,  # no revise op: nothing to check (stats' expect_ops guards a run that needs them)
+        "final_answers": True,
+        "answer_reads": True,
         "effects": UNKNOWN,
         "jobs": UNKNOWN,
         "payloads": UNKNOWN,
@@ -108,6 +111,7 @@ EXPORTS = {
     "chaos.checkers": [
         "CHECKERS", "CheckOptions", "Checker", "OptionsError", "Result", "UNKNOWN", "check_answers", "check_connections",
         "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
+        "check_answer_reads", "check_final_answers", "check_revisions",
     ],
     "chaos.checkers.base": [
         "CheckOptions", "Checker", "DeclaredFault", "MAX_EXAMPLES", "OptionsError", "Result", "UNKNOWN", "Validity",
@@ -117,6 +121,9 @@ EXPORTS = {
     "chaos.checkers.faults": ["NAME", "check_faults"],
     "chaos.checkers.payloads": ["NAME", "check_payloads", "score_of", "sms_body"],
     "chaos.checkers.answers": ["NAME", "check_answers", "fingerprint", "fingerprints"],
+    "chaos.checkers.revisions": ["NAME", "check_revisions", "visibility_latencies"],
+    "chaos.checkers.final_answers": ["NAME", "check_final_answers"],
+    "chaos.checkers.answer_reads": ["NAME", "check_answer_reads"],
     "chaos.checkers.effects": ["NAME", "check_effects"],
     "chaos.checkers.jobs": ["NAME", "check_jobs", "completion_seconds"],
     "chaos.checkers.latency": ["LANES", "NAME", "check_latency", "op_latencies", "resolve_slo_key"],
