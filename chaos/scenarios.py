@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from chaos.churn import ChurnSpec, churn_generator
 from chaos.nemesis import FaultSpec, periodic_schedule
+from chaos.revision_scenarios import REVISION_SCENARIOS
 from chaos.scenario import Scenario
 from chaos.valkey_stats import valkey_sampler
 from chaos.workload import WorkloadSpec
@@ -237,6 +238,9 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+
+
+SCENARIOS.update((s.name, s) for s in REVISION_SCENARIOS)
 
 
 def get_scenario(name: str) -> Scenario:

@@ -1,0 +1,65 @@
+"""The answer-revision scenarios (#14): autosaved revisions, duplicates and reordering on
+latency/jitter toxics, and the two negative controls the revision checkers must catch.
+
+- ``answer_revisions``: must be valid; revisions arrive out of order and the highest
+  acknowledged one is what each frozen answer holds;
+- ``answer_revisions_last_arrival``: the ledger takes whatever arrives last
+  (``PROCTOR_ANSWER_REVISIONS=last-arrival``); ``final_answers`` must name a lost update;
+- ``answer_revisions_compacting``: the ledger keeps only the current revision in its log
+  (``compacting``); ``revisions`` must report acknowledged revisions lost from the log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from chaos.nemesis import FaultSpec
+from chaos.revision_workload import RevisionSpec
+from chaos.scenario import Scenario
+from chaos.workload import WorkloadSpec
+
+__all__ = ["REVISION_SCENARIOS", "WEB_LINKS", "reordering_toxics"]
+
+WEB_LINKS = ("web_1", "web_2")
+
+REORDER_TOXIC = {"type": "latency", "stream": "upstream", "attributes": {"latency": 60, "jitter": 60},
+                 "name": "reorder"}
+"""Each request chunk HAProxy forwards is held 0-120 ms: of two revisions sent at once on
+separate connections, the later one overtakes the earlier about half of the time."""
+
+
+TOXIC_AFTER_ARRIVALS = 4.0
+"""Seconds the jitter stays on after the last student arrived: their revisions are still going out."""
+
+
+def reordering_toxics(seed: int, scenario: Scenario) -> list[FaultSpec]:
+    """The jitter on every web link for the whole load (healed after it)."""
+    duration = scenario.workload.duration + TOXIC_AFTER_ARRIVALS
+    return [FaultSpec(at=0.0, kind="toxic", target=link, duration=duration, params=dict(REORDER_TOXIC))
+            for link in WEB_LINKS]
+
+
+_OPTIONS = {"expect_ops": ["session", "start", "revise", "read_answers", "finish"]}
+
+_BASE = Scenario(
+    name="answer_revisions",
+    description="students revise answers several times; revisions sent twice, concurrently over jittered web "
+                "links, and held back until a newer one was acknowledged: the highest acknowledged revision is frozen",
+    workload=WorkloadSpec(arrival_rate=2.0, duration=3.0, questions=4, poll_deadline=10.0,
+                          revisions=RevisionSpec()),
+    links=WEB_LINKS,
+    faults=reordering_toxics,
+    options=_OPTIONS,
+)
+
+REVISION_SCENARIOS: tuple[Scenario, ...] = (
+    _BASE,
+    replace(_BASE, name="answer_revisions_last_arrival", expect_valid=False,
+            description="negative control: the ledger takes whatever revision arrives last; "
+                        "final_answers must name the lost update",
+            settings={"answer_revisions": "last-arrival"}),
+    replace(_BASE, name="answer_revisions_compacting", expect_valid=False,
+            description="negative control: the ledger keeps only the current revision in its log; "
+                        "revisions must report acknowledged revisions lost",
+            settings={"answer_revisions": "compacting"}),
+)
