@@ -18,6 +18,8 @@ current value, frozen by the finish):
 A run in which nothing was reordered proves nothing about lost updates, so it is
 unknown: reordering is seen as revisions acknowledged ``superseded`` (a higher one
 was already current when they arrived), log rows marked superseded, or a lost update.
+``overtaken_in_flight`` counts the superseded revisions sent before the higher one was
+acknowledged: overtaken on the way, not held back by the client.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def check_final_answers(history: Sequence[Op], ledgers: Ledgers, options: CheckO
         _judge(key, tries, frozen.get(key), bad, info)
     reordered = _reordered(writes, ledgers) + len(bad["lost_update"])
     counts = {"questions": len(by_question), "revisions_written": len({(w.qkey, w.revision) for w in writes}),
-              "reordered": reordered}
+              "reordered": reordered, "overtaken_in_flight": _overtaken(by_question)}
     result = build_result(NAME, bad=bad, info=info, counts=counts)
     reasons = [f"{malformed} revise invoke(s) lack a field: they cannot be judged"] if malformed else []
     if reordered == 0:
@@ -91,6 +93,18 @@ def _judge(key: Key, tries: list[RevisionWrite], row: AnswerRow | None,
 def _receipt_differs(row: AnswerRow, sent: list[RevisionWrite]) -> bool:
     receipts = {t.receipt_id for t in sent if t.outcome == "ok" and t.receipt_id}
     return bool(receipts) and row.receipt_id not in receipts
+
+
+def _overtaken(by_question: dict[Key, list[RevisionWrite]]) -> int:
+    """Superseded revisions that were sent before a higher one was acknowledged: the network,
+    not the client, put them behind (held-back revisions are sent after it)."""
+    overtaken = set()
+    for tries in by_question.values():
+        for late in (t for t in tries if t.superseded is True):
+            if any(h.revision > late.revision and h.outcome == "ok" and h.completed_at is not None
+                   and h.completed_at > late.invoked_at for h in tries):
+                overtaken.add((late.qkey, late.revision))
+    return len(overtaken)
 
 
 def _reordered(writes: Sequence[RevisionWrite], ledgers: Ledgers) -> int:

@@ -82,6 +82,7 @@ def test_the_valid_history_passes_all_three() -> None:
     assert revisions.counts["acknowledged"] == 4 and revisions.counts["recovered"] == 1
     assert revisions.counts["superseded_acknowledged"] == 1
     assert final.counts["revisions_written"] == 5 and final.counts["reordered"] == 1 and final.counts["unknown_won"] == 1
+    assert final.counts["overtaken_in_flight"] == 1  # q1/2 was sent at 2.05, before q1/3 was acknowledged at 2.1
     assert reads.counts["reads"] == 2
 
 
@@ -91,6 +92,30 @@ def test_read_visibility_is_measured_from_the_acknowledgement() -> None:
     # q1/1 acked 1.1, read done 1.3; q1/3, q1/2 (shown by the higher 3) and q2/1 acked 2.1, 2.15, 3.1, read done 4.1
     # -> 0.2, 2.0, 1.95, 1.0; the unknown q2/2 has no latency
     assert details["count"] == 4 and details["max"] == pytest.approx(2.0) and details["p50"] == pytest.approx(1.0)
+
+
+def test_a_revision_held_back_until_the_higher_one_was_acknowledged_was_not_overtaken() -> None:
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 2, "B", at=1.0)
+    revise(h, 1, "q1", 1, "A", at=1.2, superseded=True)  # sent after 2 was acknowledged at 1.1
+    final = check_final_answers(h.ops, ledgers(log=[], answers=[answer_row("q1", 2, "B")]), OPTIONS)
+    assert final.valid is True and final.counts["reordered"] == 1 and final.counts["overtaken_in_flight"] == 0
+
+
+def test_read_visibility_skips_unknown_writes_and_goes_on() -> None:
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 1, "A", at=1.0, outcome="info")
+    revise(h, 2, "q1", 2, "B", at=2.0)
+    read(h, 9, at=2.5, q1=(2, "B"))
+    details = check_revisions(h.ops, ledgers(log=[log_row("q1", 2, "B")]), OPTIONS).details["read_visibility"]
+    assert details["count"] == 1 and details["max"] == pytest.approx(0.5)
+
+
+def test_never_read_counts_acknowledged_revisions_no_read_showed() -> None:
+    h = valid_history()
+    revise(h, 1, "q3", 1, "B", at=6.0)
+    result = check_revisions(h.ops, ledgers(log=good_log() + [log_row("q3", 1, "B")]), OPTIONS)
+    assert result.valid is True and result.counts["never_read"] == 1
 
 
 def test_the_answers_checker_leaves_revised_questions_to_the_revision_checkers() -> None:
