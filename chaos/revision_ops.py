@@ -28,7 +28,10 @@ __all__ = [
     "REVISE",
     "RevisionWrite",
     "Shown",
+    "NOTHING_TO_CHECK",
     "answer_reads",
+    "by_question",
+    "malformed_note",
     "read_call",
     "revise_call",
     "revision_writes",
@@ -40,6 +43,8 @@ READ_ANSWERS = "read_answers"
 _WRITE_FIELDS = ("attempt_id", "question", "revision", "content", "idempotency_key")
 
 Key = tuple[str, str]
+
+NOTHING_TO_CHECK = "no answer revisions in the history: nothing to check"
 
 
 def revise_call(attempt_id: str, question: str, revision: int, content: str, key: str, auth: dict[str, str]) -> Call:
@@ -120,6 +125,19 @@ def revision_writes(history: Sequence[Op]) -> tuple[list[RevisionWrite], int]:
             done.time if done is not None else None,
         ))
     return writes, malformed
+
+
+def by_question(writes: Sequence[RevisionWrite]) -> dict[Key, list[RevisionWrite]]:
+    """The tries of each (attempt, question), in history order."""
+    grouped: dict[Key, list[RevisionWrite]] = {}
+    for write in writes:
+        grouped.setdefault(write.qkey, []).append(write)
+    return grouped
+
+
+def malformed_note(malformed: int) -> list[str]:
+    """The unknown-reason for revise invokes a checker could not read (none: [])."""
+    return [f"{malformed} revise invoke(s) lack a field: they cannot be judged"] if malformed else []
 
 
 def answer_reads(history: Sequence[Op]) -> tuple[list[AnswerRead], int]:

@@ -24,7 +24,15 @@ from typing import Any, Sequence
 from chaos.checkers.base import CheckOptions, Result, build_result, unknown_unless_invalid
 from chaos.history import Op
 from chaos.ledgers import Ledgers
-from chaos.revision_ops import AnswerRead, RevisionWrite, answer_reads, revision_writes
+from chaos.revision_ops import (
+    NOTHING_TO_CHECK,
+    AnswerRead,
+    RevisionWrite,
+    answer_reads,
+    by_question,
+    malformed_note,
+    revision_writes,
+)
 
 __all__ = ["NAME", "check_answer_reads"]
 
@@ -36,18 +44,16 @@ Key = tuple[str, str]
 def check_answer_reads(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
     writes, malformed = revision_writes(history)
     if not writes and not malformed:
-        return Result(NAME, True, notes=["no answer revisions in the history: nothing to check"])
+        return Result(NAME, True, notes=[NOTHING_TO_CHECK])
     reads, bad_reads = answer_reads(history)
-    by_question: dict[Key, list[RevisionWrite]] = defaultdict(list)
-    for write in writes:
-        by_question[write.qkey].append(write)
+    tries_of = by_question(writes)
     bad: dict[str, list[Any]] = {"stale_read": [], "vanished": [], "unexpected": [], "content_mismatch": []}
     for read in reads:
-        _check_read(read, by_question, bad)
+        _check_read(read, tries_of, bad)
     bad["vanished"] = _vanished(reads)
     counts = {"reads": len(reads)}
     result = build_result(NAME, bad=bad, counts=counts)
-    reasons = [f"{malformed} revise invoke(s) lack a field: they cannot be judged"] if malformed else []
+    reasons = malformed_note(malformed)
     if bad_reads:
         reasons.append(f"{bad_reads} ok read(s) carry no readable result")
     if not reads:
@@ -55,10 +61,10 @@ def check_answer_reads(history: Sequence[Op], ledgers: Ledgers, options: CheckOp
     return unknown_unless_invalid(result, reasons)
 
 
-def _check_read(read: AnswerRead, by_question: dict[Key, list[RevisionWrite]], bad: dict[str, list[Any]]) -> None:
-    questions = {q for (attempt, q) in by_question if attempt == read.attempt_id} | set(read.shown)
+def _check_read(read: AnswerRead, tries_of: dict[Key, list[RevisionWrite]], bad: dict[str, list[Any]]) -> None:
+    questions = {q for (attempt, q) in tries_of if attempt == read.attempt_id} | set(read.shown)
     for question in sorted(questions):
-        tries = by_question.get((read.attempt_id, question), [])
+        tries = tries_of.get((read.attempt_id, question), [])
         shown = read.shown.get(question)
         example = {"attempt_id": read.attempt_id, "question": question, "read_invoked_at": read.invoked_at,
                    "shown_revision": shown.revision if shown else None}

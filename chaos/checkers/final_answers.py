@@ -24,13 +24,12 @@ acknowledged: overtaken on the way, not held back by the client.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any, Sequence
 
 from chaos.checkers.base import CheckOptions, Result, build_result, unknown_unless_invalid
 from chaos.history import Op
 from chaos.ledgers import AnswerRow, Ledgers
-from chaos.revision_ops import RevisionWrite, revision_writes
+from chaos.revision_ops import NOTHING_TO_CHECK, RevisionWrite, by_question, malformed_note, revision_writes
 
 __all__ = ["NAME", "check_final_answers"]
 
@@ -42,23 +41,21 @@ Key = tuple[str, str]
 def check_final_answers(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
     writes, malformed = revision_writes(history)
     if not writes and not malformed:
-        return Result(NAME, True, notes=["no answer revisions in the history: nothing to check"])
+        return Result(NAME, True, notes=[NOTHING_TO_CHECK])
     if ledgers.answers is None:
         return Result.unknown(NAME, ledgers.missing("answers") + ["the final answers were never read"])
-    by_question: dict[Key, list[RevisionWrite]] = defaultdict(list)
-    for write in writes:
-        by_question[write.qkey].append(write)
+    tries_of = by_question(writes)
     frozen = {(row.attempt_id, row.question): row for row in ledgers.answers}
     bad: dict[str, list[Any]] = {name: [] for name in
                                  ("lost_update", "lost", "content_mismatch", "unexpected", "failed_but_present")}
     info: dict[str, list[Any]] = {"unknown_won": []}
-    for key, tries in sorted(by_question.items()):
+    for key, tries in sorted(tries_of.items()):
         _judge(key, tries, frozen.get(key), bad, info)
     reordered = _reordered(writes, ledgers) + len(bad["lost_update"])
-    counts = {"questions": len(by_question), "revisions_written": len({(w.qkey, w.revision) for w in writes}),
-              "reordered": reordered, "overtaken_in_flight": _overtaken(by_question)}
+    counts = {"questions": len(tries_of), "revisions_written": len({(w.qkey, w.revision) for w in writes}),
+              "reordered": reordered, "overtaken_in_flight": _overtaken(tries_of)}
     result = build_result(NAME, bad=bad, info=info, counts=counts)
-    reasons = [f"{malformed} revise invoke(s) lack a field: they cannot be judged"] if malformed else []
+    reasons = malformed_note(malformed)
     if reordered == 0:
         reasons.append("no revision arrived after a higher one: the run never exercised a late revision")
     return unknown_unless_invalid(result, reasons)
@@ -95,11 +92,11 @@ def _receipt_differs(row: AnswerRow, sent: list[RevisionWrite]) -> bool:
     return bool(receipts) and row.receipt_id not in receipts
 
 
-def _overtaken(by_question: dict[Key, list[RevisionWrite]]) -> int:
+def _overtaken(tries_of: dict[Key, list[RevisionWrite]]) -> int:
     """Superseded revisions that were sent before a higher one was acknowledged: the network,
     not the client, put them behind (held-back revisions are sent after it)."""
     overtaken = set()
-    for tries in by_question.values():
+    for tries in tries_of.values():
         for late in (t for t in tries if t.superseded is True):
             if any(h.revision > late.revision and h.outcome == "ok" and h.completed_at is not None
                    and h.completed_at > late.invoked_at for h in tries):

@@ -28,7 +28,14 @@ from chaos.checkers.answers import fingerprint
 from chaos.checkers.base import CheckOptions, Result, build_result, summarize, unknown_unless_invalid
 from chaos.history import Op
 from chaos.ledgers import Ledgers, RevisionRow
-from chaos.revision_ops import AnswerRead, RevisionWrite, answer_reads, revision_writes
+from chaos.revision_ops import (
+    NOTHING_TO_CHECK,
+    AnswerRead,
+    RevisionWrite,
+    answer_reads,
+    malformed_note,
+    revision_writes,
+)
 
 __all__ = ["NAME", "check_revisions", "visibility_latencies"]
 
@@ -40,7 +47,7 @@ Element = tuple[str, str, int]
 def check_revisions(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
     writes, malformed = revision_writes(history)
     if not writes and not malformed:
-        return Result(NAME, True, notes=["no answer revisions in the history: nothing to check"])
+        return Result(NAME, True, notes=[NOTHING_TO_CHECK])
     if ledgers.answer_revisions is None:
         return Result.unknown(NAME, ledgers.missing("answer_revisions") + ["the revision log was never read"])
     tries = _tries_by_element(writes)
@@ -57,7 +64,7 @@ def check_revisions(history: Sequence[Op], ledgers: Ledgers, options: CheckOptio
     counts = {"attempted": len(tries), "acknowledged": sum(any(t.outcome == "ok" for t in ts) for ts in tries.values()),
               "rows": len(ledgers.answer_revisions), "superseded_acknowledged": sum(w.superseded is True for w in writes)}
     result = build_result(NAME, bad=bad, info=info, counts=counts, details={"read_visibility": summarize(latencies)})
-    reasons = [f"{malformed} revise invoke(s) lack a field: they cannot be judged"] if malformed else []
+    reasons = malformed_note(malformed)
     if bad_reads:
         reasons.append(f"{bad_reads} ok read(s) of the answers carry no readable result")
     return unknown_unless_invalid(result, reasons)
