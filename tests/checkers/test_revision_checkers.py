@@ -148,6 +148,15 @@ def test_one_receipt_on_two_rows_is_duplicated() -> None:
     assert result.violations == ["duplicated"] and result.examples["duplicated"] == [{"receipt_id": "r-q1-3", "rows": 2}]
 
 
+def test_one_idempotency_key_on_two_rows_is_duplicated() -> None:
+    log = good_log() + [log_row("q3", 1, "D", receipt_id="r-q3", idempotency_key="k-q1-3")]
+    h = valid_history()
+    revise(h, 4, "q3", 1, "D", at=5.0, outcome="info")
+    result = check_revisions(h.ops, ledgers(log=log), OPTIONS)
+    assert result.violations == ["duplicated"]
+    assert result.examples["duplicated"] == [{"attempt_id": "a1", "idempotency_key": "k-q1-3", "rows": 2}]
+
+
 def test_a_log_row_nobody_sent_is_unexpected() -> None:
     result = check_revisions(valid_history().ops, ledgers(log=good_log() + [log_row("q1", 4, "D")]), OPTIONS)
     assert result.valid is False and result.violations == ["unexpected"]
@@ -221,6 +230,16 @@ def test_a_run_where_nothing_was_reordered_is_unknown() -> None:
                                                 answers=[answer_row("q1", 2, "B")]), OPTIONS)
     assert result.valid == UNKNOWN and result.counts["reordered"] == 0
     assert any("never exercised a late revision" in note for note in result.notes)
+
+
+def test_an_answer_row_without_revision_is_revision_one() -> None:
+    """Run folders older than revisions export no revision: the row is revision 1."""
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 2, "B", at=1.0)
+    revise(h, 2, "q1", 1, "A", at=1.2, superseded=True)
+    row = {k: v for k, v in answer_row("q1", 1, "A").items() if k != "revision"}
+    result = check_final_answers(h.ops, ledgers(log=[], answers=[row]), OPTIONS)
+    assert result.violations == ["lost_update"] and result.examples["lost_update"][0]["final_revision"] == 1
 
 
 def test_final_answers_never_read_is_unknown() -> None:
