@@ -118,15 +118,17 @@ def _duplicates(rows: Sequence[RevisionRow]) -> list[dict[str, Any]]:
 
 
 def visibility_latencies(writes: Sequence[RevisionWrite], reads: Sequence[AnswerRead]) -> tuple[list[float], list[Any]]:
-    """Seconds from each ok revision to the first read showing it (or a higher one), and
-    the acknowledged revisions no read ever showed."""
+    """Seconds from each revision's first ok to the first read showing it (or a higher one),
+    and the acknowledged revisions no read ever showed."""
     reads_of: dict[str, list[AnswerRead]] = defaultdict(list)
     for read in sorted(reads, key=lambda r: r.completed_at):
         reads_of[read.attempt_id].append(read)
+    first_ok: dict[Element, RevisionWrite] = {}
+    for write in sorted(writes, key=lambda w: w.completed_at or 0.0):
+        if write.outcome == "ok" and write.completed_at is not None:
+            first_ok.setdefault((write.attempt_id, write.question, write.revision), write)  # replays add nothing
     latencies, never = [], []
-    for write in writes:
-        if write.outcome != "ok" or write.completed_at is None:
-            continue
+    for write in first_ok.values():
         seen = next((r for r in reads_of[write.attempt_id]
                      if write.question in r.shown and r.shown[write.question].revision >= write.revision), None)
         if seen is None:

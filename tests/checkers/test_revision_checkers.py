@@ -111,6 +111,15 @@ def test_read_visibility_skips_unknown_writes_and_goes_on() -> None:
     assert details["count"] == 1 and details["max"] == pytest.approx(0.5)
 
 
+def test_read_visibility_counts_a_replayed_revision_once_from_its_first_acknowledgement() -> None:
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 1, "A", at=1.0)
+    revise(h, 2, "q1", 1, "A", at=1.5)  # sent twice under the same key: acknowledged at 1.1 and 1.6
+    read(h, 9, at=2.0, q1=(1, "A"))
+    details = check_revisions(h.ops, ledgers(log=[log_row("q1", 1, "A")]), OPTIONS).details["read_visibility"]
+    assert details["count"] == 1 and details["max"] == pytest.approx(1.0)
+
+
 def test_never_read_counts_acknowledged_revisions_no_read_showed() -> None:
     h = valid_history()
     revise(h, 1, "q3", 1, "B", at=6.0)
