@@ -14,7 +14,7 @@ from chaos.checkers.answers import check_answers
 from chaos.checkers.final_answers import check_final_answers
 from chaos.checkers.revisions import check_revisions
 from chaos.ledgers import Ledgers
-from chaos.revision_ops import READ_ANSWERS, REVISE
+from chaos.revision_ops import READ_ANSWERS, REVISE, read_call, revise_call, revision_writes
 
 OPTIONS = CheckOptions()
 
@@ -83,6 +83,7 @@ def test_the_valid_history_passes_all_three() -> None:
     assert revisions.counts["superseded_acknowledged"] == 1
     assert final.counts["revisions_written"] == 5 and final.counts["reordered"] == 1 and final.counts["unknown_won"] == 1
     assert final.counts["overtaken_in_flight"] == 1  # q1/2 was sent at 2.05, before q1/3 was acknowledged at 2.1
+    assert [e["question"] for e in final.examples["unknown_won"]] == ["q2"]
     assert reads.counts["reads"] == 2
 
 
@@ -94,12 +95,37 @@ def test_read_visibility_is_measured_from_the_acknowledgement() -> None:
     assert details["count"] == 4 and details["max"] == pytest.approx(2.0) and details["p50"] == pytest.approx(1.0)
 
 
+def test_a_revision_sent_as_the_higher_one_was_acknowledged_was_held_back() -> None:
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 2, "B", at=1.0)  # acknowledged at 1.1
+    revise(h, 1, "q1", 1, "A", at=1.1, superseded=True)
+    final = check_final_answers(h.ops, ledgers(log=[], answers=[answer_row("q1", 2, "B")]), OPTIONS)
+    assert final.counts["overtaken_in_flight"] == 0
+
+
 def test_a_revision_held_back_until_the_higher_one_was_acknowledged_was_not_overtaken() -> None:
     h = HistoryBuilder()
     revise(h, 1, "q1", 2, "B", at=1.0)
     revise(h, 1, "q1", 1, "A", at=1.2, superseded=True)  # sent after 2 was acknowledged at 1.1
     final = check_final_answers(h.ops, ledgers(log=[], answers=[answer_row("q1", 2, "B")]), OPTIONS)
     assert final.valid is True and final.counts["reordered"] == 1 and final.counts["overtaken_in_flight"] == 0
+
+
+def test_concurrent_revisions_in_order_were_not_overtaken() -> None:
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 1, "A", at=1.0)
+    revise(h, 2, "q1", 2, "B", at=1.05)  # sent before 1 was acknowledged, arrived after it
+    final = check_final_answers(h.ops, ledgers(log=[], answers=[answer_row("q1", 2, "B")]), OPTIONS)
+    assert final.counts["overtaken_in_flight"] == 0 and final.counts["reordered"] == 0
+
+
+def test_reordering_seen_only_in_the_log_counts() -> None:
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 2, "B", at=1.0)
+    revise(h, 2, "q1", 1, "A", at=1.2, outcome="info")  # its superseded reply never arrived
+    log = [log_row("q1", 2, "B"), log_row("q1", 1, "A", superseded=True)]
+    final = check_final_answers(h.ops, ledgers(log=log, answers=[answer_row("q1", 2, "B")]), OPTIONS)
+    assert final.valid is True and final.counts["reordered"] == 1
 
 
 def test_read_visibility_skips_unknown_writes_and_goes_on() -> None:
@@ -266,6 +292,25 @@ def test_a_read_older_than_an_acknowledged_revision_is_stale() -> None:
     assert result.examples["stale_read"][0]["acknowledged_revision"] == 3
 
 
+def test_a_read_missing_an_acknowledged_question_is_stale_and_other_attempts_are_not_mixed_in() -> None:
+    h = valid_history()
+    revise(h, 5, "q7", 1, "A", at=4.5, attempt="a2")  # another attempt's question: not a1's business
+    read(h, 9, at=5.0, q1=(3, "C"))  # q2 (acknowledged revision 1) is missing
+    read(h, 8, at=5.0, attempt="a2", q7=(1, "A"))
+    result = check_answer_reads(h.ops, ledgers(), OPTIONS)
+    assert result.violations == ["stale_read", "vanished"]
+    assert [(e["attempt_id"], e["question"]) for e in result.examples["stale_read"]] == [("a1", "q2")]
+
+
+def test_an_unshown_unknown_revision_does_not_stop_the_other_questions_being_checked() -> None:
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 1, "A", at=1.0, outcome="info")  # never shown: fine
+    revise(h, 2, "q2", 1, "B", at=1.0)
+    read(h, 9, at=2.0, q2=(4, "B"))
+    result = check_answer_reads(h.ops, ledgers(), OPTIONS)
+    assert result.violations == ["unexpected"] and result.examples["unexpected"][0]["question"] == "q2"
+
+
 def test_a_read_concurrent_with_the_write_may_still_show_the_older_revision() -> None:
     h = HistoryBuilder()
     revise(h, 1, "q1", 1, "A", at=1.0)
@@ -275,12 +320,40 @@ def test_a_read_concurrent_with_the_write_may_still_show_the_older_revision() ->
     assert check_answer_reads(h.ops, ledgers(), OPTIONS).valid is True
 
 
+def test_a_read_invoked_as_the_write_was_acknowledged_may_show_the_older_revision() -> None:
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 1, "A", at=1.0)
+    revise(h, 1, "q1", 2, "B", at=2.0)  # acknowledged at 2.1
+    read(h, 9, at=2.1, q1=(1, "A"))
+    assert check_answer_reads(h.ops, ledgers(), OPTIONS).valid is True
+
+
 def test_an_unknown_revision_seen_once_never_vanishes() -> None:
     h = valid_history()
     read(h, 9, at=5.0, q1=(3, "C"), q2=(1, "D"))  # q2/2 (info) was shown at 4.1
     result = check_answer_reads(h.ops, ledgers(), OPTIONS)
     assert result.valid is False and result.violations == ["vanished"]
     assert result.examples["vanished"][0]["seen_revision"] == 2 and result.examples["vanished"][0]["later_revision"] == 1
+
+
+def test_a_read_invoked_as_the_earlier_one_completed_is_concurrent_not_vanished() -> None:
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 1, "A", at=1.0, outcome="info")
+    revise(h, 2, "q1", 2, "B", at=1.0, outcome="info")
+    read(h, 9, at=1.9, took=0.1, q1=(2, "B"))  # completes at 2.0
+    read(h, 8, at=2.0, q1=(1, "A"))  # invoked at 2.0: not after the first completed
+    assert check_answer_reads(h.ops, ledgers(), OPTIONS).valid is True
+
+
+def test_vanished_looks_past_an_overlapping_earlier_read() -> None:
+    h = HistoryBuilder()
+    revise(h, 1, "q1", 1, "A", at=0.5, outcome="info")
+    revise(h, 2, "q1", 2, "B", at=0.5, outcome="info")
+    read(h, 7, at=1.0, took=2.0, q1=(2, "B"))  # long read, overlaps the last one
+    read(h, 9, at=1.5, q1=(2, "B"))  # completes at 1.6
+    read(h, 8, at=2.0, q1=(1, "A"))
+    result = check_answer_reads(h.ops, ledgers(), OPTIONS)
+    assert result.violations == ["vanished"] and len(result.examples["vanished"]) == 1
 
 
 def test_a_read_showing_a_revision_nobody_sent_is_unexpected() -> None:
@@ -309,3 +382,43 @@ def test_a_history_without_revisions_is_not_judged_by_them() -> None:
     for check in (check_revisions, check_final_answers, check_answer_reads):
         result = check(h.ops, Ledgers(), OPTIONS)
         assert result.valid is True and "nothing to check" in result.notes[0]
+
+
+# --- the history ops themselves ------------------------------------------------------------
+
+
+def test_malformed_revises_are_counted_one_each_and_the_rest_still_read() -> None:
+    h = HistoryBuilder()
+    h.op(1, "invoke", REVISE, {"attempt_id": "a1", "question": "q1"}, at=1.0)
+    h.op(1, "fail", REVISE, {"attempt_id": "a1", "question": "q1"}, at=1.1)
+    h.op(2, "invoke", REVISE, {"attempt_id": "a1", "question": "q2", "revision": "2", "content": "A",
+                               "idempotency_key": "k"}, at=1.2)
+    revise(h, 3, "q3", 1, "C", at=2.0)
+    revise(h, 4, "q4", 1, "D", at=3.0, outcome=None)  # never completed: unknown
+    writes, malformed = revision_writes(h.ops)
+    assert malformed == 2
+    assert [(w.question, w.outcome, w.completed_at) for w in writes] == [("q3", "ok", 2.1), ("q4", "info", None)]
+    result = check_revisions(h.ops, ledgers(log=[log_row("q3", 1, "C")]), OPTIONS)
+    assert result.valid == UNKNOWN and "2 revise invoke(s) lack a field" in result.notes[0]
+
+
+def test_the_calls_carry_what_the_checkers_read() -> None:
+    call = revise_call("a1", "q1", 3, "B", "k1", {"Authorization": "Bearer t"})
+    assert (call.method, call.path, call.json) == ("PUT", "/v1/attempts/a1/answers/q1", {"content": "B", "revision": 3})
+    assert call.headers == {"Authorization": "Bearer t", "Idempotency-Key": "k1"}
+    assert call.observe({"superseded": True, "current_revision": 4, "receipt_id": "r"}) == {
+        "superseded": True, "current_revision": 4}
+    read_answers = read_call("a1", {})
+    assert (read_answers.method, read_answers.path, read_answers.value) == ("GET", "/v1/attempts/a1/answers", {"attempt_id": "a1"})
+    shown = read_answers.observe({"answers": [{"question": "q1", "revision": 2, "receipt_id": "r", "content": "B"}]})
+    assert shown == {"answers": {"q1": [2, "r", "B"]}}
+    assert read_answers.observe({"answers": None}) == {"answers": {}}
+
+
+def test_an_unreadable_ok_read_is_counted_once_and_makes_the_reads_unknown() -> None:
+    h = valid_history()
+    h.op(6, "invoke", READ_ANSWERS, {"attempt_id": "a1"}, at=6.0)
+    h.op(6, "ok", READ_ANSWERS, {"attempt_id": "a1"}, at=6.1)  # no "answers"
+    result = check_answer_reads(h.ops, ledgers(), OPTIONS)
+    assert result.valid == UNKNOWN and result.counts["reads"] == 2
+    assert "1 ok read(s) carry no readable result" in result.notes
