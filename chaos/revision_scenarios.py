@@ -28,15 +28,27 @@ REORDER_TOXIC = {"type": "latency", "stream": "upstream", "attributes": {"latenc
 separate connections, the later one overtakes the earlier about half of the time."""
 
 
+CUT_REPLIES = {"type": "timeout", "stream": "downstream", "attributes": {"timeout": 300}, "name": "cut_replies"}
+"""web_2's replies vanish for a moment: the revision is committed, the client gets a 502 (an
+unknown outcome) and retries under the same key, which the stack must treat as a replay."""
+
 TOXIC_AFTER_ARRIVALS = 4.0
 """Seconds the jitter stays on after the last student arrived: their revisions are still going out."""
 
+CUT_AT, CUT_FOR = 2.0, 0.5
+
 
 def reordering_toxics(seed: int, scenario: Scenario) -> list[FaultSpec]:
-    """The jitter on every web link for the whole load (healed after it)."""
-    duration = scenario.workload.duration + TOXIC_AFTER_ARRIVALS
-    return [FaultSpec(at=0.0, kind="toxic", target=link, duration=duration, params=dict(REORDER_TOXIC))
-            for link in WEB_LINKS]
+    """Jitter on both web links for the whole load; on web_2 it pauses for CUT_FOR seconds
+    while the replies are cut (faults on one link never overlap)."""
+    end = scenario.workload.duration + TOXIC_AFTER_ARRIVALS
+    resume = CUT_AT + CUT_FOR
+    return [
+        FaultSpec(at=0.0, kind="toxic", target="web_1", duration=end, params=dict(REORDER_TOXIC)),
+        FaultSpec(at=0.0, kind="toxic", target="web_2", duration=CUT_AT, params=dict(REORDER_TOXIC)),
+        FaultSpec(at=CUT_AT, kind="toxic", target="web_2", duration=CUT_FOR, params=dict(CUT_REPLIES)),
+        FaultSpec(at=resume, kind="toxic", target="web_2", duration=end - resume, params=dict(REORDER_TOXIC)),
+    ]
 
 
 _OPTIONS = {"expect_ops": ["session", "start", "revise", "read_answers", "finish"]}
@@ -44,7 +56,8 @@ _OPTIONS = {"expect_ops": ["session", "start", "revise", "read_answers", "finish
 _BASE = Scenario(
     name="answer_revisions",
     description="students revise answers several times; revisions sent twice, concurrently over jittered web "
-                "links, and held back until a newer one was acknowledged: the highest acknowledged revision is frozen",
+                "links, held back until a newer one was acknowledged, and retried after web_2's replies were cut: "
+                "the highest acknowledged revision is frozen",
     workload=WorkloadSpec(arrival_rate=2.0, duration=3.0, questions=4, poll_deadline=10.0,
                           revisions=RevisionSpec()),
     links=WEB_LINKS,
