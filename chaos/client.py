@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -32,6 +32,8 @@ class Call:
     value: dict[str, Any]
     json: dict[str, Any] | None = None
     headers: dict[str, str] | None = None
+    observe: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """What an ok reply adds to the completion's value (a read's result, a write's verdict)."""
 
 
 @dataclass
@@ -101,7 +103,9 @@ class ExamClient:
         self.counts[kind] += 1
         if kind != "ok" and error is None:
             error = str(body.get("detail", body))[:300] if body else f"HTTP {status}"
-        self.history.complete(invoked, kind, status=status, node=node, receipt_id=body.get("receipt_id"), error=error)
+        value = {**call.value, **call.observe(body)} if call.observe and kind == "ok" else call.value
+        self.history.complete(invoked, kind, value, status=status, node=node, receipt_id=body.get("receipt_id"),
+                              error=error)
         return CallResult(kind, status, body, process, 0)
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "OUTBOX_KINDS",
     "OutboxRow",
     "OutcomeRow",
+    "RevisionRow",
     "load_ledgers",
 ]
 
@@ -40,6 +41,7 @@ LANE_OF_KIND = {"merit": "merit", "narrative": "ai", "sms": "sms"}
 LEDGER_FILES = {
     "attempts": "attempts.json",
     "answers": "answers.json",
+    "answer_revisions": "answer_revisions.json",
     "outbox": "outbox.json",
     "outcomes": "outcomes.json",
     "ai_effects": "ai_effects.json",
@@ -73,6 +75,23 @@ class AnswerRow:
     idempotency_key: str | None = None
     node: str | None = None
     created_at: float | None = None
+    revision: int | None = None
+    """The current revision (absent in run folders older than answer revisions)."""
+
+
+@dataclass(frozen=True)
+class RevisionRow:
+    """One row of the append-only answer revision log."""
+
+    receipt_id: str
+    attempt_id: str
+    question: str
+    revision: int
+    content: str
+    idempotency_key: str | None = None
+    node: str | None = None
+    created_at: float | None = None
+    superseded: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -126,11 +145,12 @@ class ExamRow:
     answer_key: Mapping[str, str]
 
 
-Row = TypeVar("Row", AttemptRow, AnswerRow, OutboxRow, OutcomeRow, EffectRow, ExamRow)
+Row = TypeVar("Row", AttemptRow, AnswerRow, RevisionRow, OutboxRow, OutcomeRow, EffectRow, ExamRow)
 
 _ROW_TYPES: dict[str, type] = {
     "attempts": AttemptRow,
     "answers": AnswerRow,
+    "answer_revisions": RevisionRow,
     "outbox": OutboxRow,
     "outcomes": OutcomeRow,
     "ai_effects": EffectRow,
@@ -147,6 +167,7 @@ class Ledgers:
 
     attempts: tuple[AttemptRow, ...] | None = None
     answers: tuple[AnswerRow, ...] | None = None
+    answer_revisions: tuple[RevisionRow, ...] | None = None
     outbox: tuple[OutboxRow, ...] | None = None
     outcomes: tuple[OutcomeRow, ...] | None = None
     ai_effects: tuple[EffectRow, ...] | None = None
@@ -268,6 +289,8 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             return json.loads(value)
         except json.JSONDecodeError:
             return value
+    if name == "revision" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise LedgerFormatError(f"{where}: revision={value!r} is not a whole number >= 1")
     if name == "question_count":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LedgerFormatError(f"{where}: question_count={value!r} is not a whole number >= 1")

@@ -15,6 +15,7 @@ from chaos.isolation_scenarios import ISOLATION_SCENARIOS
 from chaos.nemesis import FaultSpec, periodic_schedule
 from chaos.runner import Scenario
 from chaos.scenarios_scale import SCALE_SCENARIOS
+from chaos.revision_scenarios import REVISION_SCENARIOS
 from chaos.valkey_stats import valkey_sampler
 from chaos.workload import WorkloadSpec
 from stack.config import CASE_AI_CALL_SECONDS, Settings
@@ -239,6 +240,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         *SCALE_SCENARIOS,
         *ISOLATION_SCENARIOS,
+        *REVISION_SCENARIOS,
     )
 }
 

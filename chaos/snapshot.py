@@ -16,7 +16,7 @@ import httpx
 
 __all__ = ["STACK_TABLES", "fetch_table", "snapshot_ledgers", "wait_until_settled"]
 
-STACK_TABLES = ("attempts", "answers", "outbox", "outcomes", "exams")
+STACK_TABLES = ("attempts", "answers", "answer_revisions", "outbox", "outcomes", "exams")
 PROVIDERS = ("ai", "sms")
 FINAL_OUTBOX = {"done", "failed"}
 

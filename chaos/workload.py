@@ -21,6 +21,7 @@ import httpx
 
 from chaos.client import Call, ExamClient
 from chaos.history import History
+from chaos.revision_workload import RevisionSpec, revise_answers
 
 __all__ = ["WorkloadSpec", "WorkloadStats", "run_workload", "student_flow"]
 
@@ -39,6 +40,7 @@ class WorkloadSpec:
     poll_interval: float = 0.25
     poll_deadline: float = 20.0  # seconds a student waits for a merit card
     max_tries: int = 6
+    revisions: RevisionSpec | None = None  # answers as autosaved revisions (chaos/revision_workload.py)
 
     def __post_init__(self) -> None:
         for name in ("arrival_rate", "duration", "request_timeout", "poll_interval", "poll_deadline"):
@@ -107,12 +109,16 @@ async def student_flow(
         return
     attempt_id = started.body["attempt_id"]
     process = started.process
-    for number in rng.sample(range(1, spec.exam_questions + 1), k=spec.questions):
-        question = f"q{number}"
-        process = await _answer(client, process, auth, attempt_id, question, rng.choice(OPTIONS))
-        if process is None:
-            stats.gave_up += 1
-            return
+    questions = [f"q{number}" for number in rng.sample(range(1, spec.exam_questions + 1), k=spec.questions)]
+    if spec.revisions is not None:
+        answered = await revise_answers(client, spec.revisions, rng, auth, attempt_id, questions)
+    else:
+        answered_on = await _answer_all(client, process, auth, attempt_id, questions, rng)
+        answered = answered_on is not None
+        process = process if answered_on is None else answered_on
+    if not answered:
+        stats.gave_up += 1
+        return
     finish = await client.call(
         process,
         Call("finish", "POST", f"/v1/attempts/{attempt_id}/finish", {"attempt_id": attempt_id}, headers=auth),
@@ -122,6 +128,18 @@ async def student_flow(
         return
     stats.finished += 1
     await _poll_merit_card(client, spec, finish.process, auth, attempt_id, stats)
+
+
+async def _answer_all(
+    client: ExamClient, process: int, auth: dict[str, str], attempt_id: str, questions: list[str], rng: random.Random
+) -> int | None:
+    """One answer per question, in order; the process to continue on, or None to give up."""
+    for question in questions:
+        next_process = await _answer(client, process, auth, attempt_id, question, rng.choice(OPTIONS))
+        if next_process is None:
+            return None
+        process = next_process
+    return process
 
 
 async def _answer(

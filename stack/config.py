@@ -20,6 +20,7 @@ from typing import Mapping
 from stack.paths import runs_dir
 
 __all__ = [
+    "ANSWER_REVISION_RULES",
     "CASE_AI_CALL_SECONDS",
     "CASE_MERIT_COMPUTE_SECONDS",
     "CASE_SMS_CALL_SECONDS",
@@ -139,6 +140,17 @@ def _parse_rate(name: str, raw: str) -> str:
     return raw
 
 
+ANSWER_REVISION_RULES = ("highest", "last-arrival", "compacting")
+"""PROCTOR_ANSWER_REVISIONS: the highest revision is current (correct), or a negative control."""
+
+
+def _parse_revision_rule(name: str, raw: str) -> str:
+    rule = raw.strip().lower()
+    if rule not in ANSWER_REVISION_RULES:
+        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(ANSWER_REVISION_RULES)}")
+    return rule
+
+
 def _parse_exams(name: str, raw: str) -> dict[str, int]:
     """``NOVA-101:20,NOVA-102:10`` -> {code: question count}."""
     exams: dict[str, int] = {}
@@ -189,6 +201,7 @@ class Settings:
     max_in_flight: int = 64  # PROCTOR_MAX_IN_FLIGHT: requests a node serves at once; more get 503 + Retry-After
     answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
     shared_lane: bool = False  # PROCTOR_SHARED_LANE: on = AI jobs join the merit queue (negative control, the seed's lane)
+    answer_revisions: str = "highest"  # PROCTOR_ANSWER_REVISIONS: last-arrival/compacting = negative controls
 
     def scaled(self, case_seconds: float) -> float:
         """Real seconds for a case-time duration."""
@@ -254,6 +267,7 @@ ENV_NAMES: dict[str, str] = {
     "max_in_flight": "PROCTOR_MAX_IN_FLIGHT",
     "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
     "shared_lane": "PROCTOR_SHARED_LANE",
+    "answer_revisions": "PROCTOR_ANSWER_REVISIONS",
 }
 
 _PARSERS = {
@@ -272,6 +286,7 @@ _PARSERS = {
     "trusted_proxies": _parse_addresses,
     "sms_allowlist": _parse_networks,
     "answer_write_behind": _parse_non_negative_float,
+    "answer_revisions": _parse_revision_rule,
     "reconciler_enabled": _parse_bool,
     "sms_idempotency": _parse_bool,
     "valkey_fresh_connections": _parse_bool,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+from chaos.checkers.answer_reads import check_answer_reads
 from chaos.checkers.answers import check_answers
 from chaos.checkers import connections, latency
 from chaos.checkers.base import (
@@ -23,10 +24,12 @@ from chaos.checkers.base import (
 from chaos.checkers.connections import check_connections
 from chaos.checkers.effects import check_effects
 from chaos.checkers.faults import check_faults
+from chaos.checkers.final_answers import check_final_answers
 from chaos.checkers.jobs import check_jobs
 from chaos.checkers.latency import check_latency
 from chaos.checkers.options import CheckOptions
 from chaos.checkers.payloads import check_payloads
+from chaos.checkers.revisions import check_revisions
 from chaos.checkers.stats import check_stats
 from chaos.history import Op
 from chaos.ledgers import Ledgers
@@ -39,13 +42,16 @@ __all__ = [
     "OptionsError",
     "Result",
     "UNKNOWN",
+    "check_answer_reads",
     "check_answers",
     "check_connections",
     "check_effects",
     "check_faults",
+    "check_final_answers",
     "check_jobs",
     "check_latency",
     "check_payloads",
+    "check_revisions",
     "check_safe",
     "check_stats",
     "compose",
@@ -56,6 +62,9 @@ CHECKERS: dict[str, Checker] = {
     "stats": check_stats,
     "faults": check_faults,
     "answers": check_answers,
+    "revisions": check_revisions,
+    "final_answers": check_final_answers,
+    "answer_reads": check_answer_reads,
     "effects": check_effects,
     "jobs": check_jobs,
     "payloads": check_payloads,

@@ -18,6 +18,10 @@ of the ``answers`` ledger:
   it (**idempotency_key_mismatch**), and the student the attempt was started for
   (**student_mismatch**; from the history, else the attempts ledger).
 
+Questions written as revisions (``revise`` ops) are left to the revision checkers
+(revisions, final_answers, answer_reads): their row holds the highest revision, not
+one answer, and is not judged here.
+
 An answer invoke without attempt_id, question, content or idempotency_key, an
 ``ok`` without a receipt id, or a row whose student cannot be verified makes the
 result unknown: a history the checker cannot read is not a history that passed.
@@ -34,6 +38,7 @@ from chaos.checkers.acknowledged import attempt_students
 from chaos.checkers.base import Result, build_result, unknown_unless_invalid
 from chaos.history import Op, pair_ops
 from chaos.ledgers import AnswerRow, Ledgers
+from chaos.revision_ops import REVISE
 
 __all__ = ["NAME", "check_answers", "fingerprint", "fingerprints"]
 
@@ -67,7 +72,8 @@ def check_answers(history: Sequence[Op], ledgers: Ledgers, options: object = Non
     if ledgers.answers is None:
         return Result.unknown(NAME, ledgers.missing("answers") + ["answers were never read: cannot tell lost from kept"])
     tries, malformed = _tries_by_key(history)
-    rows = _rows_by_key(ledgers.answers)
+    revised = _revised(history)
+    rows = _rows_by_key(row for row in ledgers.answers if (row.attempt_id, row.question) not in revised)
     bad: dict[str, list[Any]] = {"lost": [], "content_mismatch": [], "failed_but_present": [], "unexpected": []}
     info: dict[str, list[Any]] = {"recovered": [], "absent_info": []}
     for key, attempt in sorted(tries.items()):
@@ -108,7 +114,13 @@ def _tries_by_key(history: Sequence[Op]) -> tuple[dict[Key, _Tries], int]:
     return dict(tries), malformed
 
 
-def _rows_by_key(rows: Sequence[AnswerRow]) -> dict[Key, list[AnswerRow]]:
+def _revised(history: Sequence[Op]) -> set[Key]:
+    """Questions some ``revise`` op wrote (chaos/revision_ops.py)."""
+    return {(str(op.value.get("attempt_id")), str(op.value.get("question")))
+            for op in history if op.f == REVISE and op.type == "invoke" and isinstance(op.value, dict)}
+
+
+def _rows_by_key(rows: Iterable[AnswerRow]) -> dict[Key, list[AnswerRow]]:
     grouped: dict[Key, list[AnswerRow]] = defaultdict(list)
     for row in rows:
         grouped[(row.attempt_id, row.question)].append(row)

@@ -155,6 +155,8 @@ class LinkManager:
                 self.add(name, ports[service], push=False)
         if self.supervised and self.api_port is None:
             self.api_port = free_port()
+        if self.active:
+            self.write_config()  # only web_N links requested: their proxies come later, the file must exist now
 
     def add(self, name: str, upstream_port: int, push: bool = True) -> int:
         """Create or re-point the proxy ``name``; its listen port never changes once chosen."""

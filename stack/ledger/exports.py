@@ -8,7 +8,7 @@ from typing import Callable
 from sqlalchemy import Connection, select
 
 from stack.ledger.grading import answer_keys
-from stack.ledger.schema import answers, attempts, exams, outbox, outcomes
+from stack.ledger.schema import answer_revisions, answers, attempts, exams, outbox, outcomes
 
 __all__ = ["EXPORT_TABLES", "export_rows"]
 
@@ -26,11 +26,22 @@ def _answers(conn: Connection) -> list[dict]:
         select(
             answers.c.receipt_id, answers.c.attempt_id, attempts.c.student_id, answers.c.question,
             answers.c.content, answers.c.idempotency_key, answers.c.node, answers.c.created_at,
+            answers.c.revision,
         )
         .join(attempts, attempts.c.id == answers.c.attempt_id)
         .order_by(answers.c.created_at, answers.c.receipt_id)
     )
     return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def _answer_revisions(conn: Connection) -> list[dict]:
+    """The append-only revision log; ``answers`` is its current value per question."""
+    log = answer_revisions.c
+    query = select(
+        log.receipt_id, log.attempt_id, log.question, log.revision, log.content, log.idempotency_key,
+        log.node, log.created_at, log.superseded,
+    ).order_by(log.created_at, log.receipt_id)
+    return [{**dict(r._mapping), "superseded": bool(r.superseded)} for r in conn.execute(query)]
 
 
 def _outbox(conn: Connection) -> list[dict]:
@@ -62,6 +73,7 @@ def _exams(conn: Connection) -> list[dict]:
 EXPORT_TABLES: dict[str, Callable[[Connection], list[dict]]] = {
     "attempts": _attempts,
     "answers": _answers,
+    "answer_revisions": _answer_revisions,
     "outbox": _outbox,
     "outcomes": _outcomes,
     "exams": _exams,

@@ -26,6 +26,7 @@ __all__ = [
     "exams",
     "attempts",
     "answers",
+    "answer_revisions",
     "outbox",
     "outcomes",
     "audit_log",
@@ -106,7 +107,28 @@ answers = Table(
     Column("body_sha256", String(64), nullable=False),
     Column("node", String(64), nullable=False),
     Column("created_at", Float, nullable=False),
+    # the revision this row holds: the current one, highest accepted (stack/ledger/revisions.py)
+    Column("revision", Integer, nullable=False, server_default="1"),
     UniqueConstraint("attempt_id", "question", name="uq_answer_per_question"),
+)
+
+answer_revisions = Table(
+    "answer_revisions",
+    metadata,
+    # Append-only: one row per accepted revision, never updated or deleted. ``answers`` holds
+    # the current value (the highest revision); this is the log every receipt can be found in.
+    Column("receipt_id", String(64), primary_key=True),
+    Column("attempt_id", String(64), ForeignKey("attempts.id"), nullable=False),
+    Column("question", String(32), nullable=False),
+    Column("revision", Integer, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("idempotency_key", String(255), nullable=False),
+    Column("body_sha256", String(64), nullable=False),
+    Column("node", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("superseded", Integer, nullable=False),  # 1: a higher revision was current when this one arrived
+    UniqueConstraint("attempt_id", "question", "revision", name="uq_revision_per_question"),
+    UniqueConstraint("attempt_id", "idempotency_key", name="uq_revision_key"),
 )
 
 outbox = Table(

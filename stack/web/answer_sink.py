@@ -13,14 +13,14 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from stack.ledger.answers import Receipt, submit_answer
+from stack.ledger.revisions import RevisionPolicy, RevisionReceipt, submit_revision
 
 __all__ = ["AnswerSink", "DurableAnswers"]
 
 
 class AnswerSink(Protocol):
-    def accept(self, attempt_id: str, question: str, content: str, key: str) -> Receipt:
-        """A receipt for the answer, or ``AnswerRejected`` when it will never be accepted."""
+    def accept(self, attempt_id: str, question: str, revision: int, content: str, key: str) -> RevisionReceipt:
+        """A receipt for the answer revision, or ``AnswerRejected`` when it will never be accepted."""
         ...
 
     def close(self) -> None: ...
@@ -29,11 +29,12 @@ class AnswerSink(Protocol):
 class DurableAnswers:
     """Commit before the reply: the receipt exists only once the ledger has the answer."""
 
-    def __init__(self, engine: Engine, node: str) -> None:
+    def __init__(self, engine: Engine, node: str, policy: RevisionPolicy | None = None) -> None:
         self.engine, self.node = engine, node
+        self.policy = RevisionPolicy() if policy is None else policy  # the highest revision is current
 
-    def accept(self, attempt_id: str, question: str, content: str, key: str) -> Receipt:
-        return submit_answer(self.engine, attempt_id, question, content, key, self.node)
+    def accept(self, attempt_id: str, question: str, revision: int, content: str, key: str) -> RevisionReceipt:
+        return submit_revision(self.engine, self.policy, attempt_id, question, revision, content, key, self.node)
 
     def close(self) -> None:
         """Nothing is held in memory, so nothing to flush."""

@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stack.config import Settings, SettingsError, insecure_secrets, load_settings
 from stack.ledger.engine import make_engine
+from stack.ledger.revisions import revision_policy
 from stack.web import (
     routes_admin,
     routes_ailane,
@@ -62,10 +63,11 @@ def refuse_insecure_secrets(settings: Settings) -> None:
 
 
 def _answer_sink(settings: Settings, engine: Engine) -> AnswerSink:
-    """The node's one choice of answer sink: durable, unless the write-behind negative control is on."""
+    """The node's one choice of answer sink: durable (with the revision rule of PROCTOR_ANSWER_REVISIONS,
+    "highest" unless a negative control picks another), unless the write-behind negative control is on."""
     if settings.answer_write_behind > 0:
         return WriteBehind(engine, settings.node_name, settings.answer_write_behind)
-    return DurableAnswers(engine, settings.node_name)
+    return DurableAnswers(engine, settings.node_name, revision_policy(settings.answer_revisions))
 
 
 def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None) -> FastAPI:

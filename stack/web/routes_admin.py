@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 
-ExportTable = Literal["attempts", "answers", "outbox", "outcomes", "exams"]
+ExportTable = Literal["attempts", "answers", "answer_revisions", "outbox", "outcomes", "exams"]
 
 
 @router.post("/drain")

@@ -1,4 +1,5 @@
-"""PUT an answer: handed to the node's answer sink (the ledger, before the reply); Valkey plays no part."""
+"""PUT an answer revision and GET the current answers: committed to the ledger before the
+reply, read from it; Valkey plays no part. Revisions: stack/ledger/revisions.py."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from stack.ledger.answers import AnswerRejected
+from stack.ledger.revisions import REVISION_TAKEN, current_answers
 from stack.ledger.attempts import Attempt
 from stack.web.guards import account_limit, documented
 from stack.web.inputs import Text
@@ -27,11 +29,18 @@ _REJECTION_TEXT = {
     AnswerRejected.KEY_OTHER_BODY: "Idempotency-Key already used with a different body",
     AnswerRejected.KEY_OTHER_QUESTION: "Idempotency-Key already used for another question",
     AnswerRejected.QUESTION_ANSWERED: "question already answered under another Idempotency-Key",
+    REVISION_TAKEN: "this revision of the question was already written under another Idempotency-Key",
 }
 
 
 class AnswerBody(BaseModel):
     content: Text
+    revision: int = Field(
+        default=1, ge=1, le=2**31 - 1,
+        description="Client revision number of this question's answer, growing with every autosave. The "
+                    "highest accepted revision is the answer; a lower one arriving late is logged and "
+                    "acknowledged with superseded=true. Part of the body an Idempotency-Key is bound to.",
+    )
 
 
 def _check_question(attempt: Attempt, question: str, count: int | None) -> None:
@@ -51,14 +60,17 @@ def put_answer(
 ) -> dict:
     _check_question(attempt, question, state.question_count(attempt.exam_code))
     try:
-        receipt = state.answers.accept(attempt.id, question, body.content, key)
+        receipt = state.answers.accept(attempt.id, question, body.revision, body.content, key)
     except AnswerRejected as exc:
         status = _REJECTION_STATUS.get(exc.reason, 409)
         raise HTTPException(status_code=status, detail=_REJECTION_TEXT[exc.reason]) from None
     response.status_code = 200 if receipt.replayed else 201
-    return {
-        "receipt_id": receipt.receipt_id,
-        "attempt_id": receipt.attempt_id,
-        "question": receipt.question,
-        "replayed": receipt.replayed,
-    }
+    return receipt.as_reply()
+
+
+@router.get("/v1/attempts/{attempt_id}/answers", responses=documented(401, 403, 404, 429))
+def get_answers(attempt: AttemptDep, state: StateDep) -> dict:
+    """The current (highest accepted) revision of every answered question, read from the ledger."""
+    with state.read_engine.connect() as conn:
+        current = current_answers(conn, attempt.id)
+    return {"attempt_id": attempt.id, "answers": current}

@@ -21,7 +21,8 @@ from typing import Callable
 
 from sqlalchemy import Engine
 
-from stack.ledger.answers import AnswerRejected, Receipt, submit_answer
+from stack.ledger.answers import AnswerRejected
+from stack.ledger.revisions import RevisionPolicy, RevisionReceipt, submit_revision
 
 __all__ = ["PendingAnswer", "WriteBehind"]
 
@@ -33,6 +34,7 @@ class PendingAnswer:
     due: float
     attempt_id: str
     question: str
+    revision: int
     content: str
     key: str
     receipt_id: str
@@ -56,11 +58,12 @@ class WriteBehind:
         log.warning("answers are acknowledged before they are committed (write-behind %.2fs): "
                     "a negative control, never a real configuration", delay)
 
-    def accept(self, attempt_id: str, question: str, content: str, key: str) -> Receipt:
-        receipt = Receipt(uuid.uuid4().hex, attempt_id, question, replayed=False)  # never rejects: nothing checked yet
+    def accept(self, attempt_id: str, question: str, revision: int, content: str, key: str) -> RevisionReceipt:
+        # never rejects, and claims the revision is current: nothing has been checked yet
+        receipt = RevisionReceipt(uuid.uuid4().hex, attempt_id, question, revision, revision, replayed=False)
         with self._lock:
-            self._pending.append(PendingAnswer(self.clock() + self.delay, attempt_id, question, content, key,
-                                               receipt.receipt_id))
+            self._pending.append(PendingAnswer(self.clock() + self.delay, attempt_id, question, revision, content,
+                                               key, receipt.receipt_id))
         return receipt
 
     def wait_for(self, predicate: Callable[[], bool]) -> None:
@@ -88,7 +91,8 @@ class WriteBehind:
 
     def _commit(self, item: PendingAnswer) -> None:
         try:
-            submit_answer(self.engine, item.attempt_id, item.question, item.content, item.key, self.node)
+            submit_revision(self.engine, RevisionPolicy(), item.attempt_id, item.question, item.revision,
+                            item.content, item.key, self.node)
         except AnswerRejected as exc:  # e.g. finished meanwhile: the acknowledged answer is dropped
             log.warning("write-behind dropped %s/%s: %s", item.attempt_id, item.question, exc.reason)
         except Exception:

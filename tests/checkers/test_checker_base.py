@@ -95,6 +95,9 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
         "stats": False,
         "faults": UNKNOWN,  # no declared faults: cannot tell whether the chaos happened
         "answers": UNKNOWN,
+        "revisions": True,  # no revise op: nothing to check (stats' expect_ops guards a run that needs them)
+        "final_answers": True,
+        "answer_reads": True,
         "effects": UNKNOWN,
         "jobs": UNKNOWN,
         "payloads": UNKNOWN,
@@ -108,6 +111,7 @@ EXPORTS = {
         "CHECKERS", "CheckOptions", "Checker", "DETAIL_SECTIONS", "OptionsError", "Result", "UNKNOWN", "check_answers",
         "check_connections",
         "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
+        "check_answer_reads", "check_final_answers", "check_revisions",
     ],
     "chaos.checkers.base": [
         "CheckerOptions", "Checker", "MAX_EXAMPLES", "OptionsError", "Result", "Show", "UNKNOWN", "Validity",
@@ -125,6 +129,9 @@ EXPORTS = {
     "chaos.checkers.latency": ["LANES", "LatencyOptions", "NAME", "SLO_THRESHOLDS", "check_latency", "op_latencies",
                                "render_details", "resolve_slo_key"],
     "chaos.checkers.stats": ["NAME", "StatsOptions", "check_stats", "outcome_counts"],
+    "chaos.checkers.revisions": ["NAME", "check_revisions", "visibility_latencies"],
+    "chaos.checkers.final_answers": ["NAME", "check_final_answers"],
+    "chaos.checkers.answer_reads": ["NAME", "check_answer_reads"],
 }
 
 

@@ -20,7 +20,7 @@ def test_all_is_exact() -> None:
     assert sorted(ledgers_module.__all__) == sorted(
         [
             "AnswerRow", "AttemptRow", "EffectRow", "ExamRow", "LANE_OF_KIND", "LEDGER_FILES", "LedgerFormatError", "Ledgers",
-            "OUTBOX_KINDS", "OutboxRow", "OutcomeRow", "load_ledgers",
+            "OUTBOX_KINDS", "OutboxRow", "OutcomeRow", "RevisionRow", "load_ledgers",
         ]
     )
 

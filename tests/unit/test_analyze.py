@@ -134,9 +134,10 @@ def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: p
     assert capsys.readouterr().out == f"VALID\nreport: {run / 'report.md'}\n"
     report = json.loads((run / "report.json").read_text())
     assert (report["verdict"], report["valid"], report["name"], report["seed"], report["reproduce"]) == ("VALID", True, "kill-merit-worker", 7, REPRODUCE)
-    assert report["summary"] == {"valid": 8, "invalid": 0, "unknown": 0}
+    assert report["summary"] == {"valid": 11, "invalid": 0, "unknown": 0}
     assert {n: c["valid"] for n, c in report["checkers"].items()} == dict.fromkeys(
-        ["stats", "faults", "answers", "effects", "jobs", "payloads", "latency", "connections"], True)
+        ["stats", "faults", "answers", "revisions", "final_answers", "answer_reads", "effects", "jobs", "payloads",
+         "latency", "connections"], True)
     assert report["checkers"]["answers"]["counts"]["acknowledged"] == 2
     assert report["checkers"]["stats"]["counts"]["faults"] == 1
     assert report["options"]["outcome_deadline_seconds"] == 5.0
@@ -151,7 +152,7 @@ def test_report_md_shows_verdict_settings_both_times_and_reproduce(tmp_path: Pat
     run = build_run(tmp_path)
     analyze(run, plots=False)
     md = (run / "report.md").read_text()
-    assert "**Verdict: VALID** (8 valid, 0 invalid, 0 unknown)" in md
+    assert "**Verdict: VALID** (11 valid, 0 invalid, 0 unknown)" in md
     assert REPRODUCE in md
     assert "SIGKILL the merit worker mid-job\n\nSeed `7`, started 2027-01-15T08:00:00+00:00, ended 2027-01-15T08:00:05+00:00." in md
     assert "TIME_SCALE = 0.01 (real seconds per case second)" in md

@@ -17,7 +17,10 @@ from stack.web.app import create_admin_app, create_app
 
 EXPORT_FIELDS = {
     "attempts": ["attempt_id", "student_id", "exam_code", "status", "started_at", "finished_at"],
-    "answers": ["receipt_id", "attempt_id", "student_id", "question", "content", "idempotency_key", "node", "created_at"],
+    "answers": ["receipt_id", "attempt_id", "student_id", "question", "content", "idempotency_key", "node", "created_at",
+                "revision"],
+    "answer_revisions": ["receipt_id", "attempt_id", "question", "revision", "content", "idempotency_key", "node",
+                         "created_at", "superseded"],
     "outbox": ["operation_id", "attempt_id", "kind", "status", "attempts", "job_id", "last_error",
                "created_at", "enqueued_at", "done_at"],
     "outcomes": ["id", "operation_id", "attempt_id", "kind", "status", "payload", "created_at"],

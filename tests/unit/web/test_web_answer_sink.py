@@ -7,7 +7,8 @@ from sqlalchemy import Engine
 from web_support import RecordingDispatcher, TestClient, answer, count_rows, start, token_for
 
 from stack.config import Settings
-from stack.ledger.answers import AnswerRejected, Receipt
+from stack.ledger.answers import AnswerRejected
+from stack.ledger.revisions import RevisionReceipt
 from stack.ledger.schema import answers
 from stack.web.answer_sink import DurableAnswers
 from stack.web.app import create_app
@@ -18,12 +19,13 @@ class RecordingSink:
     """Stands in for whichever sink the node chose: receipts from here, nothing in the ledger."""
 
     def __init__(self) -> None:
-        self.accepted: list[tuple[str, str, str, str]] = []
+        self.accepted: list[tuple[str, str, int, str, str]] = []
         self.closed = False
 
-    def accept(self, attempt_id: str, question: str, content: str, key: str) -> Receipt:
-        self.accepted.append((attempt_id, question, content, key))
-        return Receipt(f"recorded-{len(self.accepted)}", attempt_id, question, replayed=False)
+    def accept(self, attempt_id: str, question: str, revision: int, content: str, key: str) -> RevisionReceipt:
+        self.accepted.append((attempt_id, question, revision, content, key))
+        return RevisionReceipt(f"recorded-{len(self.accepted)}", attempt_id, question, revision, revision,
+                               replayed=False)
 
     def close(self) -> None:
         self.closed = True
@@ -54,7 +56,7 @@ def test_the_handler_hands_every_answer_to_the_sink(settings: Settings, ledger: 
         attempt = start(client, token)
         reply = answer(client, token, attempt, "q2", "C", key="k-7")
     assert reply.status_code == 201 and reply.json()["receipt_id"] == "recorded-1"
-    assert recording.accepted == [(attempt, "q2", "C", "k-7")] and recording.closed
+    assert recording.accepted == [(attempt, "q2", 1, "C", "k-7")] and recording.closed
     assert count_rows(ledger, answers) == 0
 
 
@@ -63,9 +65,10 @@ def test_the_durable_sink_has_committed_before_it_returns(settings: Settings, le
     with TestClient(create_app(settings, dispatcher=dispatcher)) as client:
         attempt = start(client, token_for(client))
     sink = DurableAnswers(ledger, "web_test")
-    receipt = sink.accept(attempt, "q1", "A", "k-1")
+    receipt = sink.accept(attempt, "q1", 1, "A", "k-1")
     assert count_rows(ledger, answers) == 1 and receipt.replayed is False
-    assert sink.accept(attempt, "q1", "A", "k-1") == Receipt(receipt.receipt_id, attempt, "q1", replayed=True)
+    assert sink.accept(attempt, "q1", 1, "A", "k-1") == RevisionReceipt(receipt.receipt_id, attempt, "q1", 1, 1,
+                                                                        replayed=True)
     with pytest.raises(AnswerRejected) as rejected:
-        sink.accept("no-such-attempt", "q1", "A", "k-2")
+        sink.accept("no-such-attempt", "q1", 1, "A", "k-2")
     assert rejected.value.reason == AnswerRejected.UNKNOWN_ATTEMPT

@@ -181,11 +181,11 @@ def test_losing_an_insert_race_rereads_and_classifies(app_client: TestClient, le
     after our read. The retry must re-read and answer as a replay or a conflict."""
     from sqlalchemy.exc import IntegrityError
 
-    import stack.ledger.answers as module
+    import stack.ledger.revisions as module
 
     token = token_for(app_client)
     attempt = start(app_client, token)
-    winner = submit_answer(ledger, attempt, "q1", "B", "k", "other-node")
+    winner = module.submit_revision(ledger, module.RevisionPolicy(), attempt, "q1", 1, "B", "k", "other-node")
     real, calls = module._submit_in, []
 
     def lose_once(*args, **kwargs):  # type: ignore[no-untyped-def]
