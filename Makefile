@@ -18,3 +18,12 @@ test-fast: setup
 
 clean-runs:
 	rm -rf results/runs results/bench
+
+# The containerized stack (docker-compose.yml; docs/compose.md). Set-up installs the engine when
+# missing (root, Debian 12), builds the images without a registry, draws the secrets.
+.PHONY: compose-up compose-down
+compose-up: setup
+	@scripts/compose-setup.sh --up
+
+compose-down:
+	@scripts/compose-down.sh
