@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stack.embedded.ports import free_port
+from tests.unit.netsupport import free_port  # below the ephemeral range: no outgoing connection takes it
 from stack.embedded.secrets import read_roster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,7 +116,7 @@ def compose_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeRun
 
 
 def test_a_student_gets_a_merit_card_through_haproxy(compose_run: ComposeRun) -> None:
-    roster = sorted(read_roster(compose_run.run_dir, "NOVA-101").items())
+    roster = sorted(read_roster(compose_run.run_dir / "roster", "NOVA-101").items())
     assert len(roster) == 5  # PROCTOR_ROSTER_SIZE reached the ledger-init container
     student, code = roster[0]
     with httpx.Client(base_url=compose_run.api, trust_env=False, timeout=30) as client:
@@ -152,7 +152,7 @@ def test_admin_is_404_through_haproxy_and_served_on_the_loopback_port(compose_ru
         assert client.get(f"{compose_run.api}/admin/export/exams", headers=token).status_code == 404
         exported = client.get(f"{compose_run.admin}/admin/export/exams", headers=token)
         assert exported.status_code == 200, exported.text
-        assert [row["code"] for row in exported.json()["rows"]] == ["NOVA-101"]
+        assert [row["exam_code"] for row in exported.json()["rows"]] == ["NOVA-101"]
         assert client.get(f"{compose_run.admin}/admin/export/exams").status_code == 403  # the token still counts
 
 
