@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from chaos.analyze import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, analyze, exit_code
+from chaos.deployment.final_read import final_read, provider_urls
 from chaos.history import read_history
 from chaos.ramp_gate import completions, error_split, gate, latency_quantiles, read_ticks, step_rates, time_series
 from chaos.ramp_history import merge_histories
 from chaos.ramp_report import write_ramp_report
-from chaos.snapshot import snapshot_ledgers, wait_until_settled
 
 __all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main", "verdict_code"]
 
@@ -70,11 +70,10 @@ def haproxy_counters(socket_path: str) -> dict[str, Any]:
 
 
 def _final_read(run_dir: Path, config: dict[str, Any], token: str, notes: list[str]) -> None:
+    """The runner's final read (chaos.deployment.final_read), on the deployment's URLs from the config."""
     targets = config["targets"]
-    settled, waited, still_open = wait_until_settled(targets["admin"], token, float(config["quiet_timeout"]))
-    notes.append(f"quiet period: settled={settled} after {waited:.1f}s ({still_open} outbox rows open)")
-    providers = {name: targets[key] for name, key in (("ai", "ai_provider"), ("sms", "sms_gateway")) if targets.get(key)}
-    snapshot_ledgers(targets["admin"], providers, token, run_dir / "ledgers")
+    read = final_read(targets["admin"], provider_urls(targets), token, run_dir, float(config["quiet_timeout"]))
+    notes.append(read.summary())
 
 
 def _write_scenario(run_dir: Path, config: dict[str, Any], settings: dict[str, str]) -> None:

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from chaos.analyze import analyze
+from chaos.deployment import Deployment
 from chaos.history import History
 from chaos.monitor import run_monitor
 from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, run_schedule
-from chaos.snapshot import snapshot_ledgers, wait_until_settled
 from chaos.workload import WorkloadSpec, WorkloadStats, run_workload
 from stack.config import Settings
-from stack.embedded import EmbeddedStack, StackSpec
 from stack.embedded.secrets import read_roster
 
 __all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir", "RESULTS_ROOT"]
@@ -33,7 +32,7 @@ RESULTS_ROOT = Path("results/runs")
 
 Progress = Callable[[str], None]
 
-Background = Callable[[EmbeddedStack, History, asyncio.Event], Awaitable[dict[str, Any]]]
+Background = Callable[[Deployment, History, asyncio.Event], Awaitable[dict[str, Any]]]
 """A generator that runs beside the load until ``stop`` is set (e.g. the TLS churn
 generator); what it returns is stored under ``background`` in scenario.json."""
 
@@ -53,7 +52,7 @@ class Scenario:
     faults: Callable[[int, "Scenario"], list[FaultSpec]] = lambda seed, scenario: []
     options: dict[str, Any] = field(default_factory=dict)  # checker options (docs/checkers.md)
     quiet_timeout: float = 30.0  # max seconds for outcomes to settle after heal
-    prepare: Callable[[EmbeddedStack], None] | None = None  # e.g. set provider faults
+    prepare: Callable[[Deployment], None] | None = None  # e.g. set provider faults
     links: tuple[str, ...] = ()  # network links put behind the fault proxy (docs/architecture.md)
     valkey_maxclients: int | None = None
     background: dict[str, Background] = field(default_factory=dict)
@@ -102,21 +101,24 @@ def run_scenario(
     if time_scale is not None:
         settings["time_scale"] = time_scale
     run_dir = run_dir or new_run_dir(f"{scenario.name}-seed{seed}")
+    from chaos.deployment.embedded import EmbeddedDeployment
+    from stack.embedded import StackSpec
+
     spec = StackSpec(name=scenario.name, web=scenario.web, merit_workers=scenario.merit_workers,
                      ai_workers=scenario.ai_workers, sms_workers=scenario.sms_workers,
                      settings_overrides=settings, run_dir=run_dir, links=scenario.links,
                      valkey_maxclients=scenario.valkey_maxclients)
     progress(f"starting stack in {run_dir}")
-    stack = EmbeddedStack(spec)
-    stack.__enter__()
+    deployment = EmbeddedDeployment(spec)
+    deployment.start()
     try:
-        result = _run_on_stack(stack, scenario, seed, progress)
+        result = _run_on_stack(deployment, scenario, seed, progress)
     finally:
         if keep_stack:
-            stack.detach()  # the watchdog would otherwise stop it when this process exits
+            deployment.detach()  # the watchdog would otherwise stop it when this process exits
             progress(f"--keep-stack: stack left running; stop it with `proctor down {run_dir}`")
         else:
-            stack.__exit__(None, None, None)
+            deployment.stop()
     progress("analyzing")
     verdict = analyze(run_dir)
     result.verdict = verdict
@@ -124,7 +126,7 @@ def run_scenario(
     return result
 
 
-def _run_on_stack(stack: EmbeddedStack, scenario: Scenario, seed: int, progress: Progress) -> RunResult:
+def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Progress) -> RunResult:
     run_dir = stack.run_dir
     time_scale = stack.settings.time_scale
     faults = scenario.faults(seed, scenario)
@@ -145,20 +147,16 @@ def _run_on_stack(stack: EmbeddedStack, scenario: Scenario, seed: int, progress:
     finally:
         nemesis.heal()  # always, even when the load or a fault raised
         progress("healed")
-    allow_pending = frozenset(scenario.options.get("allow_pending", []))
-    settled, waited, still_open = wait_until_settled(  # exports: the admin listener, never the load balancer
-        stack.urls["admin"], stack.settings.admin_token, scenario.quiet_timeout, allow_pending)
-    progress(f"quiet period: settled={settled} after {waited:.1f}s ({still_open} outbox rows open)")
-    counts = snapshot_ledgers(stack.urls["admin"], {"ai": stack.urls["ai_provider"], "sms": stack.urls["sms_gateway"]},
-                              stack.settings.admin_token, run_dir / "ledgers")
+    final = stack.export(run_dir, scenario.quiet_timeout, frozenset(scenario.options.get("allow_pending", [])))
+    progress(final.summary())
     history.close()
-    meta.update(ended_at=time.time(), workload_stats=stats.as_dict(), recovery_seconds=round(waited, 3),
-                settled=settled, ledger_counts=counts, background=stats.background)
+    meta.update(ended_at=time.time(), workload_stats=stats.as_dict(), recovery_seconds=round(final.waited, 3),
+                settled=final.settled, ledger_counts=final.counts, background=stats.background)
     _write_json(run_dir / "scenario.json", meta)
-    return RunResult(run_dir, {}, None, stats.as_dict(), waited, reproduce)
+    return RunResult(run_dir, {}, None, stats.as_dict(), final.waited, reproduce)
 
 
-def _nemesis_for(stack: EmbeddedStack, scenario: Scenario) -> CompositeNemesis:
+def _nemesis_for(stack: Deployment, scenario: Scenario) -> CompositeNemesis:
     members: list[Any] = [ProcessNemesis(stack)]
     if scenario.links:
         from chaos.nemesis.network import NetworkNemesis
@@ -168,7 +166,7 @@ def _nemesis_for(stack: EmbeddedStack, scenario: Scenario) -> CompositeNemesis:
 
 
 async def _load_and_faults(
-    stack: EmbeddedStack, scenario: Scenario, seed: int, faults: list[FaultSpec], history: History,
+    stack: Deployment, scenario: Scenario, seed: int, faults: list[FaultSpec], history: History,
     nemesis: CompositeNemesis, progress: Progress,
 ) -> WorkloadStats:
     started = time.monotonic()
@@ -205,7 +203,7 @@ async def _tick(counts: Counter, started: float, progress: Progress) -> None:
 
 
 def _scenario_meta(
-    scenario: Scenario, seed: int, stack: EmbeddedStack, faults: list[FaultSpec], reproduce: str
+    scenario: Scenario, seed: int, stack: Deployment, faults: list[FaultSpec], reproduce: str
 ) -> dict[str, Any]:
     settings = stack.settings
     return {

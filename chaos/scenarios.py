@@ -43,7 +43,7 @@ def _one_busy_kill(target: str, **params: object):
     return schedule
 
 
-def _delay_sms_after_effect(stack) -> None:  # noqa: ANN001 - EmbeddedStack
+def _delay_sms_after_effect(stack) -> None:  # noqa: ANN001 - chaos.deployment.Deployment
     """The gateway records the SMS, then answers late: a kill then hides a completed send."""
     import httpx
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from toxiproxy import Toxiproxy
@@ -30,6 +30,9 @@ from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 from toxiproxy.proxy import Proxy
 
 from chaos.nemesis.base import FaultSpec, NemesisError
+
+if TYPE_CHECKING:
+    from chaos.deployment import Deployment
 
 __all__ = ["STREAMS", "TOXIC_TYPES", "NetworkNemesis"]
 
@@ -42,7 +45,7 @@ T = TypeVar("T")
 class NetworkNemesis:
     kinds = frozenset({"toxic", "link_down"})
 
-    def __init__(self, stack: Any, timeout: float = 10.0) -> None:  # stack.embedded.EmbeddedStack
+    def __init__(self, stack: Deployment, timeout: float = 10.0) -> None:
         self.stack = stack
         self.timeout = timeout
         url = stack.urls.get("faultproxy")

@@ -1,5 +1,6 @@
-"""Process faults on the embedded stack: kill -9 a component's whole process tree,
-pause/resume it (SIGSTOP/SIGCONT), restart it, or scale a pool.
+"""Process faults on a deployment (``chaos.deployment.Deployment``): kill -9 a
+component's whole process tree, pause/resume it (SIGSTOP/SIGCONT), restart it, or
+scale a pool (``Component.pool``: "web" or a lane).
 
 A kill switches the component's autorestart off until the fault ends, so the
 outage lasts as long as the schedule says; the end restarts it and waits until
@@ -13,11 +14,14 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from chaos.nemesis.base import FaultSpec, NemesisError
+
+if TYPE_CHECKING:
+    from chaos.deployment import Deployment
 
 __all__ = ["ProcessNemesis"]
 
@@ -25,7 +29,7 @@ __all__ = ["ProcessNemesis"]
 class ProcessNemesis:
     kinds = frozenset({"kill", "pause", "restart", "scale"})
 
-    def __init__(self, stack: Any, ready_timeout: float = 60.0) -> None:  # stack.embedded.EmbeddedStack
+    def __init__(self, stack: Deployment, ready_timeout: float = 60.0) -> None:
         self.stack = stack
         self.ready_timeout = ready_timeout
         self._killed: set[str] = set()
@@ -33,8 +37,9 @@ class ProcessNemesis:
         self._scaled: dict[str, int] = {}
 
     def _check_target(self, name: str) -> None:
-        if name not in self.stack.components():
-            raise NemesisError(f"unknown component {name!r}; running: {sorted(self.stack.components())}")
+        running = sorted(c.name for c in self.stack.components())
+        if name not in running:
+            raise NemesisError(f"unknown component {name!r}; running: {running}")
 
     def start(self, fault: FaultSpec) -> dict[str, Any]:
         if fault.kind == "scale":
@@ -97,7 +102,7 @@ class ProcessNemesis:
 
     def _scale(self, fault: FaultSpec) -> dict[str, Any]:
         pool, count = fault.target, int(fault.params["count"])
-        before = len([c for c in self.stack.components() if _pool_of(c) == pool])
+        before = len([c for c in self.stack.components() if c.pool == pool])
         self._scaled.setdefault(pool, before)
         self.stack.scale(pool, count)
         return {"from": before, "to": count}
@@ -139,9 +144,3 @@ class ProcessNemesis:
             self.stack.scale(pool, count)
         self._scaled.clear()
 
-
-def _pool_of(component: str) -> str:
-    """web_2 -> web; worker_merit_1 -> merit."""
-    if component.startswith("worker_"):
-        return component.split("_")[1]
-    return component.rsplit("_", 1)[0]

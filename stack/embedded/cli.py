@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from stack.components import STOP_STAGES, HealthProbe
 from stack.embedded import StackError
 from stack.embedded.manifest import MANIFEST_NAME, RUNS_DIR, read_manifest
 from stack.embedded.watchdog import is_alive, signal_tree
@@ -182,15 +183,10 @@ def _ident(pid: Any, ticks: Any) -> tuple[int, int] | None:
 
 
 def _health(entry: dict[str, Any]) -> str:
-    from stack.embedded.stack import http_probe
-    from stack.embedded.valkey import tls_ping
+    from stack.embedded.spec import probe_health
 
-    spec = entry.get("health") or {}
-    if "http" in spec:
-        return "ok" if http_probe(spec["http"], accept=spec.get("accept", "200")) else "FAIL"
-    if "valkey" in spec:
-        return "ok" if tls_ping(spec["valkey"], spec["ca"]) else "FAIL"
-    return "-"
+    result = probe_health(HealthProbe.from_dict(entry.get("health")), entry.get("pid"))
+    return "-" if result is None else "ok" if result else "FAIL"
 
 
 def status(argv: Sequence[str] | None = None) -> int:
@@ -261,14 +257,14 @@ def down(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-_LATE_KINDS = {"ai_provider": 1, "sms_gateway": 1, "faultproxy": 1, "toxiproxy-server": 1, "valkey": 2}  # every other kind stops in stage 0
-
-
 def _stop_in_stages(manifest: dict[str, Any], timeout: float) -> None:
-    """What the supervisor would do: front first, then providers, valkey last (SIGTERM per group)."""
+    """What the supervisor would do: front first, then providers, valkey last (SIGTERM per group).
+
+    Each entry carries its component's ``stop_stage`` (stack.components.STOP_STAGES); an entry
+    without one (a manifest older than that key) stops with the front."""
     entries = list(manifest.get("components", {}).values())
-    for stage in range(3):
-        chosen = [e for e in entries if _LATE_KINDS.get(e.get("kind", ""), 0) == stage]
+    for stage in sorted(set(STOP_STAGES.values()) | {0}):
+        chosen = [e for e in entries if int(e.get("stop_stage") or 0) == stage]
         mains = {i for i in (_ident(e.get("pid"), e.get("start_ticks")) for e in chosen) if i and is_alive(i)}
         for pid, _ in mains:  # each main process leads its own group
             os.killpg(pid, signal.SIGTERM)

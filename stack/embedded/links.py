@@ -61,6 +61,12 @@ WEB_WILDCARD = "web_*"
 _WEB_LINK = re.compile(r"^web_([1-9][0-9]*)$")
 _UPSTREAM_OF = {"valkey_web": "valkey", "valkey_workers": "valkey", "valkey_relay": "valkey",
                 "ai_provider": "ai_provider", "sms_gateway": "sms_gateway"}
+_LINKS_OF_ROLE: dict[str, dict[str, str]] = {
+    "web": {"PROCTOR_VALKEY_URL": "valkey_web"},
+    "relay": {"PROCTOR_VALKEY_URL": "valkey_relay"},
+    "worker": {"PROCTOR_VALKEY_URL": "valkey_workers", "PROCTOR_AI_URL": "ai_provider", "PROCTOR_SMS_URL": "sms_gateway"},
+}
+"""Which consumer role reaches which service through which link (the variable it reads)."""
 _API_TIMEOUT = 5.0
 
 
@@ -183,19 +189,11 @@ class LinkManager:
         os.replace(tmp, self.config_path)
 
     # ---------------------------------------------------------------- consumers
-    def env_for(self, component: str, valkey_url: str, ai_url: str, sms_url: str) -> dict[str, str]:
-        """Environment overrides for one component: the proxied addresses of its links."""
-        if component.startswith("web_"):
-            wanted = {"PROCTOR_VALKEY_URL": "valkey_web"}
-        elif component == "relay":
-            wanted = {"PROCTOR_VALKEY_URL": "valkey_relay"}
-        elif component.startswith("worker_"):
-            wanted = {"PROCTOR_VALKEY_URL": "valkey_workers", "PROCTOR_AI_URL": "ai_provider",
-                      "PROCTOR_SMS_URL": "sms_gateway"}
-        else:
-            return {}
+    def env_for(self, role: str, valkey_url: str, ai_url: str, sms_url: str) -> dict[str, str]:
+        """Environment overrides for a component of ``role`` (stack.components): the proxied
+        addresses of its links."""
         env = {}
-        for var, link_name in wanted.items():
+        for var, link_name in _LINKS_OF_ROLE.get(role, {}).items():
             port = self.listen_port(link_name)
             if port is None:
                 continue

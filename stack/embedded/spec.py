@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,12 +13,14 @@ from typing import Any
 
 import httpx
 
-from stack.config import ENV_NAMES
+from stack.components import LANES, POOLS, Component, HealthProbe
+from stack.config import ENV_NAMES, Settings, load_settings
 from stack.embedded import StackError
 from stack.embedded import valkey as vk
 from stack.embedded.links import validate_links
 from stack.embedded.manifest import RUNS_DIR
 from stack.embedded.ports import HOST
+from stack.embedded.secrets import HAPROXY_SOURCE, run_secrets
 
 __all__ = [
     "COMPONENT_MODULES",
@@ -26,9 +29,15 @@ __all__ = [
     "READY_DIR",
     "SCALABLE",
     "StackSpec",
+    "component_argv",
     "default_run_dir",
     "http_probe",
     "missing_component_modules",
+    "probe_health",
+    "python_component",
+    "stack_settings",
+    "web_component",
+    "worker_component",
 ]
 
 _UVICORN = ("--factory", "--host", HOST, "--port", "{port}", "--no-access-log", "--log-level", "warning",
@@ -57,10 +66,7 @@ COMPONENT_MODULES: dict[str, str] = {
 
 READY_DIR = "ready"
 """<run_dir>/ready/<worker>: the worker's pid, written once it can take a job ($PROCTOR_READY_FILE)."""
-SCALABLE = {"web": "web", "merit": "merit", "ai": "ai", "sms": "sms"}
-LANES = ("merit", "ai", "sms")
-STAGE_FRONT, STAGE_PROVIDERS, STAGE_VALKEY = 0, 1, 2
-"""Supervisor stop stages: front (web, haproxy, relay, workers), providers (+ fault proxy), valkey."""
+SCALABLE = {pool: pool for pool in POOLS}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 
 
@@ -105,6 +111,70 @@ class StackSpec:
 
     def worker_count(self, lane: str) -> int:
         return int(getattr(self, f"{lane}_workers"))
+
+
+def component_argv(spec: StackSpec, kind: str, name: str, run_dir: Path, port: int | None = None,
+                   lane: str = "") -> tuple[str, ...]:
+    """The argv of one component from its command template (StackSpec.commands or DEFAULT_COMMANDS)."""
+    values = {"python": sys.executable, "port": str(port or ""), "name": name, "lane": lane, "run_dir": str(run_dir)}
+    try:
+        return tuple(part.format(**values) for part in spec.command(kind))
+    except (KeyError, IndexError) as exc:
+        raise StackError(f"bad command template for {kind}: {spec.command(kind)}: {exc}") from None
+
+
+def web_component(spec: StackSpec, run_dir: Path, index: int, port: int, admin_port: int) -> Component:
+    name = f"web_{index}"
+    return Component(name, "web", index=index, argv=component_argv(spec, "web", name, run_dir, port),
+                     health=HealthProbe("http", f"http://{HOST}:{port}/readyz"), port=port, admin_port=admin_port)
+
+
+def python_component(spec: StackSpec, run_dir: Path, role: str, port: int | None = None) -> Component:
+    """A provider (HTTP health on ``port``) or the relay (alive)."""
+    health = HealthProbe("http", f"http://{HOST}:{port}/healthz") if port else HealthProbe("alive")
+    return Component(role, role, argv=component_argv(spec, role, role, run_dir, port), health=health, port=port)
+
+
+def worker_component(spec: StackSpec, run_dir: Path, lane: str, index: int) -> Component:
+    """Ready once its ready file names its pid; a stand-in command (tests) knows no ready file."""
+    name = f"worker_{lane}_{index}"
+    argv = component_argv(spec, "worker", name, run_dir, lane=lane)
+    if "worker" in spec.commands:
+        return Component(name, "worker", lane=lane, index=index, argv=argv)
+    ready_file = run_dir / READY_DIR / name
+    return Component(name, "worker", lane=lane, index=index, argv=argv,
+                     env={"PROCTOR_READY_FILE": str(ready_file)}, health=HealthProbe("ready_file", str(ready_file)))
+
+
+def probe_health(health: HealthProbe, pid: int | None) -> bool | None:
+    """One check of ``health`` for the process ``pid``; None when there is nothing to ask but "alive"."""
+    if health.kind == "http":
+        return http_probe(health.target, accept=health.accept)
+    if health.kind == "valkey":
+        return vk.tls_ping(health.target, Path(health.ca))
+    if health.kind == "ready_file":
+        try:  # the worker wrote its pid there after setting its liveness key: it can take a job
+            return pid is not None and Path(health.target).read_text().strip() == str(pid)
+        except OSError:
+            return False
+    return None
+
+
+def stack_settings(spec: StackSpec, run_dir: Path, urls: Mapping[str, str], ca_cert: Path) -> Settings:
+    """The settings every component runs with: the caller's environment (e.g. TIME_SCALE=...),
+    fresh run secrets, ``spec.settings_overrides``, then the run's own folder and addresses."""
+    overrides = dict(spec.settings_overrides)
+    if "run_dir" in overrides:
+        raise StackError("settings_overrides['run_dir']: use StackSpec.run_dir")
+    return load_settings().with_overrides(
+        **{**run_secrets(), "trusted_proxies": (HAPROXY_SOURCE,)},
+        **overrides,
+        run_dir=run_dir,
+        valkey_url=urls["valkey"],
+        valkey_ca=str(ca_cert),
+        ai_url=urls["ai_provider"],
+        sms_url=urls["sms_gateway"],
+    )
 
 
 def missing_component_modules(commands: Mapping[str, Sequence[str]] | None = None) -> list[str]:

@@ -100,6 +100,11 @@ def test_topology_urls_settings_and_manifest(stack: EmbeddedStack) -> None:
     assert manifest["status"] == "ready" and manifest["urls"] == stack.urls
     assert manifest["versions"]["valkey"].startswith("valkey-server 8")
     assert manifest["settings"]["TIME_SCALE"] == "0.5"
+    entries = manifest["components"]
+    assert {k: entries["worker_merit_2"][k] for k in ("role", "lane", "index", "stop_stage")} == {
+        "role": "worker", "lane": "merit", "index": 2, "stop_stage": 0}
+    assert [entries[n]["stop_stage"] for n in ("web_1", "ai_provider", "valkey")] == [0, 1, 2]
+    assert stack.component("valkey").health.kind == "valkey" and stack.component("relay").health.kind == "alive"
     client = stack.valkey()
     assert client.ping() and client.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
     with stack.engine.connect() as conn:
@@ -122,11 +127,18 @@ def test_scale_web_and_workers(stack: EmbeddedStack) -> None:
     stack.scale("merit", 2)
     assert {"web_3", "worker_merit_2"} <= set(stack.components())
     assert set(server_states(stack.urls["haproxy_socket"])) == {"web_1", "web_2", "web_3"}
+    table = stack.component_table()
+    assert [(c.name, c.index) for c in table.pool("web")] == [("web_1", 1), ("web_2", 2), ("web_3", 3)]
+    assert table.get("web_3").pgid in stack.pids("web_3") and stack.urls["web_3"].endswith(str(table.get("web_3").port))
+    assert read_manifest(stack.run_dir)["components"]["web_3"]["index"] == 3
     removed = stack.pids("web_3")
     stack.scale("web", 1)
     stack.scale("merit", 0)
     assert set(server_states(stack.urls["haproxy_socket"])) == {"web_1"}
     assert not any(n.startswith("worker_merit") for n in stack.components())
+    table = stack.component_table()
+    assert [c.name for c in table.pool("web")] == ["web_1"] and table.pool("merit") == []
+    assert "web_3" not in stack.urls and "web_2_admin" not in stack.ports
     assert _wait_gone(set(removed), 2) == set()
 
 
@@ -215,7 +227,7 @@ def test_a_port_taken_before_the_child_binds_is_retried(
                      run_dir=tmp_path / "run", commands=commands)
     try:
         with EmbeddedStack(spec) as running:
-            assert taken not in running._ports.values()
+            assert taken not in running.ports.values()
             assert running.valkey().ping()
             assert running.settings.valkey_url == running.urls["valkey"]
     finally:

@@ -150,10 +150,10 @@ def test_link_env_points_consumers_at_their_proxies(tmp_path: Path) -> None:
     links.add("web_4", 7004)
     p = {name: int(link["listen"].rsplit(":", 1)[1]) for name, link in links.links().items()}
     assert sorted(p) == ["sms_gateway", "valkey_workers", "web_4"]
-    assert links.env_for("worker_sms_1", "rediss://127.0.0.1:7001/0", "", "") == {
+    assert links.env_for("worker", "rediss://127.0.0.1:7001/0", "", "") == {
         "PROCTOR_VALKEY_URL": f"rediss://127.0.0.1:{p['valkey_workers']}/0",
         "PROCTOR_SMS_URL": f"http://127.0.0.1:{p['sms_gateway']}"}
-    assert links.env_for("web_1", "rediss://127.0.0.1:7001/0", "", "") == {}  # valkey_web not requested
+    assert links.env_for("web", "rediss://127.0.0.1:7001/0", "", "") == {}  # valkey_web not requested
     assert links.env_for("relay", "rediss://127.0.0.1:7001/0", "", "") == {}
     argv = links.argv()
     assert argv[1:3] == ["-m", "chaos.faultproxy"] and argv[argv.index("--seed") + 1] == "3"
@@ -165,3 +165,17 @@ def test_link_env_points_consumers_at_their_proxies(tmp_path: Path) -> None:
     assert links.links()["web_4"] == {"listen": f"127.0.0.1:{p['web_4']}", "upstream": "127.0.0.1:7005"}
     links.remove("web_4")
     assert "web_4" not in json.dumps(json.loads(links.config_path.read_text()))
+
+
+def test_down_without_a_supervisor_stops_by_the_manifests_stop_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stack.embedded import cli
+
+    signalled: list[int] = []
+    monkeypatch.setattr(cli, "is_alive", lambda ident: ident[0] not in signalled)
+    monkeypatch.setattr(cli.os, "killpg", lambda pid, sig: signalled.append(pid))
+    entries = {"valkey": {"pid": 1, "start_ticks": 9, "stop_stage": 2},
+               "sms_gateway": {"pid": 2, "start_ticks": 9, "stop_stage": 1},
+               "worker_sms_1": {"pid": 3, "start_ticks": 9, "stop_stage": 0},
+               "old_entry": {"pid": 4, "start_ticks": 9}}  # a manifest from before stop_stage: the front
+    cli._stop_in_stages({"components": entries}, timeout=3.0)
+    assert signalled in ([3, 4, 2, 1], [4, 3, 2, 1])

@@ -1,0 +1,105 @@
+"""``EmbeddedDeployment``: the ``Deployment`` interface over the embedded runner.
+
+``stack.embedded`` (FastAPI, RQ, SQLAlchemy, redis-py) is imported when an adapter is
+built, never when this module is imported: a harness pointed at another deployment
+does not need the reference stack's dependencies.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from chaos.deployment.final_read import FinalRead, final_read, provider_urls
+from stack.components import Component
+from stack.config import Settings
+
+if TYPE_CHECKING:
+    from stack.embedded.stack import EmbeddedStack, StackSpec
+
+__all__ = ["EmbeddedDeployment"]
+
+
+class EmbeddedDeployment:
+    """Wraps a ``StackSpec`` (a new stack) or an ``EmbeddedStack`` (already built, maybe running)."""
+
+    def __init__(self, spec: StackSpec | None = None, stack: EmbeddedStack | None = None) -> None:
+        if spec is not None and stack is not None:
+            raise ValueError("EmbeddedDeployment: pass spec or stack, not both")
+        if stack is None:
+            from stack.embedded.stack import EmbeddedStack
+
+            stack = EmbeddedStack(spec)
+        self.stack = stack
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self.stack.start()
+
+    def stop(self) -> None:
+        self.stack.stop()
+
+    def detach(self) -> None:
+        """Leave the processes running after we exit (``proctor down RUN_DIR`` stops them)."""
+        self.stack.detach()
+
+    def __enter__(self) -> EmbeddedDeployment:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ what runs
+    @property
+    def run_dir(self) -> Path:
+        return self.stack.run_dir
+
+    @property
+    def settings(self) -> Settings:
+        return self.stack.settings
+
+    @property
+    def urls(self) -> dict[str, str]:
+        return self.stack.urls
+
+    def components(self) -> list[Component]:
+        return list(self.stack.component_table())
+
+    def links(self) -> dict[str, dict[str, str]]:
+        return self.stack.links()
+
+    def pids(self, component: str) -> list[int]:
+        return self.stack.pids(component)
+
+    # ------------------------------------------------------------ faults
+    def kill(self, component: str, sig: int = signal.SIGKILL) -> list[int]:
+        return self.stack.kill(component, sig)
+
+    def pause(self, component: str) -> list[int]:
+        return self.stack.pause(component)
+
+    def resume(self, component: str) -> list[int]:
+        return self.stack.resume(component)
+
+    def restart(self, component: str) -> None:
+        self.stack.restart(component)
+
+    def set_autorestart(self, component: str, enabled: bool) -> None:
+        self.stack.set_autorestart(component, enabled)
+
+    def wait_healthy(self, component: str, timeout: float = 30.0) -> None:
+        self.stack.wait_healthy(component, timeout)
+
+    def ready_seconds(self, component: str) -> float | None:
+        return self.stack.ready_seconds(component)
+
+    def scale(self, pool: str, n: int) -> None:
+        self.stack.scale(pool, n)
+
+    # ------------------------------------------------------------ the final read
+    def export(self, dest: Path, quiet_timeout: float, allow_pending: frozenset[str] = frozenset()) -> FinalRead:
+        urls = self.urls
+        return final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest, quiet_timeout,
+                          allow_pending)

@@ -1,0 +1,193 @@
+"""What runs where in one embedded stack: its component table and what follows from it.
+
+``Topology`` builds each ``Component`` (through the builders of ``spec.py``) with its
+ports, and derives the rest from the table alone: the URLs, the ports, the links a
+component reaches its services through, HAProxy's backends and the manifest's
+component entries. The stack (``stack.py``) decides when to start what.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from stack.components import Component, ComponentTable, HealthProbe
+from stack.config import Settings
+from stack.embedded import StackError
+from stack.embedded import haproxy as hap
+from stack.embedded import valkey as vk
+from stack.embedded.certs import CertPaths
+from stack.embedded.links import COMPONENT as FAULTPROXY
+from stack.embedded.links import LinkManager
+from stack.embedded.ports import HOST
+from stack.embedded.secrets import HAPROXY_SOURCE
+from stack.embedded.spec import StackSpec, probe_health, python_component, web_component, worker_component
+from stack.embedded.supervisor import ProcessSpec, Probe, Supervisor
+
+__all__ = ["SERVICES", "Topology"]
+
+SERVICES = ("valkey", "ai_provider", "sms_gateway", "haproxy")
+"""Every other component is pointed at these, so their ports are chosen first."""
+
+
+class Topology:
+    def __init__(self, spec: StackSpec, run_dir: Path, links: LinkManager) -> None:
+        self.spec = spec
+        self.run_dir = run_dir
+        self.links = links
+        self.table = ComponentTable()
+        self.haproxy_socket: Path | None = None
+
+    # ------------------------------------------------------------ derived from the table
+    def port(self, name: str) -> int:
+        port = self.table.get(name).port
+        assert port is not None, name
+        return port
+
+    @property
+    def urls(self) -> dict[str, str]:
+        """api (HAProxy), admin (first web node's admin listener), the services, each web node,
+        haproxy_socket and faultproxy; empty before the services are planned."""
+        if "haproxy" not in self.table:
+            return {}
+        urls = {"api": _http(self.port("haproxy")), "ai_provider": _http(self.port("ai_provider")),
+                "sms_gateway": _http(self.port("sms_gateway")), "valkey": vk.valkey_url(self.port("valkey"))}
+        if self.links.active:
+            urls["faultproxy"] = self.links.url
+        for web in self.table.pool("web"):
+            urls.update({web.name: _http(web.port), f"{web.name}_admin": _http(web.admin_port)})
+            urls.setdefault("admin", urls[f"{web.name}_admin"])
+        if self.haproxy_socket is not None:
+            urls["haproxy_socket"] = str(self.haproxy_socket)
+        return urls
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """Every port the stack listens on, by component (``web_N_admin``: a node's admin listener)."""
+        ports = {}
+        for component in self.table:
+            if component.port is not None:
+                ports[component.name] = component.port
+            if component.admin_port is not None:
+                ports[f"{component.name}_admin"] = component.admin_port
+        return ports
+
+    def link_env(self, component: Component | None) -> dict[str, str]:
+        """The environment that points ``component`` at the proxies of its links."""
+        if not self.links.active or component is None:
+            return {}
+        urls = self.urls
+        return self.links.env_for(component.role, urls["valkey"], urls["ai_provider"], urls["sms_gateway"])
+
+    def manifest_entries(self, sup: Supervisor) -> dict[str, dict[str, Any]]:
+        entries = {}
+        trees = sup.trees()
+        for name in trees:
+            try:
+                entry: dict[str, Any] = dict(sup.info(name))
+                entry["argv"] = list(sup.spec(name).argv)
+                component = self.table.get(name)
+            except (StackError, KeyError):
+                continue  # removed (scale down) since the snapshot
+            entry.update(component.manifest_entry())
+            if self.link_env(component):
+                entry["via_links"] = self.link_env(component)  # environment pointing at proxies
+            tree = sorted(trees[name])
+            entry.update(pids=[pid for pid, _ in tree], tree=[list(i) for i in tree])
+            entries[name] = entry
+        return entries
+
+    # ------------------------------------------------------------ running components
+    def env(self, name: str, settings: Settings) -> dict[str, str]:
+        """The environment of a process of the stack: ours, the settings, its links, its own additions."""
+        component = self.table.get(name) if name in self.table else None
+        env = dict(os.environ)
+        env.update(settings.to_env())
+        env.update(self.link_env(component))
+        env.update(PROCTOR_COMPONENT=name, PROCTOR_NODE_NAME=name, PYTHONUNBUFFERED="1")
+        if component is not None:
+            if component.admin_port is not None:
+                env["PROCTOR_ADMIN_PORT"] = str(component.admin_port)
+            env.update(component.env)
+        return env
+
+    def process_spec(self, component: Component, settings: Settings, pid_of: Callable[[str], int | None]) -> ProcessSpec:
+        """How the supervisor runs a component; Valkey, HAProxy and the fault proxy get our environment only."""
+        alive_only = component.health.kind == "alive"
+        own_env = component.role in ("valkey", "haproxy", "faultproxy")
+        env = dict(os.environ) if own_env else self.env(component.name, settings)
+        return ProcessSpec(component.name, component.argv, env=env, ready=self._readiness(component, pid_of),
+                           settle=self.spec.worker_settle if alive_only else 0.0, stop_stage=component.stop_stage)
+
+    def _readiness(self, component: Component, pid_of: Callable[[str], int | None]) -> Probe | None:
+        if component.role == "faultproxy":
+            return self.links.ready  # its API answers and every planned proxy exists
+        if component.health.kind == "alive":
+            return None  # ready once alive for StackSpec.worker_settle
+        health, name = component.health, component.name
+        return lambda: bool(probe_health(health, pid_of(name)))
+
+    # ------------------------------------------------------------ building components
+    def plan_services(self, allocate: Callable[[], int]) -> None:
+        for role in SERVICES:
+            self.table.put(Component(role, role, port=allocate()))
+
+    def move(self, name: str, port: int) -> None:
+        """A service lost its port to another process: it (and its link, if any) moves."""
+        self.table.put(replace(self.table.get(name), port=port))
+        if name in ("ai_provider", "sms_gateway") and self.links.wants(name):
+            self.links.add(name, port)
+
+    def valkey(self, binary: Path, certs: CertPaths) -> Component:
+        port = self.port("valkey")
+        conf = vk.write_valkey_config(self.run_dir, port, certs, self.spec.maxmemory, self.spec.valkey_maxclients)
+        health = HealthProbe("valkey", vk.valkey_url(port), ca=str(certs.ca_cert))
+        argv = tuple(vk.valkey_argv(binary, conf))
+        return self.table.put(Component("valkey", "valkey", argv=argv, health=health, port=port))
+
+    def python(self, role: str) -> Component:
+        """A provider (on its planned port) or the relay."""
+        port = self.table.get(role).port if role in self.table else None
+        return self.table.put(python_component(self.spec, self.run_dir, role, port))
+
+    def web(self, index: int, port: int, admin_port: int) -> Component:
+        component = self.table.put(web_component(self.spec, self.run_dir, index, port, admin_port))
+        if self.links.wants(component.name):
+            self.links.add(component.name, port)  # HAProxy reaches the node through it
+        return component
+
+    def worker(self, lane: str, index: int) -> Component:
+        return self.table.put(worker_component(self.spec, self.run_dir, lane, index))
+
+    def write_haproxy_config(self, without: Sequence[str] = ()) -> Path:
+        webs = {c.name: self.links.listen_port(c.name) or c.port or 0
+                for c in self.table.pool("web") if c.name not in without}
+        config, sock = hap.write_haproxy_config(self.run_dir, self.port("haproxy"), webs, source=HAPROXY_SOURCE)
+        self.haproxy_socket = sock
+        return config
+
+    def haproxy(self, binary: Path) -> Component:
+        config = self.write_haproxy_config()
+        # Ready once the frontend answers at all: a 503 still proves HAProxy is up.
+        health = HealthProbe("http", f"{self.urls['api']}/healthz", accept="any")
+        argv = tuple(hap.haproxy_argv(binary, config))
+        return self.table.put(Component("haproxy", "haproxy", argv=argv, health=health, port=self.port("haproxy")))
+
+    def faultproxy_stage(self) -> list[Component]:
+        """Plan the fixed links' proxies; the supervised fault proxy to start, if any."""
+        if not self.links.active:
+            return []
+        self.links.plan_services(self.ports)
+        return [self.faultproxy()] if self.links.supervised else []
+
+    def faultproxy(self) -> Component:
+        health = HealthProbe("http", f"{self.links.url}/proxies")
+        return self.table.put(Component(FAULTPROXY, "faultproxy", argv=tuple(self.links.argv()), health=health,
+                                        port=self.links.api_port, kind=self.links.backend))
+
+
+def _http(port: int | None) -> str:
+    return f"http://{HOST}:{port}"

@@ -1,0 +1,176 @@
+"""The deployment interface (chaos/deployment): the embedded adapter conforms, the nemesis needs
+nothing else, and the harness side imports no stack dependency."""
+
+from __future__ import annotations
+
+import inspect
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.deployment import Deployment, FinalRead
+from chaos.deployment.embedded import EmbeddedDeployment
+from chaos.nemesis import FaultSpec, NemesisError, ProcessNemesis
+from stack.components import Component, ComponentTable
+from stack.config import Settings
+
+_MEMBERS = [name for name in dir(Deployment) if not name.startswith("_")]
+
+
+def _mismatches(cls: type) -> list[str]:
+    """Members of Deployment that ``cls`` lacks, or whose parameters (names, kinds, defaults) differ."""
+    problems = []
+    for name in _MEMBERS:
+        wanted = inspect.getattr_static(Deployment, name)
+        if not hasattr(cls, name):
+            problems.append(f"{name}: missing")
+        elif callable(wanted) and not isinstance(wanted, property):
+            want = [(p.name, p.default) for p in inspect.signature(wanted).parameters.values()]
+            have = [(p.name, p.default) for p in inspect.signature(getattr(cls, name)).parameters.values()]
+            if want != have:
+                problems.append(f"{name}: parameters {[n for n, _ in have]} != {[n for n, _ in want]}")
+    return problems
+
+
+class FakeDeployment:
+    """A deployment in memory: what a compose adapter has to offer, and no more."""
+
+    def __init__(self, pools: dict[str, int]) -> None:
+        self.table = ComponentTable([Component("relay", "relay")])
+        self.calls: list[tuple[Any, ...]] = []
+        for pool, n in pools.items():
+            self.scale(pool, n)
+
+    run_dir = Path("/nonexistent")
+    settings = Settings()
+    urls = {"api": "http://127.0.0.1:1", "admin": "http://127.0.0.1:2", "ai_provider": "", "sms_gateway": ""}
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def components(self) -> list[Component]:
+        return self.table.with_pgids({c.name: 100 + i for i, c in enumerate(self.table)})
+
+    def pids(self, component: str) -> list[int]:
+        return [1000]
+
+    def kill(self, component: str, sig: int = signal.SIGKILL) -> list[int]:
+        self.calls.append(("kill", component, sig))
+        return [1000]
+
+    def pause(self, component: str) -> list[int]:
+        self.calls.append(("pause", component))
+        return [1000]
+
+    def resume(self, component: str) -> list[int]:
+        self.calls.append(("resume", component))
+        return [1000]
+
+    def restart(self, component: str) -> None:
+        self.calls.append(("restart", component))
+
+    def set_autorestart(self, component: str, enabled: bool) -> None:
+        self.calls.append(("autorestart", component, enabled))
+
+    def wait_healthy(self, component: str, timeout: float = 30.0) -> None:
+        self.calls.append(("wait_healthy", component))
+
+    def ready_seconds(self, component: str) -> float | None:
+        return 0.25
+
+    def scale(self, pool: str, n: int) -> None:
+        self.calls.append(("scale", pool, n))
+        current = self.table.pool(pool)
+        for index in range(len(current) + 1, n + 1):
+            name, lane = (f"web_{index}", None) if pool == "web" else (f"worker_{pool}_{index}", pool)
+            self.table.add(Component(name, "web" if pool == "web" else "worker", lane=lane, index=index))
+        for component in current[n:]:
+            self.table.remove(component.name)
+
+    def links(self) -> dict[str, dict[str, str]]:
+        return {}
+
+    def export(self, dest: Path, quiet_timeout: float, allow_pending: frozenset[str] = frozenset()) -> FinalRead:
+        return FinalRead(True, 0.0, 0, {})
+
+
+NoExport = type("NoExport", (), {k: v for k, v in vars(FakeDeployment).items()
+                                 if k not in ("export", "__dict__", "__weakref__")})
+
+
+class OldScale(FakeDeployment):
+    def scale(self, kind: str, n: int) -> None:  # type: ignore[override]
+        super().scale(kind, n)
+
+
+def test_the_embedded_adapter_conforms(tmp_path: Path) -> None:
+    deployment = EmbeddedDeployment(stack=None, spec=_spec(tmp_path))
+    assert {"start", "stop", "kill", "pause", "restart", "scale", "urls", "links", "export", "components"} <= set(_MEMBERS)
+    assert isinstance(deployment, Deployment)
+    assert _mismatches(EmbeddedDeployment) == []
+    assert deployment.run_dir == (tmp_path / "run").resolve() and deployment.urls == {}  # nothing started
+
+
+def test_the_conformance_check_catches_a_missing_or_different_member() -> None:
+    assert isinstance(FakeDeployment({}), Deployment) and _mismatches(FakeDeployment) == []
+    assert _mismatches(OldScale) == ["scale: parameters ['self', 'kind', 'n'] != ['self', 'pool', 'n']"]
+    assert not isinstance(NoExport({}), Deployment) and _mismatches(NoExport) == ["export: missing"]
+
+
+def test_the_adapter_takes_a_spec_or_a_stack_not_both(tmp_path: Path) -> None:
+    from stack.embedded.stack import EmbeddedStack
+
+    stack = EmbeddedStack(_spec(tmp_path))
+    assert EmbeddedDeployment(stack=stack).stack is stack
+    with pytest.raises(ValueError, match="spec or stack, not both"):
+        EmbeddedDeployment(_spec(tmp_path), stack=stack)
+
+
+def test_process_nemesis_scales_pools_through_the_interface() -> None:
+    fake = FakeDeployment({"web": 2, "merit": 2, "ai": 1})
+    nemesis = ProcessNemesis(fake)
+    fault = FaultSpec(at=0, kind="scale", target="merit", duration=1, params={"count": 0})
+    assert nemesis.start(fault) == {"from": 2, "to": 0}  # the ai worker is not in the merit pool
+    assert fake.table.pool("merit") == []
+    nemesis.end(fault)
+    assert [c.name for c in fake.table.pool("merit")] == ["worker_merit_1", "worker_merit_2"]
+    web = FaultSpec(at=0, kind="scale", target="web", duration=1, params={"count": 3})
+    assert nemesis.start(web) == {"from": 2, "to": 3}
+    nemesis.heal()
+    assert len(fake.table.pool("web")) == 2
+
+
+def test_process_nemesis_kills_and_revives_through_the_interface() -> None:
+    fake = FakeDeployment({"merit": 1})
+    nemesis = ProcessNemesis(fake)
+    kill = FaultSpec(at=0, kind="kill", target="worker_merit_1", duration=1)
+    assert nemesis.start(kill)["pids"] == [1000]
+    assert fake.calls[-2:] == [("autorestart", "worker_merit_1", False), ("kill", "worker_merit_1", signal.SIGKILL)]
+    ended = nemesis.end(kill)
+    assert ended["ready"] is True and ended["startup_seconds"] == 0.25
+    assert fake.calls[-2:] == [("autorestart", "worker_merit_1", True), ("wait_healthy", "worker_merit_1")]
+    with pytest.raises(NemesisError, match=r"unknown component 'worker_merit_2'; running: \['relay', 'worker_merit_1'\]"):
+        nemesis.start(FaultSpec(at=0, kind="kill", target="worker_merit_2", duration=1))
+
+
+def test_the_harness_side_imports_no_stack_dependency() -> None:
+    heavy = ("fastapi", "rq", "sqlalchemy", "redis", "stack.embedded.stack")
+    probe = ("import sys, chaos.deployment, chaos.deployment.embedded\n"
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+             "from chaos.deployment.embedded import EmbeddedDeployment\n"
+             "EmbeddedDeployment(__import__('stack.embedded.stack').embedded.stack.StackSpec(run_dir='/tmp/x'))\n"
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n")
+    lines = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert lines[0] == "[]"
+    assert "stack.embedded.stack" in lines[1]  # the control: building an adapter does import the stack
+
+
+def _spec(tmp_path: Path) -> Any:
+    from stack.embedded.stack import StackSpec
+
+    return StackSpec(name="conf", run_dir=tmp_path / "run")
