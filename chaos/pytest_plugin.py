@@ -28,6 +28,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="real seconds per case second for every seed duration (default: scenario's, 0.01)")
     group.addoption("--keep-stack", action="store_true", default=False,
                     help="leave each scenario's stack running for inspection (stop: proctor down RUN_DIR)")
+    group.addoption("--chaos-target", choices=("embedded", "compose"), default="embedded",
+                    help="the deployment scenarios run against: embedded (local processes) or compose "
+                         "(docker-compose.yml through the docker SDK; docs/compose.md)")
     parser.addini("chaos_seed", "default seed for chaos scenarios", default="20261006")
 
 
@@ -82,14 +85,20 @@ def chaos_seed(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def run_chaos(request: pytest.FixtureRequest, chaos_seed: int) -> Callable[[str], ChaosRun]:
     """Run a named scenario (chaos/scenarios.py) with the session's seed and time scale."""
+    from chaos.deployment.targets import unsupported_on
     from chaos.scenario import run_scenario
     from chaos.scenarios import get_scenario
 
     def run(name: str) -> ChaosRun:
         scenario = get_scenario(name)
+        target = request.config.getoption("--chaos-target")
+        reason = unsupported_on(target, scenario)
+        if reason:
+            pytest.skip(f"{name} does not run on {target}: {reason}")
         started = time.monotonic()
         result = run_scenario(scenario, chaos_seed, time_scale=request.config.getoption("--time-scale"),
-                              keep_stack=request.config.getoption("--keep-stack"), progress=_progress(name))
+                              keep_stack=request.config.getoption("--keep-stack"), progress=_progress(name),
+                              target=target)
         run = ChaosRun(result)
         request.config.stash[_RUNS_KEY].append(
             {"test": request.node.nodeid, "scenario": name, "seed": chaos_seed, "valid": run.valid,
