@@ -95,6 +95,8 @@ def run_chaos(request: pytest.FixtureRequest, chaos_seed: int) -> Callable[[str]
         reason = unsupported_on(target, scenario)
         if reason:
             pytest.skip(f"{name} does not run on {target}: {reason}")
+        if target == "compose":
+            request.getfixturevalue("compose_engine")
         started = time.monotonic()
         result = run_scenario(scenario, chaos_seed, time_scale=request.config.getoption("--time-scale"),
                               keep_stack=request.config.getoption("--keep-stack"), progress=_progress(name),
@@ -113,6 +115,21 @@ def run_chaos(request: pytest.FixtureRequest, chaos_seed: int) -> Callable[[str]
 
 
 _LAST_RUN = pytest.StashKey[ChaosRun]()
+
+
+@pytest.fixture(scope="session")
+def compose_engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Engine, base and stack image once per session (each scenario then brings up its own project);
+    skips with the reason when no engine answers and none can be installed."""
+    from chaos.deployment import compose_setup
+
+    reason = compose_setup.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    started_engine = compose_setup.prepare_engine(tmp_path_factory.mktemp("compose-setup"))
+    yield
+    if started_engine:
+        compose_setup.stop_engine()
 
 
 def _progress(name: str) -> Callable[[str], None]:
@@ -135,11 +152,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not runs:
         return
     RESULTS.mkdir(exist_ok=True)
-    lines = ["# Chaos runs", "", "| test | valid | expected | seconds | run folder | reproduce |", "|---|---|---|---|---|---|"]
+    target = session.config.getoption("--chaos-target")
+    index = "index" if target == "embedded" else f"index-{target}"  # a compose pass keeps the embedded index
+    lines = [f"# Chaos runs ({target})", "", "| test | valid | expected | seconds | run folder | reproduce |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['test']} | {r['valid']} | {r['expect_valid']} | {r['seconds']} | {r['run_dir']} | `{r['reproduce']}` |"
               for r in runs]
-    (RESULTS / "index.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "index.json").write_text(json.dumps(runs, indent=2))
+    (RESULTS / f"{index}.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{index}.json").write_text(json.dumps(runs, indent=2))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

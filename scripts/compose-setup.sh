@@ -123,6 +123,10 @@ EOF
 }
 
 build_image() {
+  if [ -n "${PROCTOR_IMAGE:-}" ]; then  # an image of your own (or one built before): used as it is
+    docker image inspect "$PROCTOR_IMAGE" >/dev/null 2>&1 || die "PROCTOR_IMAGE=$PROCTOR_IMAGE is not a local image"
+    IMAGE=$PROCTOR_IMAGE; return 0
+  fi
   IMAGE=proctor-stack:$(source_hash)
   docker image inspect "$IMAGE" >/dev/null 2>&1 && return 0
   local t0

@@ -83,7 +83,7 @@ class ComposeDeployment:
         self.spec = spec
         self.repo = repo
         self.project = spec.project or f"proctor{os.getpid()}t{int(time.time() * 1000) % 10**9}"
-        self.compose_dir = spec.run_dir / "compose"
+        self.compose_dir = (spec.run_dir / "compose").resolve()  # absolute: compose reads "a/b:/x" as a named volume
         self._ports = dict(zip(("api", "admin", "ai_provider", "sms_gateway"), free_ports(4)))
         self._settings: Settings | None = None
         self._engine: Engine | None = None

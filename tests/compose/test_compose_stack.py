@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -22,27 +21,13 @@ import httpx
 import pytest
 
 from tests.unit.netsupport import free_port  # below the ephemeral range: no outgoing connection takes it
+from chaos.deployment.compose_setup import engine_answers as _engine_answers, unavailable_reason
 from stack.embedded.secrets import read_roster
 
 REPO = Path(__file__).resolve().parents[2]
 # A hang guard for a cold machine (engine install + base + image), not a verdict.
 pytestmark = [pytest.mark.compose, pytest.mark.integration, pytest.mark.timeout(1500)]
 RESOURCES = ("container", "network", "volume")
-
-
-def _engine_answers() -> bool:
-    return shutil.which("docker") is not None and subprocess.run(
-        ["docker", "info"], capture_output=True, check=False).returncode == 0
-
-
-def unavailable_reason() -> str | None:
-    """None when an engine answers or set-up can install one; else why the module skips."""
-    if _engine_answers():
-        return None
-    if os.geteuid() == 0 and shutil.which("apt-get") and Path("/etc/debian_version").exists():
-        return None
-    return ("no container engine answers and set-up cannot install one here (needs root on Debian "
-            "with apt-get); install Docker with Compose to run the compose tests")
 
 
 def leftovers(project: str) -> dict[str, list[str]]:
