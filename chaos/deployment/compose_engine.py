@@ -20,6 +20,7 @@ __all__ = ["Engine", "EngineError", "parse_docker_time", "process_tree"]
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 _POLL = 0.1
+_FREEZE_ATTEMPTS = 5
 
 
 class EngineError(RuntimeError):
@@ -99,7 +100,16 @@ class Engine:
             self._wait(service, lambda info: not info["State"]["Running"], 30.0, "stop after SIGKILL")
 
     def pause(self, service: str) -> None:
-        self.client.api.pause(self._id(service))
+        """The freezer cgroup; runc gives up ("unable to freeze") when a process does not stop in
+        time, which a loaded machine sees now and then (web_node_kill, once): runc thaws it again,
+        so the pause is tried again, a bounded number of times."""
+        for attempt in range(1, _FREEZE_ATTEMPTS + 1):
+            try:
+                self.client.api.pause(self._id(service))
+                return
+            except Exception as exc:  # docker.errors.APIError; the SDK is imported lazily
+                if "unable to freeze" not in str(exc) or attempt == _FREEZE_ATTEMPTS:
+                    raise EngineError(f"{self.project}/{service}: pause failed after {attempt} attempt(s): {exc}") from exc
 
     def unpause(self, service: str) -> None:
         if self.inspect(service)["State"].get("Paused"):

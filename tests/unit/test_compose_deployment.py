@@ -96,6 +96,7 @@ class FakeApi:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.freeze_failures = 0
         self.info = {s: _info(s, running=True) for s in ("web-1", "admin-forward", "worker-sms-1")}
         self.info["admin-forward"]["HostConfig"]["NetworkMode"] = "container:id-web-1"
 
@@ -116,6 +117,12 @@ class FakeApi:
 
     def restart(self, cid: str, timeout: int) -> None:
         self.calls.append(("restart", cid))
+
+    def pause(self, cid: str) -> None:
+        self.calls.append(("pause", cid))
+        if self.freeze_failures:
+            self.freeze_failures -= 1
+            raise RuntimeError("500 Server Error: OCI runtime pause failed: unable to freeze: unknown")
 
     def top(self, cid: str) -> dict[str, Any]:
         return {"Processes": [["root", "1000001"], ["proctor", "1000002"], ["proctor", "1000003"]]}
@@ -177,3 +184,14 @@ def test_an_unknown_project_or_service_is_named() -> None:
         Engine("p1", client)
     with pytest.raises(EngineError, match="no service 'web-9'"):
         Engine("p1", FakeClient()).inspect("web-9")
+
+
+def test_a_pause_the_runtime_could_not_freeze_is_tried_again_a_bounded_number_of_times() -> None:
+    client = FakeClient()
+    engine = Engine("p1", client)
+    client.api.freeze_failures = 2
+    engine.pause("web-1")
+    assert client.api.calls == [("pause", "id-web-1")] * 3
+    client.api.freeze_failures = 99  # the control: a freeze that never succeeds is an error, not a hang
+    with pytest.raises(EngineError, match="pause failed after 5 attempt"):
+        engine.pause("web-1")
