@@ -147,13 +147,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     return report
 
 
+def _index_name(config: pytest.Config) -> tuple[str, str]:
+    """The target and its index file's stem: a compose pass keeps the embedded pass's index."""
+    target = config.getoption("--chaos-target")
+    return target, "index" if target == "embedded" else f"index-{target}"
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     runs = session.config.stash.get(_RUNS_KEY, [])
     if not runs:
         return
     RESULTS.mkdir(exist_ok=True)
-    target = session.config.getoption("--chaos-target")
-    index = "index" if target == "embedded" else f"index-{target}"  # a compose pass keeps the embedded index
+    target, index = _index_name(session.config)
     lines = [f"# Chaos runs ({target})", "", "| test | valid | expected | seconds | run folder | reproduce |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['test']} | {r['valid']} | {r['expect_valid']} | {r['seconds']} | {r['run_dir']} | `{r['reproduce']}` |"
               for r in runs]
@@ -164,7 +169,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     runs = terminalreporter.config.stash.get(_RUNS_KEY, [])
     if runs:
-        terminalreporter.write_sep("-", "chaos runs (results/index.md)")
+        target, index = _index_name(terminalreporter.config)
+        terminalreporter.write_sep("-", f"chaos runs on {target} (results/{index}.md)")
         for r in runs:
             terminalreporter.write_line(f"{r['scenario']}: valid={r['valid']} (expected {r['expect_valid']}) "
                                         f"{r['seconds']}s -> {r['run_dir']}")
