@@ -195,3 +195,27 @@ def test_a_pause_the_runtime_could_not_freeze_is_tried_again_a_bounded_number_of
     client.api.freeze_failures = 99  # the control: a freeze that never succeeds is an error, not a hang
     with pytest.raises(EngineError, match="pause failed after 5 attempt"):
         engine.pause("web-1")
+
+
+def test_proctor_run_names_why_a_scenario_does_not_run_on_compose(capsys: pytest.CaptureFixture[str]) -> None:
+    from chaos.run_cmd import main
+
+    assert main(["tls_churn", "--target", "compose"]) == 2  # before any engine or stack is touched
+    assert "tls_churn does not run on compose: links" in capsys.readouterr().err
+
+
+def test_the_reproduce_command_names_the_target_only_when_it_is_not_the_default() -> None:
+    from chaos.scenario import reproduce_command
+
+    scenario = SCENARIOS["worker_kill"]
+    assert reproduce_command(scenario, 7, 0.01, "compose").endswith("--time-scale 0.01 --target compose")
+    assert "--target" not in reproduce_command(scenario, 7, 0.01)
+
+
+def test_a_worker_restarted_with_the_same_pid_gets_a_new_rq_name() -> None:
+    from chaos.valkey_stats import component_of
+    from stack.lanes.worker import worker_name
+
+    first, second = worker_name("worker_sms_1", 7), worker_name("worker_sms_1", 7)  # pid 7 again, in a new container
+    assert first != second and first.startswith("worker_sms_1.7.")
+    assert component_of(first) == "worker_sms_1"  # connection stats still group it by component
