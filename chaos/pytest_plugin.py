@@ -39,6 +39,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--chaos-junit", metavar="PATH", default=None,
                     help="write JUnit XML of this session to PATH (pytest's --junitxml under another name: "
                          "give one or the other)")
+    group.addoption("--chaos-target", choices=("embedded", "compose"), default="embedded",
+                    help="the deployment scenarios run against: embedded (local processes) or compose "
+                         "(docker-compose.yml through the docker SDK; docs/compose.md)")
     parser.addini("chaos_seed", "default seed for chaos scenarios", default="20261006")
 
 
@@ -114,14 +117,22 @@ def chaos_seed(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def run_chaos(request: pytest.FixtureRequest, chaos_seed: int) -> Callable[[str], ChaosRun]:
     """Run a named scenario (chaos/scenarios.py) with the session's seed and time scale."""
+    from chaos.deployment.targets import unsupported_on
     from chaos.runner import run_scenario
     from chaos.scenarios import get_scenario
 
     def run(name: str) -> ChaosRun:
         scenario = get_scenario(name)
+        target = request.config.getoption("--chaos-target")
+        reason = unsupported_on(target, scenario)
+        if reason:
+            pytest.skip(f"{name} does not run on {target}: {reason}")
+        if target == "compose":
+            request.getfixturevalue("compose_engine")
         started = time.monotonic()
         result = run_scenario(scenario, chaos_seed, time_scale=request.config.getoption("chaos_time_scale"),
-                              keep_stack=request.config.getoption("chaos_keep_stack"), progress=_progress(name))
+                              keep_stack=request.config.getoption("chaos_keep_stack"), progress=_progress(name),
+                              target=target)
         run = ChaosRun(result)
         request.config.stash[_RUNS_KEY].append(
             {"test": request.node.nodeid, "scenario": name, "seed": chaos_seed, "valid": run.valid,
@@ -136,6 +147,21 @@ def run_chaos(request: pytest.FixtureRequest, chaos_seed: int) -> Callable[[str]
 
 
 _LAST_RUN = pytest.StashKey[ChaosRun]()
+
+
+@pytest.fixture(scope="session")
+def compose_engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Engine, base and stack image once per session (each scenario then brings up its own project);
+    skips with the reason when no engine answers and none can be installed."""
+    from chaos.deployment import compose_setup
+
+    reason = compose_setup.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    started_engine = compose_setup.prepare_engine(tmp_path_factory.mktemp("compose-setup"))
+    yield
+    if started_engine:
+        compose_setup.stop_engine()
 
 
 def _progress(name: str) -> Callable[[str], None]:
@@ -153,23 +179,31 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     return report
 
 
+def _index_name(config: pytest.Config) -> tuple[str, str]:
+    """The target and its index file's stem: a compose pass keeps the embedded pass's index."""
+    target = config.getoption("--chaos-target")
+    return target, "index" if target == "embedded" else f"index-{target}"
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     runs = session.config.stash.get(_RUNS_KEY, [])
     if not runs:
         return
     results = results_dir()
     results.mkdir(parents=True, exist_ok=True)
-    lines = ["# Chaos runs", "", "| test | valid | expected | seconds | run folder | reproduce |", "|---|---|---|---|---|---|"]
+    target, index = _index_name(session.config)
+    lines = [f"# Chaos runs ({target})", "", "| test | valid | expected | seconds | run folder | reproduce |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['test']} | {r['valid']} | {r['expect_valid']} | {r['seconds']} | {r['run_dir']} | `{r['reproduce']}` |"
               for r in runs]
-    (results / "index.md").write_text("\n".join(lines) + "\n")
-    (results / "index.json").write_text(json.dumps(runs, indent=2))
+    (results / f"{index}.md").write_text("\n".join(lines) + "\n")
+    (results / f"{index}.json").write_text(json.dumps(runs, indent=2))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     runs = terminalreporter.config.stash.get(_RUNS_KEY, [])
     if runs:
-        terminalreporter.write_sep("-", f"chaos runs ({results_dir() / 'index.md'})")
+        target, index = _index_name(terminalreporter.config)
+        terminalreporter.write_sep("-", f"chaos runs on {target} ({results_dir() / (index + '.md')})")
         for r in runs:
             terminalreporter.write_line(f"{r['scenario']}: valid={r['valid']} (expected {r['expect_valid']}) "
                                         f"{r['seconds']}s -> {r['run_dir']}")

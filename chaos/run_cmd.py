@@ -22,6 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=20261006, help="fault schedule and workload seed")
     parser.add_argument("--time-scale", type=float, default=None, help="real seconds per case second")
     parser.add_argument("--keep-stack", action="store_true", help="leave the stack running afterwards")
+    parser.add_argument("--target", choices=("embedded", "compose"), default="embedded",
+                        help="the deployment: embedded (local processes, default) or compose (docker-compose.yml)")
     return parser
 
 
@@ -37,6 +39,7 @@ def print_verdict(result) -> None:  # noqa: ANN001 - chaos.runner.RunResult
 
 
 def main(argv: list[str] | None = None) -> int:
+    from chaos.deployment.targets import unsupported_on
     from chaos.runner import run_scenario
     from chaos.scenarios import get_scenario
 
@@ -50,9 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {message}", flush=True)
 
+    reason = unsupported_on(args.target, scenario)
+    if reason:
+        print(f"proctor run: {args.scenario} does not run on {args.target}: {reason}", file=sys.stderr)
+        return 2
     try:
         result = run_scenario(scenario, args.seed, time_scale=args.time_scale, progress=progress,
-                              keep_stack=args.keep_stack)
+                              keep_stack=args.keep_stack, target=args.target)
     except Exception as exc:  # a harness error is "unknown", never "valid"
         print(f"proctor run: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable
 
 from chaos.analyze import analyze
 from chaos.deployment import Deployment
+from chaos.deployment.targets import DEFAULT_TARGET, build_deployment
 from chaos.history import History
 from chaos.monitor import run_monitor
 from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, run_schedule
@@ -90,8 +91,10 @@ def new_run_dir(name: str, root: Path | None = None) -> Path:
     return root / f"{stamp}-{name}"
 
 
-def reproduce_command(scenario: Scenario, seed: int, time_scale: float) -> str:
-    return shlex.join(["proctor", "run", scenario.name, "--seed", str(seed), "--time-scale", str(time_scale)])
+def reproduce_command(scenario: Scenario, seed: int, time_scale: float, target: str = DEFAULT_TARGET) -> str:
+    target_args = [] if target == DEFAULT_TARGET else ["--target", target]
+    return shlex.join(["proctor", "run", scenario.name, "--seed", str(seed), "--time-scale", str(time_scale),
+                       *target_args])
 
 
 def run_scenario(
@@ -101,27 +104,22 @@ def run_scenario(
     run_dir: Path | None = None,
     progress: Progress = lambda _msg: None,
     keep_stack: bool = False,
+    target: str = DEFAULT_TARGET,
 ) -> RunResult:
     settings = dict(scenario.settings)
     if time_scale is not None:
         settings["time_scale"] = time_scale
     run_dir = run_dir or new_run_dir(f"{scenario.name}-seed{seed}")
-    from chaos.deployment.embedded import EmbeddedDeployment
-    from stack.embedded import StackSpec
-
-    spec = StackSpec(name=scenario.name, web=scenario.web, merit_workers=scenario.merit_workers,
-                     ai_workers=scenario.ai_workers, sms_workers=scenario.sms_workers,
-                     settings_overrides=settings, run_dir=run_dir, links=scenario.links,
-                     valkey_maxclients=scenario.valkey_maxclients)
-    progress(f"starting stack in {run_dir}")
-    deployment = EmbeddedDeployment(spec)
-    deployment.start()
+    deployment = build_deployment(target, scenario, settings, run_dir)
+    progress(f"starting the {target} stack in {run_dir}")
     try:
-        result = _run_on_stack(deployment, scenario, seed, progress)
+        deployment.start()
+        result = _run_on_stack(deployment, scenario, seed, progress, target)
     finally:
         if keep_stack:
             deployment.detach()  # the watchdog would otherwise stop it when this process exits
-            progress(f"--keep-stack: stack left running; stop it with `proctor down {run_dir}`")
+            stop = deployment.down_command() if target == "compose" else f"proctor down {run_dir}"
+            progress(f"--keep-stack: stack left running; stop it with `{stop}`")
         else:
             deployment.stop()
     progress("analyzing")
@@ -131,15 +129,15 @@ def run_scenario(
     return result
 
 
-def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Progress) -> RunResult:
+def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Progress, target: str) -> RunResult:
     run_dir = stack.run_dir
     time_scale = stack.settings.time_scale
     faults = scenario.faults(seed, scenario)
     if scenario.outcome_bound is not None:
         scenario = replace(scenario, options={**scenario.options,
                                               "outcome_deadline_seconds": round(scenario.outcome_bound(stack.settings, faults), 3)})
-    reproduce = reproduce_command(scenario, seed, time_scale)
-    meta = _scenario_meta(scenario, seed, stack, faults, reproduce)
+    reproduce = reproduce_command(scenario, seed, time_scale, target)
+    meta = {**_scenario_meta(scenario, seed, stack, faults, reproduce), "target": target}
     _write_json(run_dir / "scenario.json", meta)
     if scenario.prepare:
         scenario.prepare(stack)

@@ -77,7 +77,9 @@ def liveness_key(name: str) -> str:
 
 
 def worker_name(component: str, pid: int | None = None) -> str:
-    return f"{component}.{os.getpid() if pid is None else pid}"
+    """``worker_merit_1.4242.5f3a9c``: the pid alone repeats in a container (its own pid namespace),
+    and RQ refuses a name whose registration a SIGKILLed predecessor left in Valkey."""
+    return f"{component}.{os.getpid() if pid is None else pid}.{os.urandom(3).hex()}"
 
 
 class LivenessBeat(threading.Thread):

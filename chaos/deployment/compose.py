@@ -1,0 +1,245 @@
+"""``ComposeDeployment``: the ``Deployment`` interface over ``docker-compose.yml``.
+
+Set-up and tear-down are the scripts users run (``scripts/compose-setup.sh --up``,
+``scripts/compose-down.sh``), pointed at a project and run folder of this run's own and
+at an override file (``chaos.deployment.compose_files``) through ``COMPOSE_FILE``. Faults
+go through the ``docker`` SDK (imported when a deployment is built, never at import):
+containers are found by the labels ``com.docker.compose.project`` / ``.service``.
+
+- ``kill``: the engine's kill. SIGKILL to a container's PID 1 (``init: true``'s
+  docker-init) ends every process in it, as the embedded runner's kill of a process group.
+- ``pause``/``resume``: the engine's pause (the freezer cgroup), the whole container.
+- ``set_autorestart(False)``: a killed container stays down (the engine does not restart
+  a container it was told to kill); ``True`` starts it again if it is down.
+- ``restart`` and every start: wait for the container's own health check, then restart
+  the containers sharing its network namespace (web-1's ``admin-forward``), whose old
+  namespace died with it.
+- ``scale``: starts or stops the pool's services. ``docker-compose.yml`` names every web
+  node and worker (its own ``PROCTOR_NODE_NAME``, its own HAProxy backend line), so a pool
+  cannot grow past the services the file defines; that is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.deployment.compose_engine import Engine, EngineError
+from chaos.deployment.compose_files import PROVIDER_FORWARDS, component_for_service, settings_env, write_override
+from chaos.deployment.final_read import FinalRead, final_read, provider_urls
+from stack.components import POOLS, Component
+from stack.config import Settings, load_settings
+from stack.embedded.ports import free_ports
+
+__all__ = ["COMPOSE_SHAPE", "ComposeDeployment", "ComposeSpec", "ComposeUnsupported", "REPO"]
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_SHAPE = {"web": 2, "merit": 2, "ai": 1, "sms": 1}
+"""What docker-compose.yml runs: web nodes and workers per lane."""
+_NOT_SETTINGS = ("DATABASE_URL", "PROCTOR_VALKEY_URL", "PROCTOR_VALKEY_PASSWORD", "PROCTOR_PG_PASSWORD")
+"""Addresses inside the compose network, holding passwords: not the harness's settings."""
+
+
+class ComposeUnsupported(RuntimeError):
+    """The scenario needs something the compose stack does not offer; the message says what."""
+
+
+@dataclass(frozen=True)
+class ComposeSpec:
+    name: str
+    run_dir: Path
+    shape: dict[str, int] = field(default_factory=lambda: dict(COMPOSE_SHAPE))
+    settings_overrides: dict[str, Any] = field(default_factory=dict)
+    links: tuple[str, ...] = ()
+    valkey_maxclients: int | None = None
+    project: str = ""  # default: proctor-<pid>-<time>; one project (fresh volumes, fresh ledger) per run
+    net_prefix: str = ""  # default: $PROCTOR_COMPOSE_NET or 172.29.213 (wave 1's tests use .113, users .13)
+
+    def unsupported(self) -> str | None:
+        """Why this run cannot be a compose run, or None."""
+        if self.shape != COMPOSE_SHAPE:
+            return (f"compose runs {COMPOSE_SHAPE} (docker-compose.yml names every node and worker); "
+                    f"the scenario wants {self.shape}")
+        if self.links:
+            return f"links {list(self.links)} need the fault proxy in the compose network, not built yet (docs/compose.md)"
+        if self.valkey_maxclients is not None:
+            return "valkey_maxclients: docker/bin/proctor-valkey has no maxclients setting yet (docs/compose.md)"
+        return None
+
+
+class ComposeDeployment:
+    """One compose project per run: fresh volumes, so a fresh ledger and fresh secrets."""
+
+    def __init__(self, spec: ComposeSpec, repo: Path = REPO) -> None:
+        reason = spec.unsupported()
+        if reason:
+            raise ComposeUnsupported(reason)
+        self.spec = spec
+        self.repo = repo
+        self.project = spec.project or f"proctor{os.getpid()}t{int(time.time() * 1000) % 10**9}"
+        self.compose_dir = (spec.run_dir / "compose").resolve()  # absolute: compose reads "a/b:/x" as a named volume
+        self._ports = dict(zip(("api", "admin", "ai_provider", "sms_gateway"), free_ports(4)))
+        self._settings: Settings | None = None
+        self._engine: Engine | None = None
+        self._started = False
+
+    # ------------------------------------------------------------ lifecycle
+    def _env(self) -> dict[str, str]:
+        net = self.spec.net_prefix or os.environ.get("PROCTOR_COMPOSE_NET", "172.29.213")
+        files = [str(self.repo / "docker-compose.yml"), str(self.compose_dir / "override.json")]
+        return {**os.environ, "PROCTOR_COMPOSE_PROJECT": self.project, "PROCTOR_COMPOSE_RUN": str(self.compose_dir),
+                "PROCTOR_HTTP_PORT": str(self._ports["api"]), "PROCTOR_ADMIN_HTTP_PORT": str(self._ports["admin"]),
+                "PROCTOR_COMPOSE_NET": net, "COMPOSE_FILE": os.pathsep.join(files)}
+
+    def start(self) -> None:
+        self.spec.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.compose_dir / "roster").mkdir(parents=True, exist_ok=True)
+        self.compose_dir.chmod(0o700)
+        env = self._env()
+        providers = {service: self._ports[service.replace("-", "_")] for service in PROVIDER_FORWARDS}
+        write_override(self.compose_dir, self.spec.run_dir, settings_env(self.spec.settings_overrides), providers,
+                       f"{env['PROCTOR_COMPOSE_NET']}.1")
+        self._started = True  # from here on stop() has something to take down
+        self._script(["scripts/compose-setup.sh", "--up"], "compose-setup.log")
+        shutil.copy(self.compose_dir / "roster" / "roster.json", self.spec.run_dir / "roster.json")
+        self._engine = Engine(self.project)
+        for component in self.components():
+            self._engine.note_ready(component.name.replace("_", "-"))
+
+    def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        logs = self.spec.run_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        with open(logs / "compose.log", "w") as out:  # the containers' output is evidence too
+            subprocess.run(["docker-compose", "-p", self.project, "logs", "--no-color", "--timestamps"], cwd=self.repo,
+                           env=self._env(), stdout=out, stderr=subprocess.STDOUT, check=False)
+        self._script(["scripts/compose-down.sh"], "compose-down.log")
+        if self._engine is not None:
+            self._engine.close()
+
+    def detach(self) -> None:
+        """Leave the project running (``--keep-stack``); ``down_command`` stops it."""
+        self._started = False
+
+    def down_command(self) -> str:
+        return (f"PROCTOR_COMPOSE_PROJECT={self.project} PROCTOR_COMPOSE_RUN={self.compose_dir} "
+                f"COMPOSE_FILE={self._env()['COMPOSE_FILE']} scripts/compose-down.sh")
+
+    def _script(self, argv: list[str], log_name: str) -> None:
+        log = self.spec.run_dir / log_name
+        with open(log, "w") as out:
+            done = subprocess.run(argv, cwd=self.repo, env=self._env(), stdout=out, stderr=subprocess.STDOUT, check=False)
+        if done.returncode != 0:
+            tail = "\n".join(log.read_text().splitlines()[-8:])
+            raise EngineError(f"{argv[0]} failed (exit {done.returncode}; log {log}):\n{tail}")
+
+    def __enter__(self) -> ComposeDeployment:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ what runs
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise EngineError("the compose deployment is not started")
+        return self._engine
+
+    @property
+    def run_dir(self) -> Path:
+        return self.spec.run_dir
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is not None:
+            return self._settings
+        env_file = self.compose_dir / "proctor.env"
+        lines = env_file.read_text().splitlines() if env_file.exists() else []  # written by set-up
+        secrets = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+        env = {k: v for k, v in secrets.items() if k not in _NOT_SETTINGS}
+        settings = load_settings({**env, "PROCTOR_RUN_DIR": str(self.spec.run_dir),
+                                  **settings_env(self.spec.settings_overrides)})
+        if lines:
+            self._settings = settings
+        return settings
+
+    @property
+    def urls(self) -> dict[str, str]:
+        return {key: f"http://127.0.0.1:{port}" for key, port in self._ports.items()}
+
+    def components(self) -> list[Component]:
+        found = [component_for_service(service) for service in self.engine.services()]
+        return sorted((c for c in found if c is not None), key=lambda c: (c.stop_stage * -1, c.name))
+
+    def _service(self, component: str) -> str:
+        names = {c.name for c in self.components()}
+        if component not in names:
+            raise KeyError(f"no component named {component!r}; known: {', '.join(sorted(names))}")
+        return component.replace("_", "-")
+
+    def links(self) -> dict[str, dict[str, str]]:
+        return {}
+
+    def pids(self, component: str) -> list[int]:
+        return self.engine.pids(self._service(component))
+
+    # ------------------------------------------------------------ faults
+    def kill(self, component: str, sig: int = signal.SIGKILL) -> list[int]:
+        service = self._service(component)
+        pids = self.engine.pids(service)
+        self.engine.kill(service, sig)
+        return pids
+
+    def pause(self, component: str) -> list[int]:
+        service = self._service(component)
+        self.engine.pause(service)
+        return self.engine.pids(service)
+
+    def resume(self, component: str) -> list[int]:
+        service = self._service(component)
+        self.engine.unpause(service)
+        return self.engine.pids(service)
+
+    def restart(self, component: str) -> None:
+        self.engine.restart(self._service(component))
+
+    def set_autorestart(self, component: str, enabled: bool) -> None:
+        service = self._service(component)
+        if enabled:
+            self.engine.ensure_running(service)
+
+    def wait_healthy(self, component: str, timeout: float = 30.0) -> None:
+        self.engine.wait_healthy(self._service(component), timeout)
+
+    def ready_seconds(self, component: str) -> float | None:
+        return self.engine.ready_seconds(self._service(component))
+
+    def scale(self, pool: str, n: int) -> None:
+        if pool not in POOLS:
+            raise ValueError(f"scale: pool must be one of {list(POOLS)}, not {pool!r}")
+        members = sorted((c for c in self.components() if c.pool == pool), key=lambda c: c.index or 0)
+        low = 1 if pool == "web" else 0
+        if not low <= n <= len(members):
+            raise ComposeUnsupported(
+                f"scale {pool} to {n}: the compose stack runs {len(members)} {pool} service(s), each named in "
+                f"docker-compose.yml (node name, HAProxy backend), so it scales within {low}..{len(members)} only")
+        for component in members[:n]:
+            self.engine.ensure_running(component.name.replace("_", "-"))
+        for component in members[n:]:
+            self.engine.stop(component.name.replace("_", "-"))
+
+    # ------------------------------------------------------------ the final read
+    def export(self, dest: Path, quiet_timeout: float, allow_pending: frozenset[str] = frozenset()) -> FinalRead:
+        urls = self.urls
+        return final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest, quiet_timeout,
+                          allow_pending)

@@ -1,0 +1,119 @@
+"""What the compose adapter adds to ``docker-compose.yml`` for one run, as data.
+
+``docker-compose.yml`` stays the user's file. A run adds an override file (JSON, which
+YAML reads) in its own folder, never committed:
+
+- the scenario's settings as environment variables (``stack.config.ENV_NAMES``) on every
+  Python service, so a negative control's safeguard is off in the containers too;
+- each provider's loopback-only admin API on a port published on 127.0.0.1, through a
+  TCP forward in the provider's network namespace (as ``admin-forward`` does for web-1):
+  the provider sees a loopback peer, and only the network's gateway (the host) may connect;
+- ``<run_dir>/connections/`` mounted where the components write their per-process
+  Valkey connection counters (``stack.lanes.connection``), so the harness reads them.
+
+Services map to components by name: ``web-1`` is ``web_1``, ``worker-merit-2`` is
+``worker_merit_2``. Services with no component role (postgres, the one-shots, the
+forwards) are not offered to the nemesis.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from stack.components import LANES, Component
+from stack.config import ENV_NAMES
+
+__all__ = [
+    "PROVIDER_FORWARDS",
+    "PYTHON_SERVICES",
+    "component_for_service",
+    "forward_config",
+    "override_document",
+    "settings_env",
+    "write_override",
+]
+
+PYTHON_SERVICES = ("ai-provider", "sms-gateway", "web-1", "web-2", "relay", "worker-merit-1", "worker-merit-2",
+                   "worker-ai-1", "worker-sms-1")
+"""The services that read ``stack.config`` settings: a scenario's overrides go to each."""
+
+PROVIDER_FORWARDS = {"ai-provider": 8101, "sms-gateway": 8102}
+"""Provider service -> the port its admin API listens on inside its container."""
+
+_FORWARD_PORT = 9101  # the forward's listener inside the provider's network namespace
+_SINGLETON_ROLES = {"valkey": "valkey", "haproxy": "haproxy", "relay": "relay", "faultproxy": "faultproxy",
+                    "ai-provider": "ai_provider", "sms-gateway": "sms_gateway"}
+
+
+def component_for_service(service: str) -> Component | None:
+    """The component a compose service runs, or None for services the nemesis leaves alone."""
+    if service in _SINGLETON_ROLES:
+        return Component(name=service.replace("-", "_"), role=_SINGLETON_ROLES[service], kind="container")
+    parts = service.split("-")
+    if len(parts) == 2 and parts[0] == "web" and parts[1].isdigit():
+        return Component(name=f"web_{parts[1]}", role="web", index=int(parts[1]), kind="container")
+    if len(parts) == 3 and parts[0] == "worker" and parts[1] in LANES and parts[2].isdigit():
+        return Component(name=f"worker_{parts[1]}_{parts[2]}", role="worker", lane=parts[1], index=int(parts[2]),
+                         kind="container")
+    return None
+
+
+def settings_env(overrides: Mapping[str, Any]) -> dict[str, str]:
+    """``Settings`` field overrides as the environment the containers read (bools on/off)."""
+    env = {}
+    for field_name, value in overrides.items():
+        if field_name not in ENV_NAMES:
+            raise ValueError(f"settings override {field_name!r} is not a stack.config.Settings field; "
+                             f"known: {', '.join(sorted(ENV_NAMES))}")
+        env[ENV_NAMES[field_name]] = ("on" if value else "off") if isinstance(value, bool) else str(value)
+    return env
+
+
+def forward_config(peer: str, port: int) -> str:
+    """HAProxy in TCP mode: the published port -> the provider's loopback admin API, host only."""
+    return "\n".join([
+        "global", "    maxconn 64", "defaults", "    mode tcp", "    timeout connect 1s",
+        "    timeout client 60s", "    timeout server 60s", "frontend admin", f"    bind :{_FORWARD_PORT}",
+        f"    tcp-request connection reject unless {{ src {peer} }}", "    default_backend provider",
+        "backend provider", f"    server provider 127.0.0.1:{port}", "",
+    ])
+
+
+def override_document(env: Mapping[str, str], provider_ports: Mapping[str, int], config_dir: Path,
+                      connections_dir: Path) -> dict[str, Any]:
+    """The override file's content: settings, provider admin forwards, the counters' mount."""
+    services: dict[str, Any] = {}
+    for service in PYTHON_SERVICES:
+        services[service] = {"environment": dict(env),
+                             "volumes": [f"{connections_dir}:/srv/run/connections"]}
+    for service, host_port in provider_ports.items():
+        services[service]["ports"] = [f"127.0.0.1:{host_port}:{_FORWARD_PORT}"]
+        services[f"{service}-admin"] = {
+            "image": "${PROCTOR_IMAGE:-proctor-stack:local}",
+            "command": ["haproxy", "-db", "-f", "/etc/proctor/forward.cfg"],
+            "network_mode": f"service:{service}",
+            "volumes": [f"{config_dir / (service + '-forward.cfg')}:/etc/proctor/forward.cfg:ro"],
+            "depends_on": {service: {"condition": "service_healthy"}},
+            "healthcheck": {"test": ["CMD", "proctor-health", "process", "forward.cfg"], "interval": "2s",
+                            "timeout": "5s", "retries": 30, "start_period": "60s"},
+        }
+    return {"services": services}
+
+
+def write_override(compose_dir: Path, run_dir: Path, env: Mapping[str, str], provider_ports: Mapping[str, int],
+                   gateway: str) -> Path:
+    """Write the forwards' configs and the override file into ``compose_dir``; return its path."""
+    connections = run_dir / "connections"
+    connections.mkdir(parents=True, exist_ok=True)
+    connections.chmod(0o777)  # the components run as uid 10001 and write their counters here
+    for service, port in PROVIDER_FORWARDS.items():
+        config = compose_dir / f"{service}-forward.cfg"
+        config.write_text(forward_config(gateway, port))
+        config.chmod(0o644)
+    document = override_document(env, provider_ports, compose_dir, connections.resolve())
+    path = compose_dir / "override.json"
+    path.write_text(json.dumps(document, indent=2))
+    return path

@@ -1,0 +1,56 @@
+"""Which deployment a scenario runs against: ``embedded`` (the default: local processes, no
+engine needed) or ``compose`` (docker-compose.yml through the docker SDK).
+
+Both adapters are imported only when chosen: the embedded one pulls in the reference
+stack, the compose one the ``docker`` SDK.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chaos.runner import Scenario
+
+__all__ = ["DEFAULT_TARGET", "TARGETS", "build_deployment", "check_target", "unsupported_on"]
+
+TARGETS = ("embedded", "compose")
+DEFAULT_TARGET = "embedded"
+
+
+def check_target(target: str) -> str:
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {list(TARGETS)}, not {target!r}")
+    return target
+
+
+def _compose_spec(scenario: Scenario, settings: dict[str, Any], run_dir: Path) -> Any:
+    from chaos.deployment.compose import ComposeSpec
+
+    shape = {"web": scenario.web, "merit": scenario.merit_workers, "ai": scenario.ai_workers,
+             "sms": scenario.sms_workers}
+    return ComposeSpec(name=scenario.name, run_dir=run_dir, shape=shape, settings_overrides=settings,
+                       links=scenario.links, valkey_maxclients=scenario.valkey_maxclients)
+
+
+def unsupported_on(target: str, scenario: Scenario) -> str | None:
+    """Why ``scenario`` cannot run on ``target`` (a skip reason), or None."""
+    if check_target(target) == "embedded":
+        return None
+    return _compose_spec(scenario, dict(scenario.settings), Path(".")).unsupported()
+
+
+def build_deployment(target: str, scenario: Scenario, settings: dict[str, Any], run_dir: Path) -> Any:
+    """A ``chaos.deployment.Deployment`` for the scenario's shape, not started yet."""
+    if check_target(target) == "compose":
+        from chaos.deployment.compose import ComposeDeployment
+
+        return ComposeDeployment(_compose_spec(scenario, settings, run_dir))
+    from chaos.deployment.embedded import EmbeddedDeployment
+    from stack.embedded import StackSpec
+
+    return EmbeddedDeployment(StackSpec(
+        name=scenario.name, web=scenario.web, merit_workers=scenario.merit_workers, ai_workers=scenario.ai_workers,
+        sms_workers=scenario.sms_workers, settings_overrides=settings, run_dir=run_dir, links=scenario.links,
+        valkey_maxclients=scenario.valkey_maxclients))

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Usage: scripts/compose-down.sh [--stop-engine]
+#
+# Stops the compose stack and removes its containers, network and volumes (project
+# $PROCTOR_COMPOSE_PROJECT, default "proctor") and the run's secrets and roster ($PROCTOR_COMPOSE_RUN,
+# default .compose/run: proctor.env, roster/); the images stay as the build cache. With
+# --stop-engine it also stops the dockerd that scripts/compose-setup.sh started (by the pid it
+# kept), and only that one: an engine that was already running is left alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATE=.compose
+PROJECT=${PROCTOR_COMPOSE_PROJECT:-proctor}
+RUN=${PROCTOR_COMPOSE_RUN:-$STATE/run}  # this deployment's secrets and roster
+export PROCTOR_COMPOSE_RUN=$RUN
+
+if docker info >/dev/null 2>&1; then
+  env_args=()
+  [ -f "$STATE/compose.env" ] && env_args=(--env-file "$STATE/compose.env")
+  mkdir -p "$RUN"
+  [ -f "$RUN/proctor.env" ] || install -m 600 /dev/null "$RUN/proctor.env"  # compose insists on it existing
+  docker-compose -p "$PROJECT" "${env_args[@]}" down -v --remove-orphans --timeout 5
+else
+  echo "compose-down: no container engine answers; nothing to stop"
+fi
+# The run's secrets and roster end with it; the next set-up draws fresh ones.
+rm -rf "$RUN/proctor.env" "$RUN/roster"
+
+if [ "${1:-}" = --stop-engine ] && [ -f "$STATE/dockerd.pid" ]; then
+  pid=$(cat "$STATE/dockerd.pid")
+  # Only our dockerd: the pid must still name a dockerd (a reused pid is someone else's process).
+  if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
+    kill "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+    echo "compose-down: stopped dockerd (pid $pid)"
+  fi
+  rm -f "$STATE/dockerd.pid"
+fi
