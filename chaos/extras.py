@@ -23,6 +23,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "prometheus_client": "stack",
     "locust": "load",
     "psycopg": "postgres",
+    "docker": "compose",
 }
 
 

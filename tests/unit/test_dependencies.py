@@ -101,20 +101,23 @@ def test_probe_sees_a_stack_import() -> None:
     assert {"rq", "redis", "fastapi"} <= foreign_distributions("import stack.lanes.queues, stack.web.app")
 
 
+EXTRAS = ("stack", "load", "postgres", "compose")
+
+
 def _extra(name: str) -> list[str]:
     return PROJECT["optional-dependencies"][name]
 
 
 def test_base_holds_no_extra_and_dev_pulls_them_all() -> None:
     base = requirement_closure(PROJECT["dependencies"])
-    for extra in ("stack", "load", "postgres"):
+    for extra in EXTRAS:
         direct = {_norm(Requirement(text).name) for text in _extra(extra)}
         assert not direct & base, extra
     dev = [Requirement(text) for text in _extra("dev")]
-    assert any(r.name == "proctor" and r.extras == {"stack", "load", "postgres"} for r in dev)
+    assert any(r.name == "proctor" and r.extras == set(EXTRAS) for r in dev)
 
 
-@pytest.mark.parametrize("extra", ["stack", "load", "postgres"])
+@pytest.mark.parametrize("extra", EXTRAS)
 def test_extra_hints_match_pyproject(extra: str) -> None:
     # Every module EXTRA_OF_MODULE names for this extra comes from a distribution the
     # extra installs, and each distribution listed directly in it has a hint.
