@@ -2,7 +2,8 @@
 
 Every ``relay_interval`` seconds:
 
-1. pending rows -> enqueue a fresh job ``<operation_id>-<n>`` -> row ``enqueued``;
+1. pending rows -> enqueue a fresh job ``<operation_id>-<n>`` -> row ``enqueued``,
+   ``ENQUEUE_BATCH`` rows at a time: one Valkey pipeline, then one ledger transaction;
    merit first: a narrative or SMS row only once its attempt's merit row is ``done``
    (those jobs read the card), and failed for review with it if the merit row gave up.
 2. if the reconciler is on, each enqueued row's job is inspected in Valkey:
@@ -44,13 +45,18 @@ from sqlalchemy.exc import SQLAlchemyError
 from stack.config import Settings, load_settings
 from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client
-from stack.lanes.enqueue import enqueue_operation
+from stack.lanes.enqueue import enqueue_operation, enqueue_operations
 from stack.lanes.queues import job_id, lane_routes
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine
 
-__all__ = ["LimboWatch", "PassReport", "Relay", "Verdict", "inspect_job", "main"]
+__all__ = ["ENQUEUE_BATCH", "LimboWatch", "PassReport", "Relay", "Verdict", "inspect_job", "main"]
+
+ENQUEUE_BATCH = 100
+"""Pending rows per Valkey pipeline and per ledger commit. One commit per row held the relay
+to 15-40 rows/s on a loaded 2-core machine (a 2,000-job backlog took minutes to enqueue);
+a batch's write transaction still lasts milliseconds, so web nodes barely wait for the lock."""
 
 _BACKOFF_MAX = 5.0
 _DEAD_STATUSES = {JobStatus.FAILED.value, JobStatus.STOPPED.value, JobStatus.CANCELED.value}
@@ -145,14 +151,19 @@ class Relay:
     def enqueue_pending(self, report: PassReport) -> None:
         with self.engine.begin() as conn:
             rows = outbox.enqueueable(conn)
-        for row in rows:
-            number = row["attempts"] + 1
-            jid = enqueue_operation(self.redis, self.settings, row["kind"], row["operation_id"], number)
-            with self.engine.begin() as conn:
-                moved = outbox.mark_enqueued(conn, row["operation_id"], number, jid)
-            if moved:
-                log.info("enqueued %s as %s", row["operation_id"], jid)
-                report.enqueued.append(row["operation_id"])
+        for first in range(0, len(rows), ENQUEUE_BATCH):
+            self._enqueue_batch(rows[first:first + ENQUEUE_BATCH], report)
+
+    def _enqueue_batch(self, rows: list[dict[str, Any]], report: PassReport) -> None:
+        """Valkey first, the ledger second (as for one row): a crash in between leaves the rows
+        pending, and the next pass's repeat of the same job ids is a no-op in Valkey."""
+        items = [(row["kind"], row["operation_id"], row["attempts"] + 1) for row in rows]
+        jids = enqueue_operations(self.redis, self.settings, items)
+        with self.engine.begin() as conn:
+            moved = outbox.mark_enqueued_many(conn, [(op, number, jid) for (_, op, number), jid in zip(items, jids)])
+        for op in moved:
+            log.info("enqueued %s", op)
+        report.enqueued.extend(moved)
 
     def fail_blocked(self, report: PassReport) -> None:
         """A narrative/SMS row whose merit card gave up can never run: fail it for review, visibly."""

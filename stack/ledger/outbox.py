@@ -25,6 +25,7 @@ __all__ = [
     "create_rows",
     "rows_for_attempt",
     "mark_enqueued",
+    "mark_enqueued_many",
     "get_row",
     "rows_with_status",
     "enqueueable",
@@ -82,6 +83,13 @@ def mark_enqueued(conn: Connection, op: str, enqueue_number: int, job: str, now:
         .values(status="enqueued", attempts=enqueue_number, job_id=job, enqueued_at=now, updated_at=now)
     )
     return result.rowcount == 1
+
+
+def mark_enqueued_many(conn: Connection, sent: list[tuple[str, int, str]], now: float | None = None) -> list[str]:
+    """``mark_enqueued`` for a batch of (operation_id, enqueue number, job id), in the caller's
+    one transaction (one commit, one fsync, instead of one per row); the ops that moved."""
+    now = time.time() if now is None else now
+    return [op for op, number, job in sent if mark_enqueued(conn, op, number, job, now)]
 
 
 def get_row(conn: Connection, op: str) -> dict | None:
