@@ -189,6 +189,7 @@ class Settings:
     max_in_flight: int = 64  # PROCTOR_MAX_IN_FLIGHT: requests a node serves at once; more get 503 + Retry-After
     answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
     shared_lane: bool = False  # PROCTOR_SHARED_LANE: on = AI jobs join the merit queue (negative control, the seed's lane)
+    ai_calls_per_minute: int = CASE_PROVIDER_CALLS_PER_MINUTE  # PROCTOR_AI_CALLS_PER_MINUTE: the shared AI limiter (#11); high = lifted
 
     def scaled(self, case_seconds: float) -> float:
         """Real seconds for a case-time duration."""
@@ -254,6 +255,7 @@ ENV_NAMES: dict[str, str] = {
     "max_in_flight": "PROCTOR_MAX_IN_FLIGHT",
     "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
     "shared_lane": "PROCTOR_SHARED_LANE",
+    "ai_calls_per_minute": "PROCTOR_AI_CALLS_PER_MINUTE",
 }
 
 _PARSERS = {
@@ -264,6 +266,7 @@ _PARSERS = {
     "max_job_attempts": _parse_positive_int,
     "max_body_bytes": _parse_positive_int,
     "max_in_flight": _parse_positive_int,
+    "ai_calls_per_minute": _parse_positive_int,
     "admin_port": lambda name, raw: 0 if raw.strip() == "0" else _parse_positive_int(name, raw),
     "allow_default_secrets": _parse_bool,
     "rate_limits": _parse_bool,
