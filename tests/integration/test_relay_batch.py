@@ -3,6 +3,8 @@
 Batching must keep the one-row contract: the job in Valkey is the one ``enqueue_operation``
 writes, a repeat of a job id is a no-op (never a second copy, never an overwrite of a job
 already running), and a crash between Valkey and the ledger costs no row and no duplicate.
+The reconciler inspects all enqueued rows' jobs in two pipelined round trips, with the
+verdict of the one-job inspection.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from stack.lanes.enqueue import enqueue_operation, enqueue_operations
 from stack.ledger import outbox
 from stack.ledger.backlog import seed_backlog
 from stack.ledger.engine import make_engine
-from stack.relay import ENQUEUE_BATCH
+from stack.lanes.worker import liveness_key
+from stack.relay import ENQUEUE_BATCH, PENDING_PAGE, inspect_job, inspect_jobs
 from test_relay import relay, row, settings, valkey, valkey_port  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.integration
@@ -73,3 +76,42 @@ def test_a_crash_between_valkey_and_the_ledger_loses_no_row_and_sends_no_duplica
     assert len(narratives) == len(set(narratives)) == ENQUEUE_BATCH + 20
     assert len(Queue("sms", connection=valkey).job_ids) == ENQUEUE_BATCH + 20
     assert all(row(settings, jid.rsplit("-", 1)[0])["status"] == "enqueued" for jid in narratives[-20:])
+
+
+def test_pipelined_inspection_gives_each_job_its_own_verdict(settings: Settings, valkey: Redis) -> None:
+    jids = enqueue_operations(valkey, settings, [("merit", f"merit-j{i}", 1) for i in range(5)])
+    queued, failed, live, dead, vanished = jids
+    valkey.hset(Job.key_for(failed), "status", "failed")
+    valkey.hset(Job.key_for(live), mapping={"status": "started", "worker_name": "w-live"})
+    valkey.set(liveness_key("w-live"), 1)
+    valkey.hset(Job.key_for(dead), mapping={"status": "started", "worker_name": "w-dead"})
+    valkey.delete(Job.key_for(vanished))
+    verdicts = inspect_jobs(valkey, jids)
+    assert verdicts[queued] is None and verdicts[live] is None
+    assert verdicts[failed] == ("job failed", False)
+    assert verdicts[dead] == ("worker w-dead lost (liveness key gone)", True)
+    assert verdicts[vanished] == ("job vanished from Valkey", False)
+    assert verdicts == {jid: inspect_job(valkey, jid) for jid in jids}  # the one-job path agrees
+
+
+class _RecordingStop:
+    """A stop event that records each wait and stops the loop after ``passes`` waits."""
+
+    def __init__(self, passes: int) -> None:
+        self.waits: list[float] = []
+        self.passes = passes
+
+    def is_set(self) -> bool:
+        return len(self.waits) >= self.passes
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        return self.is_set()
+
+
+def test_a_full_page_starts_the_next_pass_at_once_and_a_partial_one_waits(settings: Settings, valkey: Redis) -> None:
+    seed_backlog(make_engine(settings), PENDING_PAGE // 2 + 10)  # 2 rows each: one full page, then 20 rows
+    stop = _RecordingStop(passes=3)
+    relay(settings, valkey).run_forever(stop)  # type: ignore[arg-type] - only is_set() and wait() are used
+    assert stop.waits == [0.0, settings.relay_interval, settings.relay_interval]
+    assert len(Queue("ai", connection=valkey).job_ids) == PENDING_PAGE // 2 + 10
