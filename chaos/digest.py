@@ -7,15 +7,18 @@ histograms' counts between two screens. It reads nothing but HTTP, so it works a
 deployment whose node URLs it is given (``--url``, repeatable) or finds in a run folder's
 ``manifest.json`` (``web_1``, ``web_2``, …).
 
-Not shown yet, and printed as ``n/a`` rather than left out: CPU per component (no
-deployment-neutral HTTP source), and the exam lock (the admin API has no lock endpoint in
-this tree).
+The exam lock comes from the admin API and CPU per component from ``/proc`` of a local run's
+manifest pids (chaos/digest_sources.py); either is printed as ``n/a`` with its reason rather
+than left out when its source is missing (no admin URL, or a deployment on another machine).
+Per lane finish -> outcome latency is the ``proctor_lane_latency_seconds`` histogram of
+``/metrics``; the screen shows each kind's count and the bucket its median falls in.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -24,6 +27,8 @@ from pathlib import Path
 from typing import Sequence
 
 import httpx
+
+from chaos.digest_sources import component_cpu, cpu_lines, fetch_lock, lock_line
 
 __all__ = ["NodeScrape", "digest_main", "parse_metrics", "render_digest", "scrape"]
 
@@ -77,8 +82,21 @@ def _fmt(value: float | None, unit: str = "") -> str:
     return "n/a" if value is None else f"{value:g}{unit}"
 
 
-def render_digest(now: list[NodeScrape], before: list[NodeScrape] | None = None, interval: float | None = None) -> str:
-    """One screen of text; rates need the previous screen's scrape and the seconds between."""
+def _median_bucket(node: NodeScrape, kind: str) -> str:
+    """``count n, median <= b s`` from the kind's cumulative buckets (n/a before any is done)."""
+    buckets = sorted(((float(l["le"]), v) for n, l, v in node.samples
+                      if n == "proctor_lane_latency_seconds_bucket" and l.get("kind") == kind), key=lambda b: b[0])
+    count = buckets[-1][1] if buckets else 0
+    if not count:
+        return "n/a"
+    bound = next(le for le, cumulative in buckets if cumulative >= count / 2)
+    return f"{count:g} done, median <= {bound:g} s"
+
+
+def render_digest(now: list[NodeScrape], before: list[NodeScrape] | None = None, interval: float | None = None,
+                  lock: dict | str | None = None, cpu: list[str] | None = None) -> str:
+    """One screen of text; rates need the previous screen's scrape and the seconds between.
+    ``lock`` is the admin API's lock state (or why it is unknown), ``cpu`` the CPU lines."""
     lines = [f"proctor digest  {time.strftime('%H:%M:%S')}", "", "node                           requests   5xx  draining"]
     for node in now:
         if node.error:
@@ -94,40 +112,56 @@ def render_digest(now: list[NodeScrape], before: list[NodeScrape] | None = None,
     else:
         lines += ["", "rates: n/a until the second screen (--watch)"]
     head = up[0] if up else NodeScrape("")
-    lines += ["", "lane     depth  oldest age  failed"]
-    for lane in ("merit", "ai", "sms"):
+    lines += ["", "lane     depth  oldest age  failed  finish -> outcome"]
+    for lane, kind in (("merit", "merit"), ("ai", "narrative"), ("sms", "sms")):
         lines.append(f"{lane:<8} {_fmt(head.value('proctor_lane_depth', lane=lane)):>5}  "
                      f"{_fmt(head.value('proctor_lane_oldest_job_age_seconds', lane=lane), ' s'):>10}  "
-                     f"{_fmt(head.value('proctor_lane_failed_jobs', lane=lane)):>6}")
+                     f"{_fmt(head.value('proctor_lane_failed_jobs', lane=lane)):>6}  {_median_bucket(head, kind)}")
     lines += ["", f"pending outcomes {_fmt(head.value('proctor_pending_outcomes'))}   "
-                  f"outbox lag {_fmt(head.value('proctor_outbox_lag_seconds'), ' s')}",
-              "CPU per component n/a (no HTTP source)   exam lock n/a (no lock in the admin API)"]
-    return "\n".join(lines)
+                  f"outbox lag {_fmt(head.value('proctor_outbox_lag_seconds'), ' s')}", lock_line(lock), ""]
+    return "\n".join(lines + (cpu or cpu_lines({}, None, None)))
 
 
-def _node_urls(run_dir: Path) -> list[str]:
-    urls = json.loads((run_dir / "manifest.json").read_text()).get("urls", {})
-    return [url for name, url in sorted(urls.items()) if re.fullmatch(r"web_\d+", name)]
+def _manifest(run_dir: Path | None) -> dict | None:
+    return json.loads((run_dir / "manifest.json").read_text()) if run_dir else None
+
+
+def _node_urls(manifest: dict) -> list[str]:
+    return [url for name, url in sorted(manifest.get("urls", {}).items()) if re.fullmatch(r"web_\d+", name)]
+
+
+def _admin(manifest: dict | None, admin_url: str | None) -> tuple[str, str] | None:
+    if admin_url:
+        return admin_url, os.environ.get("PROCTOR_ADMIN_TOKEN", "")
+    if manifest and manifest.get("urls", {}).get("admin"):
+        return manifest["urls"]["admin"], manifest.get("settings", {}).get("PROCTOR_ADMIN_TOKEN", "")
+    return None
 
 
 def digest_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="proctor digest", description="The exam digest from each node's /metrics.")
     parser.add_argument("run_dir", nargs="?", type=Path, help="a running stack's run folder (its manifest.json names the nodes)")
     parser.add_argument("--url", action="append", default=[], help="a web node's base URL (repeatable); instead of run_dir")
+    parser.add_argument("--admin-url", default=None, help="a node's admin listener for the exam lock "
+                                                         "(token from PROCTOR_ADMIN_TOKEN); default the manifest's")
     parser.add_argument("--watch", type=float, default=None, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
     args = parser.parse_args(argv)
     if args.watch is not None and not args.watch > 0:
         parser.error(f"--watch={args.watch}: expected seconds > 0")
-    urls = args.url or (_node_urls(args.run_dir) if args.run_dir else [])
+    manifest = _manifest(args.run_dir)
+    urls = args.url or (_node_urls(manifest) if manifest else [])
     if not urls:
         parser.error("name the nodes: a run folder with a manifest.json, or --url (repeatable)")
-    before, at = None, time.monotonic()
+    admin = _admin(manifest, args.admin_url)
+    before, cpu_before, at = None, None, time.monotonic()
     while True:
-        now, taken = scrape(urls), time.monotonic()
-        print(("\033[2J\033[H" if args.watch else "") + render_digest(now, before, taken - at), flush=True)
+        now, cpu, taken = scrape(urls), component_cpu(manifest), time.monotonic()
+        lock = fetch_lock(*admin) if admin else None
+        screen = render_digest(now, before, taken - at, lock, cpu_lines(cpu, cpu_before, taken - at))
+        print(("\033[2J\033[H" if args.watch else "") + screen, flush=True)
         if args.watch is None:
             return 0 if all(not n.error for n in now) else 1
-        before, at = now, taken
+        before, cpu_before, at = now, cpu, taken
         try:
             time.sleep(args.watch)
         except KeyboardInterrupt:

@@ -6,8 +6,12 @@ narrative jobs: 2,000 AI jobs of 10 case-seconds each sit in a queue. Then the e
 students answer, finish and poll their merit cards. After the load the job records RQ kept
 are stored (chaos/lane_jobs.py) and the isolation checker judges them.
 
-The AI provider's rate limit is not in play: the fake provider has none (the seed's backlog
-predates the limiter; docs/ai-lane.md, when it exists, describes how to lift it).
+The AI provider's rate limit is lifted, as the issue asks (the seed's backlog predates #11's
+limiter, and limiter-driven waiting belongs to the AI lane): the fake provider has no limit
+unless a fault sets one, and both runs raise the shared limiter's calls per case-minute
+(``PROCTOR_AI_CALLS_PER_MINUTE``, default 8) to ``AI_LIMIT_LIFTED``. With the default, two
+workers of 10-case-second calls (12 a case-minute) would defer AI jobs back to the ledger,
+and the control's backlog would leave the shared queue instead of blocking it.
 
 - ``lane_isolation``: merit has its own queue and two workers, ai one: valid.
 - ``lane_isolation_shared_lane``: ``PROCTOR_SHARED_LANE=on`` routes AI jobs into the merit
@@ -28,9 +32,11 @@ from chaos.runner import Scenario
 from chaos.workload import WorkloadSpec
 from stack.config import CASE_AI_CALL_SECONDS
 
-__all__ = ["BACKLOG_JOBS", "ISOLATION_SCENARIOS", "predicted_shared_wait", "seed_and_wait"]
+__all__ = ["AI_LIMIT_LIFTED", "BACKLOG_JOBS", "ISOLATION_SCENARIOS", "predicted_shared_wait", "seed_and_wait"]
 
 BACKLOG_JOBS = 2000
+AI_LIMIT_LIFTED = 100_000
+"""Calls per case-minute for the shared AI limiter: far above what any AI worker here can make."""
 BACKLOG_WAIT_SECONDS = 300.0
 """Harness set-up limit for the relay to enqueue the backlog (not part of any verdict)."""
 
@@ -95,6 +101,7 @@ ISOLATION_SCENARIOS = (
                     "no merit job waits behind an AI job, merit's queue wait stays within its own bound",
         workload=_EXAM,
         merit_workers=2, ai_workers=1,
+        settings={"ai_calls_per_minute": AI_LIMIT_LIFTED},
         prepare=_prepare,
         background={"lane_jobs": job_records_background()},
         options=_OPTIONS,
@@ -106,7 +113,7 @@ ISOLATION_SCENARIOS = (
                     f"serve both, as in the seed; merit jobs queue behind {BACKLOG_JOBS} AI jobs",
         workload=WorkloadSpec(arrival_rate=3.0, duration=4.0, questions=2, poll_deadline=6.0),
         merit_workers=2, ai_workers=0,
-        settings={"shared_lane": True},
+        settings={"shared_lane": True, "ai_calls_per_minute": AI_LIMIT_LIFTED},
         prepare=_prepare,
         background={"lane_jobs": job_records_background()},
         options={**_OPTIONS, "allow_pending": ["merit", "narrative", "sms"],

@@ -38,6 +38,9 @@ METRIC_DEPTH = "proctor_lane_depth"
 METRIC_OLDEST = "proctor_lane_oldest_job_age_seconds"
 METRIC_PENDING = "proctor_pending_outcomes"
 METRIC_OUTBOX_LAG = "proctor_outbox_lag_seconds"
+METRIC_FAILED = "proctor_lane_failed_jobs"
+METRIC_REQUESTS = "proctor_http_requests_total"
+METRIC_5XX = "proctor_http_5xx_total"
 
 
 def lane_sample(text: str) -> dict[str, Any]:
@@ -52,6 +55,10 @@ def lane_sample(text: str) -> dict[str, Any]:
             sample["pending_outcomes"] = sample.get("pending_outcomes", 0) + value
         elif name == METRIC_OUTBOX_LAG:
             sample["outbox_lag"] = value
+        elif name == METRIC_FAILED and "lane" in labels:
+            lanes.setdefault(labels["lane"], {})["failed"] = value
+        elif name in (METRIC_REQUESTS, METRIC_5XX):  # per node: the node HAProxy sent this scrape to
+            sample["requests" if name == METRIC_REQUESTS else "errors_5xx"] = value
     return sample
 
 

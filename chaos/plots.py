@@ -20,18 +20,20 @@ from chaos.history import FaultWindow, Op, fault_windows, monitor_samples, pair_
 
 __all__ = ["PLOT_FILES", "plot_latency", "plot_queues", "plot_run", "plot_throughput"]
 
-PLOT_FILES = ("throughput.png", "latency.png", "queues.png")
+PLOT_FILES = ("throughput.png", "latency.png", "queues.png", "digest.png")
 _COLOURS = {"ok": "tab:green", "fail": "tab:orange", "info": "tab:red"}
 _DPI = 100
 
 
 def plot_run(history: Sequence[Op], out_dir: Path) -> list[Path]:
-    """Write the three PNGs into ``out_dir``; returns their paths."""
+    """Write the PNGs into ``out_dir`` (the digest's series: chaos/digest_plot.py); returns their paths."""
+    from chaos.digest_plot import plot_digest
+
     out_dir.mkdir(parents=True, exist_ok=True)
     windows = fault_windows(history)
     end = max((op.time for op in history), default=0.0)
     paths = [out_dir / name for name in PLOT_FILES]
-    for path, draw in zip(paths, (plot_throughput, plot_latency, plot_queues)):
+    for path, draw in zip(paths, (plot_throughput, plot_latency, plot_queues, plot_digest)):
         figure = draw(history, windows, end)
         FigureCanvasAgg(figure).print_png(str(path))
     return paths

@@ -202,6 +202,7 @@ class Settings:
     answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
     shared_lane: bool = False  # PROCTOR_SHARED_LANE: on = AI jobs join the merit queue (negative control, the seed's lane)
     answer_revisions: str = "highest"  # PROCTOR_ANSWER_REVISIONS: last-arrival/compacting = negative controls
+    ai_calls_per_minute: int = CASE_PROVIDER_CALLS_PER_MINUTE  # PROCTOR_AI_CALLS_PER_MINUTE: the shared AI limiter (#11); high = lifted
 
     def scaled(self, case_seconds: float) -> float:
         """Real seconds for a case-time duration."""
@@ -268,6 +269,7 @@ ENV_NAMES: dict[str, str] = {
     "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
     "shared_lane": "PROCTOR_SHARED_LANE",
     "answer_revisions": "PROCTOR_ANSWER_REVISIONS",
+    "ai_calls_per_minute": "PROCTOR_AI_CALLS_PER_MINUTE",
 }
 
 _PARSERS = {
@@ -278,6 +280,7 @@ _PARSERS = {
     "max_job_attempts": _parse_positive_int,
     "max_body_bytes": _parse_positive_int,
     "max_in_flight": _parse_positive_int,
+    "ai_calls_per_minute": _parse_positive_int,
     "admin_port": lambda name, raw: 0 if raw.strip() == "0" else _parse_positive_int(name, raw),
     "allow_default_secrets": _parse_bool,
     "rate_limits": _parse_bool,

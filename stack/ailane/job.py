@@ -48,6 +48,11 @@ class LaneConfig:
     visibility_timeout_seconds: float | None = None  # when RQ calls a started job abandoned (timeout + 60 s)
     limiter_keys: tuple[str, str] = (CALLS_KEY, PAUSE_KEY)  # a per-worker pair = the negative control
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LaneConfig:
+        """The deployed lane: its limiter's calls per case-minute from ``PROCTOR_AI_CALLS_PER_MINUTE``."""
+        return cls(calls_per_minute=settings.ai_calls_per_minute)
+
     def lease(self, settings: Settings) -> float:
         return self.lease_seconds or jobs.job_timeout("narrative", settings) + _RQ_CALLBACK_SECONDS
 
@@ -85,7 +90,8 @@ def write_narrative(operation_id: str) -> dict[str, Any]:
 
     job = get_current_job()
     assert job is not None, "write_narrative runs inside an RQ job"
-    step = run_narrative(jobs._current(), job.connection, operation_id, job.id, LaneConfig())
+    process = jobs._current()
+    step = run_narrative(process, job.connection, operation_id, job.id, LaneConfig.from_settings(process.settings))
     return {"operation_id": operation_id, "status": step.action, "detail": step.detail}
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from redis import Redis
 from rq import Queue
 from rq.job import Job
@@ -32,11 +32,11 @@ from rq.utils import str_to_date
 from sqlalchemy import Engine
 
 from stack.connection_stats import ERROR_KINDS, process_stats
-from stack.lanes.queues import LANES
+from stack.lanes.queues import LANE_OF_KIND, LANES
 from stack.ledger import outbox
 from stack.web.dispatch import ValkeyClients
 
-__all__ = ["LaneSample", "LedgerSample", "RequestCounters", "lane_samples", "ledger_sample", "render_metrics"]
+__all__ = ["LANE_LATENCY_BOUNDS", "LaneSample", "LedgerSample", "RequestCounters", "lane_samples", "ledger_sample", "render_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +101,17 @@ def _age(stamps: dict[str, object], lane: str, now: float) -> float:
     return max(0.0, now - str_to_date(raw).timestamp())  # type: ignore[arg-type]
 
 
+LANE_LATENCY_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+"""Real seconds from a finish to its outcome: a merit card in well under a second, an AI narrative
+behind a backlog in minutes (the seed's merit card waited 10-115 minutes in a shared lane)."""
+
+
 @dataclass
 class LedgerSample:
     up: bool
     pending_outcomes: int = 0
     outbox_lag: float = 0.0  # age of the oldest non-final outbox row
+    latency: dict[str, tuple[list[int], int, float]] | None = None  # outbox.latency_histogram per kind
 
 
 def ledger_sample(engine: Engine, now: float | None = None) -> LedgerSample:
@@ -113,10 +119,11 @@ def ledger_sample(engine: Engine, now: float | None = None) -> LedgerSample:
     try:
         with engine.connect() as conn:
             count, oldest = outbox.unfinished_summary(conn)
+            latency = outbox.latency_histogram(conn, LANE_LATENCY_BOUNDS)
     except Exception as exc:  # noqa: BLE001 - a scrape reports the ledger down, it does not fail
         log.warning("metrics: ledger unreadable: %s", exc)
         return LedgerSample(up=False)
-    return LedgerSample(True, count, 0.0 if oldest is None else max(0.0, now - oldest))
+    return LedgerSample(True, count, 0.0 if oldest is None else max(0.0, now - oldest), latency)
 
 
 class _Families:
@@ -131,6 +138,15 @@ class _Families:
         family = family_type(name.removesuffix("_total") if kind == "counter" else name, help_text, labels=list(labels))
         for values, value in samples:
             family.add_metric(list(values), value)
+        self.families.append(family)
+
+    def lane_latency(self, latency: dict[str, tuple[list[int], int, float]]) -> None:
+        family = HistogramMetricFamily(
+            "proctor_lane_latency_seconds", "Finish to outcome written, per lane and kind (from the ledger; "
+            "every node reports the same rows).", labels=["lane", "kind"])
+        for kind, (cumulative, count, total) in sorted(latency.items()):
+            buckets = [(f"{bound:g}", n) for bound, n in zip(LANE_LATENCY_BOUNDS, cumulative)] + [("+Inf", count)]
+            family.add_metric([LANE_OF_KIND.get(kind, kind), kind], buckets, total)
         self.families.append(family)
 
     def collect(self) -> Iterator[Metric]:
@@ -171,6 +187,7 @@ def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients,
     if ledger.up:
         out.metric("proctor_pending_outcomes", "gauge", "Outbox rows not yet done or failed.", [], [((), ledger.pending_outcomes)])
         out.metric("proctor_outbox_lag_seconds", "gauge", "Age of the oldest non-final outbox row.", [], [((), ledger.outbox_lag)])
+        out.lane_latency(ledger.latency or {})
     registry = CollectorRegistry(auto_describe=False)
     registry.register(out)  # type: ignore[arg-type] - any object with collect() is a collector
     return (generate_latest(registry) + generate_latest(counters.registry)).decode()

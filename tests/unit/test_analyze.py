@@ -141,7 +141,7 @@ def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: p
     assert report["checkers"]["answers"]["counts"]["acknowledged"] == 2
     assert report["checkers"]["stats"]["counts"]["faults"] == 1
     assert report["options"]["outcome_deadline_seconds"] == 5.0
-    assert report["plots"] == ["throughput.png", "latency.png", "queues.png"]
+    assert report["plots"] == ["throughput.png", "latency.png", "queues.png", "digest.png"]
     for name in report["plots"]:
         assert (run / name).read_bytes()[:8] == PNG_MAGIC
     ai_call = next(d for d in report["case_durations"] if d["name"] == "CASE_AI_CALL_SECONDS")
@@ -201,7 +201,7 @@ def test_empty_history_is_unknown_and_plots_do_not_crash(tmp_path: Path, capsys:
     assert report["valid"] == "unknown"
     assert list(report["checkers"]) == ["history"]  # no false "unexpected" rows against an empty history
     assert report["checkers"]["history"]["notes"] == ["history.jsonl is empty: nothing was recorded, so nothing can be judged"]
-    assert len(report["plots"]) == 3
+    assert len(report["plots"]) == 4  # throughput, latency, queues, digest
     assert check_command(run, plots=False) == 2
 
 

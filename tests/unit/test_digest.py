@@ -35,7 +35,7 @@ def test_one_screen_shows_what_on_call_watches() -> None:
     screen = render_digest([_node(10, failed_ai=3)])
     assert "1990" in screen and "95.5 s" in screen and "4010" in screen and "130.25 s" in screen
     ai_row = next(line for line in screen.splitlines() if line.startswith("ai "))
-    assert ai_row.split() == ["ai", "1990", "95.5", "s", "3"]
+    assert ai_row.split() == ["ai", "1990", "95.5", "s", "3", "n/a"]  # n/a: no narrative done yet
     assert " 120 " in screen
     assert "exam lock n/a" in screen and "rates: n/a" in screen
 
