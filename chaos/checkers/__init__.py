@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from chaos.checkers.ailane import check_ai_billing, check_ai_paused_calls, check_ai_provider_limit
 from chaos.checkers.answers import check_answers
 from chaos.checkers.base import (
     UNKNOWN,
@@ -20,6 +21,7 @@ from chaos.checkers.base import (
     compose,
 )
 from chaos.checkers.connections import check_connections
+from chaos.checkers.duplicate_charges import check_duplicate_charges
 from chaos.checkers.effects import check_effects
 from chaos.checkers.faults import check_faults
 from chaos.checkers.jobs import check_jobs
@@ -36,8 +38,12 @@ __all__ = [
     "OptionsError",
     "Result",
     "UNKNOWN",
+    "check_ai_billing",
+    "check_ai_paused_calls",
+    "check_ai_provider_limit",
     "check_answers",
     "check_connections",
+    "check_duplicate_charges",
     "check_effects",
     "check_faults",
     "check_jobs",
@@ -58,6 +64,10 @@ CHECKERS: dict[str, Checker] = {
     "payloads": check_payloads,
     "latency": check_latency,
     "connections": check_connections,
+    "provider_limit": check_ai_provider_limit,
+    "duplicate_charges": check_duplicate_charges,
+    "billing": check_ai_billing,
+    "paused_calls": check_ai_paused_calls,
 }
 
 

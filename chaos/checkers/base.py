@@ -205,12 +205,16 @@ class CheckOptions:
     """Valkey connections any one stack process may open over the run (pooled: a handful); None = not checked."""
     declared_faults: tuple[DeclaredFault, ...] | None = None
     """scenario.json's top-level "faults" (not an option): what the nemesis was told to do; None = not declared."""
+    time_scale: float | None = None
+    """scenario.json's "time_scale" (not an option): real seconds per case second, for checkers whose
+    limits are in case time (the AI provider's calls per case-minute); None = not declared."""
 
     @classmethod
     def from_scenario(cls, scenario: Mapping[str, Any]) -> "CheckOptions":
         """The options of a scenario.json document, plus its declared faults."""
         options = cls.from_dict(scenario.get("options"))
-        return replace(options, declared_faults=_declared_faults(scenario.get("faults")))
+        return replace(options, declared_faults=_declared_faults(scenario.get("faults")),
+                       time_scale=_declared_time_scale(scenario))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "CheckOptions":
@@ -290,6 +294,20 @@ def _slo(value: Any) -> dict[str, dict[str, float]]:
             raise OptionsError(f"options.slo.{key}: {bad} are not among {SLO_THRESHOLDS}")
         slo[key] = {name: _positive(v, f"options.slo.{key}.{name}") for name, v in limits.items()}
     return slo
+
+
+def _declared_time_scale(scenario: Mapping[str, Any]) -> float | None:
+    settings = scenario.get("settings") or {}
+    value = scenario.get("time_scale", settings.get("TIME_SCALE", settings.get("time_scale")))
+    if value is None:
+        return None
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        raise OptionsError(f"time_scale={value!r}: expected a number") from None
+    if not scale > 0:
+        raise OptionsError(f"time_scale={value!r}: must be greater than 0")
+    return scale
 
 
 def _declared_faults(value: Any) -> tuple[DeclaredFault, ...] | None:

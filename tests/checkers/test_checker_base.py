@@ -101,12 +101,17 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
         "payloads": UNKNOWN,
         "latency": True,
         "connections": True,  # no limits set: it only measures
+        "provider_limit": UNKNOWN,  # the AI lane's ledgers were never read
+        "duplicate_charges": UNKNOWN,
+        "billing": UNKNOWN,
+        "paused_calls": UNKNOWN,
     }
 
 
 EXPORTS = {
     "chaos.checkers": [
         "CHECKERS", "CheckOptions", "Checker", "OptionsError", "Result", "UNKNOWN", "check_answers", "check_connections",
+        "check_ai_billing", "check_ai_paused_calls", "check_ai_provider_limit", "check_duplicate_charges",
         "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
     ],
     "chaos.checkers.base": [
@@ -121,6 +126,8 @@ EXPORTS = {
     "chaos.checkers.jobs": ["NAME", "check_jobs", "completion_seconds"],
     "chaos.checkers.latency": ["LANES", "NAME", "check_latency", "op_latencies", "resolve_slo_key"],
     "chaos.checkers.stats": ["NAME", "check_stats", "outcome_counts"],
+    "chaos.checkers.ailane": ["AI_CALLS_PER_CASE_MINUTE", "check_ai_billing", "check_ai_paused_calls",
+                              "check_ai_provider_limit"],
 }
 
 

@@ -139,3 +139,12 @@ def test_metrics_count_5xx(app_client: TestClient, ledger: Engine) -> None:
     samples = _parse(app_client.get("/metrics").text)
     assert samples['proctor_http_5xx_total{node="web_test"}'] == 1
     assert json.loads(app_client.get("/healthz").text)["status"] == "ok"
+
+
+def test_the_ai_lane_tables_are_exported_for_the_checkers(admin_client: TestClient) -> None:
+    """Reservations, audit log, alerts and lane state go into every run folder (chaos/checkers/ailane.py)."""
+    for table in ("ai_reservations", "audit_log", "alerts", "lane_state"):
+        response = admin_client.get(f"/admin/export/{table}", headers={"X-Admin-Token": ADMIN})
+        assert response.status_code == 200, table
+        assert response.json()["table"] == table and isinstance(response.json()["rows"], list), table
+    assert admin_client.get("/admin/export/students", headers={"X-Admin-Token": ADMIN}).status_code == 422
