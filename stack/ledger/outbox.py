@@ -34,6 +34,7 @@ __all__ = [
     "mark_reenqueued",
     "mark_failed",
     "defer",
+    "lost_runs",
     "pending_for_attempt",
     "unfinished_summary",
     "NON_FINAL_STATUSES",
@@ -154,9 +155,17 @@ def defer(conn: Connection, op: str, job: str, not_before: float, reason: str, n
     result = conn.execute(
         update(outbox)
         .where(outbox.c.operation_id == op, outbox.c.status == "enqueued", outbox.c.job_id == job)
-        .values(status="pending", not_before=not_before, updated_at=now, last_error=reason)
+        .values(status="pending", not_before=not_before, updated_at=now, last_error=reason,
+                deferrals=outbox.c.deferrals + 1)
     )
     return result.rowcount == 1
+
+
+def lost_runs(row: dict) -> int:
+    """Enqueues that did not end in a hand-back: the runs the relay had to replace (worker
+    died, job failed, Valkey lost it). A deferral is a finished run, not a failed attempt,
+    so a row that waited a hundred times may still be replaced after one crash."""
+    return row["attempts"] - (row.get("deferrals") or 0)
 
 
 def mark_done(conn: Connection, op: str, now: float | None = None) -> bool:
