@@ -31,6 +31,7 @@ __all__ = [
     "OUTBOX_KINDS",
     "OutboxRow",
     "OutcomeRow",
+    "RefusalRow",
     "ReservationRow",
     "load_ledgers",
 ]
@@ -53,6 +54,7 @@ LEDGER_FILES = {
     "audit_log": "audit_log.json",
     "alerts": "alerts.json",
     "lane_state": "lane_state.json",
+    "ai_refusals": "ai_effects.json",  # the same provider export, its "refusals" list
 }
 """Ledgers attribute -> file name under <run_dir>/ledgers/."""
 
@@ -179,8 +181,18 @@ class LaneStateRow:
     since: float | None = None
 
 
+@dataclass(frozen=True)
+class RefusalRow:
+    """A call the provider refused (429, 402, 401...): when it arrived and the Retry-After it asked for."""
+
+    operation_id: str
+    at: float
+    status: str  # the HTTP status as text ("429"), like every status field of the exports
+    retry_after_seconds: float | None = None
+
+
 Row = TypeVar("Row", AttemptRow, AnswerRow, OutboxRow, OutcomeRow, EffectRow, ExamRow, ReservationRow, AuditRow,
-              AlertRow, LaneStateRow)
+              AlertRow, LaneStateRow, RefusalRow)
 
 _ROW_TYPES: dict[str, type] = {
     "attempts": AttemptRow,
@@ -194,10 +206,11 @@ _ROW_TYPES: dict[str, type] = {
     "audit_log": AuditRow,
     "alerts": AlertRow,
     "lane_state": LaneStateRow,
+    "ai_refusals": RefusalRow,
 }
 
 _FLOAT_FIELDS = {"started_at", "finished_at", "created_at", "enqueued_at", "done_at", "cost", "reserved_at", "settled_at",
-                 "at", "since"}
+                 "at", "since", "retry_after_seconds"}
 
 
 @dataclass(frozen=True)
@@ -215,6 +228,7 @@ class Ledgers:
     audit_log: tuple[AuditRow, ...] | None = None
     alerts: tuple[AlertRow, ...] | None = None
     lane_state: tuple[LaneStateRow, ...] | None = None
+    ai_refusals: tuple[RefusalRow, ...] | None = None
     exported_at: Mapping[str, float] = field(default_factory=dict)
     problems: Mapping[str, str] = field(default_factory=dict)
 
@@ -281,10 +295,11 @@ def _rows_of(table: str, document: Any, source: str, allow_bare_list: bool = Fal
     """
     exported_at = None
     if isinstance(document, Mapping):
-        identity, expected = ("provider", table.removesuffix("_effects")) if table.endswith("_effects") else ("table", table)
+        from_provider = table.endswith(("_effects", "_refusals"))  # e.g. ai_refusals: provider "ai", list "refusals"
+        identity, expected = ("provider", table.rsplit("_", 1)[0]) if from_provider else ("table", table)
         if document.get(identity) != expected:
             raise LedgerFormatError(f"{source}: {identity}={document.get(identity)!r}, expected {expected!r}")
-        key = "effects" if identity == "provider" else "rows"
+        key = table.rsplit("_", 1)[1] if from_provider else "rows"
         if not isinstance(document.get(key), list):
             raise LedgerFormatError(f"{source}: no {key!r} list")
         exported_at = _exported_at(document.get("exported_at"), source)

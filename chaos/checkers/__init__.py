@@ -27,6 +27,7 @@ from chaos.checkers.faults import check_faults
 from chaos.checkers.jobs import check_jobs
 from chaos.checkers.latency import check_latency
 from chaos.checkers.payloads import check_payloads
+from chaos.checkers.retry_after import check_retry_after
 from chaos.checkers.stats import check_stats
 from chaos.history import Op
 from chaos.ledgers import Ledgers
@@ -49,6 +50,7 @@ __all__ = [
     "check_jobs",
     "check_latency",
     "check_payloads",
+    "check_retry_after",
     "check_safe",
     "check_stats",
     "compose",
@@ -68,6 +70,7 @@ CHECKERS: dict[str, Checker] = {
     "duplicate_charges": check_duplicate_charges,
     "billing": check_ai_billing,
     "paused_calls": check_ai_paused_calls,
+    "retry_after": check_retry_after,
 }
 
 

@@ -178,3 +178,46 @@ def test_a_deployment_without_the_ai_exports_leaves_them_unread(tmp_path: Path, 
     ledgers = load_ledgers(tmp_path)
     assert ledgers.attempts == () and ledgers.ai_reservations is None
     assert ledgers.problems["ai_reservations"].endswith("ai_reservations.json does not exist")
+
+
+def refusal(op: str, at: float, retry_after: float | None = 0.5, status: int = 429) -> dict[str, Any]:
+    return {"operation_id": op, "at": at, "status": status, "retry_after_seconds": retry_after}
+
+
+def retry_verdict(effects: list[dict[str, Any]], refusals: list[dict[str, Any]]) -> Any:
+    ledgers = Ledgers.from_exports(ai_effects=effects, ai_refusals={"provider": "ai", "effects": effects,
+                                                                    "refusals": refusals})
+    return run_checkers([], ledgers, CheckOptions(time_scale=SCALE)).checks["retry_after"]
+
+
+def test_retries_after_their_retry_after_are_valid() -> None:
+    effects, _ = paced(6)
+    refusals = [refusal("narrative-a3", 99.0), refusal("narrative-a4", 99.2, status=402)]
+    check = retry_verdict(effects, refusals)  # a3 came back at 100.24, after 99.5; another op may arrive any time
+    assert check.valid is True and check.counts == {"early_retry": 0, "refusals": 2, "with_retry_after": 1}
+
+
+def test_a_retry_of_the_same_operation_before_its_retry_after_is_caught() -> None:
+    effects, _ = paced(6)
+    refusals = [refusal("narrative-a3", 99.0), refusal("narrative-a5", 100.1, retry_after=0.5)]  # a5 back at 100.4
+    check = retry_verdict(effects, refusals)
+    assert check.valid is False and check.violations == ["early_retry"]
+    assert check.examples["early_retry"][0]["operation_id"] == "narrative-a5"
+
+
+def test_no_429_is_valid_with_nothing_to_check_and_no_refusal_list_is_unknown() -> None:
+    check = retry_verdict(paced(3)[0], [])
+    assert check.valid is True and any("nothing to check" in note for note in check.notes)
+    old_export = run_checkers([], Ledgers.from_exports(ai_effects=paced(3)[0]), CheckOptions(time_scale=SCALE))
+    assert old_export.checks["retry_after"].valid == UNKNOWN
+
+
+def test_the_provider_export_holds_effects_and_refusals(tmp_path: Path) -> None:
+    folder = tmp_path / "ledgers"
+    folder.mkdir()
+    effects, _ = paced(2)
+    (folder / "ai_effects.json").write_text(json.dumps({"provider": "ai", "effects": effects,
+                                                        "refusals": [refusal("narrative-a1", 99.0)]}))
+    ledgers = load_ledgers(tmp_path)
+    assert ledgers.ai_effects is not None and len(ledgers.ai_effects) == 2
+    assert ledgers.ai_refusals is not None and ledgers.ai_refusals[0].status == "429"

@@ -105,13 +105,14 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
         "duplicate_charges": UNKNOWN,
         "billing": UNKNOWN,
         "paused_calls": UNKNOWN,
+        "retry_after": UNKNOWN,
     }
 
 
 EXPORTS = {
     "chaos.checkers": [
         "CHECKERS", "CheckOptions", "Checker", "OptionsError", "Result", "UNKNOWN", "check_answers", "check_connections",
-        "check_ai_billing", "check_ai_paused_calls", "check_ai_provider_limit", "check_duplicate_charges",
+        "check_ai_billing", "check_ai_paused_calls", "check_ai_provider_limit", "check_duplicate_charges", "check_retry_after",
         "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
     ],
     "chaos.checkers.base": [
@@ -126,6 +127,7 @@ EXPORTS = {
     "chaos.checkers.jobs": ["NAME", "check_jobs", "completion_seconds"],
     "chaos.checkers.latency": ["LANES", "NAME", "check_latency", "op_latencies", "resolve_slo_key"],
     "chaos.checkers.stats": ["NAME", "check_stats", "outcome_counts"],
+    "chaos.checkers.retry_after": ["NAME", "check_retry_after", "early_retries"],
     "chaos.checkers.ailane": ["AI_CALLS_PER_CASE_MINUTE", "check_ai_billing", "check_ai_paused_calls",
                               "check_ai_provider_limit"],
 }

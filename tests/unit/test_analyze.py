@@ -86,7 +86,8 @@ def write_ledgers(folder: Path, lose_answer: bool) -> None:
             for i, k in enumerate(kinds)
         ]),
         "ai_effects": {"provider": "ai", "exported_at": 200.0, "effects": [{"id": 1, "operation_id": "narrative-a1", "idempotency_key": "narrative-a1", "created_at": 101.3,
-                                                                            "request": ai_request, "response": {**NARRATIVE, "operation_id": "narrative-a1", "attempt_id": "a1"}}]},
+                                                                            "request": ai_request, "response": {**NARRATIVE, "operation_id": "narrative-a1", "attempt_id": "a1"}}],
+                       "refusals": []},
         "sms_effects": {"provider": "sms", "exported_at": 200.0, "effects": [{"id": 1, "operation_id": "sms-a1", "idempotency_key": "sms-a1", "created_at": 101.4,
                                                                               "request": {"operation_id": "sms-a1", "to": SMS["to"], "body": SMS["body"]}, "response": SMS}]},
         "ai_reservations": export("ai_reservations", [{"call_id": "narrative-a1#1", "operation_id": "narrative-a1", "state": "completed",
@@ -138,10 +139,10 @@ def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: p
     assert capsys.readouterr().out == f"VALID\nreport: {run / 'report.md'}\n"
     report = json.loads((run / "report.json").read_text())
     assert (report["verdict"], report["valid"], report["name"], report["seed"], report["reproduce"]) == ("VALID", True, "kill-merit-worker", 7, REPRODUCE)
-    assert report["summary"] == {"valid": 12, "invalid": 0, "unknown": 0}
+    assert report["summary"] == {"valid": 13, "invalid": 0, "unknown": 0}
     assert {n: c["valid"] for n, c in report["checkers"].items()} == dict.fromkeys(
         ["stats", "faults", "answers", "effects", "jobs", "payloads", "latency", "connections", "provider_limit",
-         "duplicate_charges", "billing", "paused_calls"], True)
+         "duplicate_charges", "billing", "paused_calls", "retry_after"], True)
     assert report["checkers"]["answers"]["counts"]["acknowledged"] == 2
     assert report["checkers"]["stats"]["counts"]["faults"] == 1
     assert report["options"]["outcome_deadline_seconds"] == 5.0
@@ -156,7 +157,7 @@ def test_report_md_shows_verdict_settings_both_times_and_reproduce(tmp_path: Pat
     run = build_run(tmp_path)
     analyze(run, plots=False)
     md = (run / "report.md").read_text()
-    assert "**Verdict: VALID** (12 valid, 0 invalid, 0 unknown)" in md
+    assert "**Verdict: VALID** (13 valid, 0 invalid, 0 unknown)" in md
     assert REPRODUCE in md
     assert "SIGKILL the merit worker mid-job\n\nSeed `7`, started 2027-01-15T08:00:00+00:00, ended 2027-01-15T08:00:05+00:00." in md
     assert "TIME_SCALE = 0.01 (real seconds per case second)" in md
