@@ -187,6 +187,10 @@ class Settings:
     max_body_bytes: int = 16384  # PROCTOR_MAX_BODY_BYTES
     max_in_flight: int = 64  # PROCTOR_MAX_IN_FLIGHT: requests a node serves at once; more get 503 + Retry-After
     answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
+    # The AI lane's safeguards (docs/ai-lane.md); each off is a negative control, chosen at start-up:
+    ai_shared_limiter: bool = True  # PROCTOR_AI_SHARED_LIMITER: off = a limiter per worker
+    ai_retry_after: bool = True  # PROCTOR_AI_RETRY_AFTER: off = a 429's Retry-After is ignored
+    ai_ask_before_replay: bool = True  # PROCTOR_AI_ASK_BEFORE_REPLAY: off = replay without asking the provider
 
     def scaled(self, case_seconds: float) -> float:
         """Real seconds for a case-time duration."""
@@ -250,6 +254,9 @@ ENV_NAMES: dict[str, str] = {
     "max_body_bytes": "PROCTOR_MAX_BODY_BYTES",
     "max_in_flight": "PROCTOR_MAX_IN_FLIGHT",
     "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
+    "ai_shared_limiter": "PROCTOR_AI_SHARED_LIMITER",
+    "ai_retry_after": "PROCTOR_AI_RETRY_AFTER",
+    "ai_ask_before_replay": "PROCTOR_AI_ASK_BEFORE_REPLAY",
 }
 
 _PARSERS = {
@@ -271,6 +278,9 @@ _PARSERS = {
     "reconciler_enabled": _parse_bool,
     "sms_idempotency": _parse_bool,
     "valkey_fresh_connections": _parse_bool,
+    "ai_shared_limiter": _parse_bool,
+    "ai_retry_after": _parse_bool,
+    "ai_ask_before_replay": _parse_bool,
     "exams": _parse_exams,
     "run_dir": lambda _name, raw: Path(raw),
 }

@@ -47,6 +47,16 @@ class LaneConfig:
     lease_seconds: float | None = None  # a limiter slot's lease; default job timeout + RQ's 60 s callback window
     visibility_timeout_seconds: float | None = None  # when RQ calls a started job abandoned (timeout + 60 s)
     limiter_keys: tuple[str, str] = (CALLS_KEY, PAUSE_KEY)  # a per-worker pair = the negative control
+    honor_retry_after: bool = True  # off = the negative control that retries on backoff alone
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "LaneConfig":
+        """What an RQ AI worker runs with: the safeguards are on unless a negative control
+        switched one off at start-up (PROCTOR_AI_SHARED_LIMITER / _RETRY_AFTER / _ASK_BEFORE_REPLAY)."""
+        keys = (CALLS_KEY, PAUSE_KEY) if settings.ai_shared_limiter else (
+            f"{CALLS_KEY}:{settings.component}", f"{PAUSE_KEY}:{settings.component}")
+        return cls(limiter_keys=keys, honor_retry_after=settings.ai_retry_after,
+                   ask_before_replay=settings.ai_ask_before_replay)
 
     def lease(self, settings: Settings) -> float:
         return self.lease_seconds or jobs.job_timeout("narrative", settings) + _RQ_CALLBACK_SECONDS
@@ -85,7 +95,8 @@ def write_narrative(operation_id: str) -> dict[str, Any]:
 
     job = get_current_job()
     assert job is not None, "write_narrative runs inside an RQ job"
-    step = run_narrative(jobs._current(), job.connection, operation_id, job.id, LaneConfig())
+    process = jobs._current()
+    step = run_narrative(process, job.connection, operation_id, job.id, LaneConfig.from_settings(process.settings))
     return {"operation_id": operation_id, "status": step.action, "detail": step.detail}
 
 
@@ -149,6 +160,10 @@ class _Run:
             call_id = billing.reserve(conn, self.op, number, self.config.cost_per_call)
         try:
             status, body, retry_after, sent = self._post(card)
+            if not self.config.honor_retry_after:
+                retry_after = 0.0
+            if status == 429 and retry_after:  # pause everyone before this slot frees up for another call
+                limiter.pause(retry_after, f"429 for {self.op}")
         finally:
             limiter.release(token)
         kind = classify(status, sent)
@@ -162,8 +177,6 @@ class _Run:
         with self.process.engine.begin() as conn:
             billing.release(conn, call_id, f"provider refused: {status or 'not sent'}")
         if kind == "transient":
-            if status == 429 and retry_after:
-                limiter.pause(retry_after, f"429 for {self.op}")
             return self._retry(row, number, retry_after, f"transient {status or 'connect error'}")
         if kind == "halt":
             return self._halt(status)

@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.lane == "ai":
         from stack.ailane.job import LaneConfig, check_startup
 
-        check_startup(settings, LaneConfig())  # a job timeout past the slot lease stops start-up here
+        check_startup(settings, LaneConfig.from_settings(settings))  # a job timeout past the slot lease stops start-up here
     prepare_worker(args.lane)  # settings, engines, and for ai/sms the HTTP stack: once, not per horse
     component = args.name or settings.component or f"worker_{args.lane}"
     stats = record_process_connections(settings)  # every horse forked below appends to this process's file

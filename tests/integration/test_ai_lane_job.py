@@ -110,6 +110,23 @@ def test_429_releases_the_reservation_pauses_every_worker_and_waits_past_retry_a
     assert (paused.granted, paused.reason) == (False, "paused")
 
 
+def test_negative_control_ignoring_retry_after_retries_on_backoff_alone(lane: Settings, redis: Redis) -> None:
+    knobs(lane, status=429, retry_after_seconds=5.0)
+    before = time.time()
+    step = run(lane, redis, 1, LaneConfig(honor_retry_after=False))
+    assert step.action == "deferred"
+    assert row(lane)["not_before"] < before + 5.0  # the backoff alone: far earlier than the provider asked
+    assert LaneConfig().limiter(redis, lane).acquire("another-worker").granted  # nobody else was paused
+
+
+def test_the_lane_config_follows_the_start_up_switches(lane: Settings) -> None:
+    assert LaneConfig.from_settings(lane) == LaneConfig()
+    blind = LaneConfig.from_settings(lane.with_overrides(ai_shared_limiter=False, ai_retry_after=False,
+                                                         ai_ask_before_replay=False, component="worker_ai_2"))
+    assert blind.limiter_keys == ("proctor:ai:calls:worker_ai_2", "proctor:ai:pause:worker_ai_2")
+    assert (blind.honor_retry_after, blind.ask_before_replay) == (False, False)
+
+
 def test_credit_exhausted_pauses_the_lane_alerts_and_resume_releases_the_row(lane: Settings, redis: Redis) -> None:
     knobs(lane, credit_balance=0.0)
     assert run(lane, redis, 1).action == "held"
