@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from chaos.ailane_scenarios import AI_LANE_SCENARIOS
 from chaos.churn import ChurnSpec, churn_generator
 from chaos.nemesis import FaultSpec, periodic_schedule
 from chaos.scenario import Scenario
@@ -235,6 +236,7 @@ SCENARIOS: dict[str, Scenario] = {
             # retry: answers must still be accepted within the client's patience (p99 measured ~0.2 s).
             options={"expect_ops": ["session", "start", "answer", "finish"], "slo": {"answer": {"p99": 3.0}}},
         ),
+        *AI_LANE_SCENARIOS,  # issue #11: the AI lane's failure table (chaos/ailane_scenarios.py)
     )
 }
 

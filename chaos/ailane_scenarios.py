@@ -1,0 +1,225 @@
+"""The AI lane's failure-table scenarios on the real embedded stack (issue #11).
+
+Real parts: the web nodes take the exams, the relay enqueues the narrative rows, two
+RQ AI workers run ``stack.ailane.job.write_narrative`` against the fake provider over
+HTTP. Each scenario builds a backlog the same way: the lane is paused through the
+admin API before the load (``prepare``), the students finish while their narratives
+wait, and after the load a driver (a scenario ``background`` task) sets the provider's
+fault for the phase and resumes the lane through the admin API, exactly what
+``proctor lane resume ai`` does. So every narrative is due at one known moment, and
+the drain from there is measured on the ledger's own ``done_at`` times.
+
+The driver's timeouts are harness patience only: the verdict rests on the ledgers
+(provider_limit, duplicate_charges, billing, paused_calls, effects, jobs). The drain
+ratio (drain time / (N / 8) case-minutes) is stored under ``background.ai_lane`` in
+scenario.json as a figure; ``loadtests/bench_ai_drain.py`` prints it, no test asserts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from chaos.deployment import Deployment
+from chaos.history import History
+from chaos.scenario import Scenario
+from chaos.workload import WorkloadSpec
+from stack.config import CASE_PROVIDER_CALLS_PER_MINUTE, CASE_RETRY_WINDOW_SECONDS
+
+__all__ = ["AI_LANE_SCENARIOS", "BACKLOG", "DRAIN_BACKLOG", "LANE_SCALE", "LanePlan", "lane_driver",
+           "pause_lane_for_backlog"]
+
+POLL_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """What the driver does after the load. Provider knobs are in case time where they are durations."""
+
+    provider_faults: dict[str, Any] = field(default_factory=dict)  # set just before the resume
+    retry_after_case_seconds: float | None = None  # a 429's Retry-After, scaled to the run
+    halt_then_repair: dict[str, Any] | None = None  # knobs that put a halted provider right (credit, key)
+    hold_paused_case_seconds: float = 120.0  # how long to watch a halted lane make no calls
+    patience_factor: float = 8.0  # harness patience: this many theoretical drains, plus setup
+
+
+def _admin(stack: Deployment) -> tuple[str, dict[str, str]]:
+    return stack.urls["admin"], {"X-Admin-Token": stack.settings.admin_token}
+
+
+def pause_lane_for_backlog(stack: Deployment) -> None:
+    """``prepare``: pause the AI lane (operator action, audited) so the narratives pile up."""
+    url, headers = _admin(stack)
+    response = httpx.post(f"{url}/admin/lanes/ai/pause", headers=headers,
+                          json={"reason": "scenario: build a backlog"}, timeout=10)
+    response.raise_for_status()
+
+
+async def _narratives(client: httpx.AsyncClient, url: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rows = (await client.get(f"{url}/admin/export/outbox")).raise_for_status().json()["rows"]
+    return [r for r in rows if r["kind"] == "narrative"], [r for r in rows if r["kind"] == "merit"]
+
+
+async def _wait(predicate: Any, patience: float) -> bool:
+    """Poll an async predicate until it holds or the harness runs out of patience."""
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(POLL_SECONDS)
+    return False
+
+
+async def _set_provider(client: httpx.AsyncClient, stack: Deployment, knobs: dict[str, Any]) -> None:
+    headers = {"X-Admin-Token": stack.settings.admin_token}
+    (await client.put(f"{stack.urls['ai_provider']}/admin/faults", json=knobs, headers=headers)).raise_for_status()
+
+
+class _Driver:
+    def __init__(self, stack: Deployment, plan: LanePlan, client: httpx.AsyncClient) -> None:
+        self.stack, self.plan, self.client = stack, plan, client
+        self.url, _ = _admin(stack)
+        self.scale = stack.settings.time_scale
+        self.record: dict[str, Any] = {"time_scale": self.scale,
+                                       "case_minute_seconds": 60 * self.scale,
+                                       "retry_window_seconds": CASE_RETRY_WINDOW_SECONDS * self.scale,
+                                       "calls_per_case_minute": CASE_PROVIDER_CALLS_PER_MINUTE}
+
+    async def backlog_ready(self) -> bool:
+        """Every finished attempt's merit card is done, so each narrative is due at the resume."""
+        narratives, merits = await _narratives(self.client, self.url)
+        self.record["n"] = len(narratives)
+        return bool(narratives) and all(m["status"] in ("done", "failed") for m in merits)
+
+    async def drained(self) -> bool:
+        narratives, _ = await _narratives(self.client, self.url)
+        return all(r["status"] in ("done", "failed") for r in narratives)
+
+    async def resume(self, label: str) -> float:
+        response = await self.client.post(f"{self.url}/admin/lanes/ai/resume")
+        response.raise_for_status()
+        at = time.time()
+        self.record.setdefault("resumes", []).append({"label": label, "at": at, "to_review": response.json().get("to_review")})
+        return at
+
+    async def halted(self) -> bool:
+        alerts = (await self.client.get(f"{self.url}/admin/alerts")).raise_for_status().json()["alerts"]
+        lane = (await self.client.get(f"{self.url}/admin/lanes/ai")).raise_for_status().json()
+        return bool(alerts) and lane["paused"]
+
+    def patience(self) -> float:
+        theoretical = max(self.record.get("n", 0), 1) / CASE_PROVIDER_CALLS_PER_MINUTE * 60 * self.scale
+        return self.plan.patience_factor * theoretical + 30.0
+
+    async def run(self) -> dict[str, Any]:
+        self.record["backlog_ready"] = await _wait(self.backlog_ready, 60.0)
+        knobs = dict(self.plan.provider_faults)
+        if self.plan.retry_after_case_seconds is not None:
+            knobs["retry_after_seconds"] = self.plan.retry_after_case_seconds * self.scale
+        if knobs:
+            await _set_provider(self.client, self.stack, knobs)
+        self.record["provider_faults"] = knobs
+        started = await self.resume("backlog")
+        if self.plan.halt_then_repair is not None:
+            await self._halt_and_repair()
+        self.record["drained"] = await _wait(self.drained, self.patience())
+        await self._drain_figures(started)
+        return self.record
+
+    async def _halt_and_repair(self) -> None:
+        self.record["halted"] = await _wait(self.halted, self.patience())
+        await asyncio.sleep(self.plan.hold_paused_case_seconds * self.scale)  # calls here would be violations
+        await _set_provider(self.client, self.stack, self.plan.halt_then_repair or {})
+        await self.resume("after repair")
+
+    async def _drain_figures(self, started: float) -> None:
+        """Drain from the resume to the last ``done_at``; and from the end of the last Retry-After
+        the provider asked for (the storm), which is the part the limiter alone paces."""
+        narratives, _ = await _narratives(self.client, self.url)
+        done = [r["done_at"] for r in narratives if r["status"] == "done" and r["done_at"]]
+        theoretical = len(narratives) / CASE_PROVIDER_CALLS_PER_MINUTE * 60 * self.scale
+        ledger = (await self.client.get(f"{self.stack.urls['ai_provider']}/admin/ledger")).raise_for_status().json()
+        storm_end = max((r["at"] + r["retry_after_seconds"] for r in ledger.get("refusals", [])
+                         if r.get("retry_after_seconds")), default=started)
+        self.record.update(n=len(narratives), done=len(done), theoretical_seconds=round(theoretical, 3),
+                           storm_seconds=round(storm_end - started, 3))
+        if done and theoretical:
+            self.record.update(drain_seconds=round(max(done) - started, 3),
+                               drain_ratio=round((max(done) - started) / theoretical, 3),
+                               drain_ratio_after_storm=round((max(done) - storm_end) / theoretical, 3))
+
+
+def lane_driver(plan: LanePlan):  # noqa: ANN201 - a chaos.scenario.Background
+    """The scenario background task: waits for the load to end, then drives the lane."""
+
+    async def drive(stack: Deployment, history: History, stop: asyncio.Event) -> dict[str, Any]:
+        await stop.wait()  # the load is over: every student has finished (or given up)
+        _, headers = _admin(stack)  # the admin API and the provider's admin API take the same token
+        async with httpx.AsyncClient(timeout=10.0, headers=headers) as client:
+            return await _Driver(stack, plan, client).run()
+
+    return drive
+
+
+# -- the catalogue entries (chaos/scenarios.py adds them to SCENARIOS) --------------------------
+
+LANE_SCALE = 0.05
+"""One case-minute = 3 s. Measured on the shared 2-core machine, two RQ AI workers run about
+4 narrative jobs a second (a forked horse, SQLite, one provider call): about 13 per
+case-minute at this scale, so the shared limit of 8 is what holds the backlog back, and
+two per-worker limiters (16) have room to go over it. At 0.01 the workers, not the
+limiter, were the bottleneck (drain ratio 4.5 for 100 jobs) and no limiter was tested."""
+
+BACKLOG = WorkloadSpec(arrival_rate=10.0, duration=3.0, questions=1, poll_deadline=20.0)
+"""30 students finish one question each: 30 narratives wait behind the paused lane."""
+
+DRAIN_BACKLOG = WorkloadSpec(arrival_rate=25.0, duration=4.0, questions=1, poll_deadline=30.0)
+"""100 narratives: the drain measurement (loadtests/bench_ai_drain.py), not a test."""
+
+RETRY_AFTER_CASE_SECONDS = 120.0
+"""Longer than the lane's first backoff (1 case-minute), so a lane that ignores Retry-After
+comes back early and the retry_after checker can see it."""
+
+_STORM = LanePlan(provider_faults={"fail_next": 4, "fail_next_status": 429},
+                  retry_after_case_seconds=RETRY_AFTER_CASE_SECONDS)
+"""The first 4 calls after the resume are refused with 429 and a Retry-After of 2 case-minutes
+(two rounds: each pause lets the two workers' next calls through to be refused again)."""
+
+_CREDIT_AND_LOST = LanePlan(provider_faults={"credit_balance": 18.0, "lose_response_next": 4}, halt_then_repair={},
+                            hold_paused_case_seconds=40.0)
+"""4 answers lost after the provider charged; credit for 18 calls, then 402 until repaired."""
+
+_OPTIONS = {"expect_ops": ["answer", "finish"]}
+
+
+def _lane_scenario(name: str, description: str, plan: LanePlan, settings: dict[str, Any] | None = None,
+                   expect_valid: bool = True, workload: WorkloadSpec = BACKLOG) -> Scenario:
+    return Scenario(name=name, description=description, workload=workload, ai_workers=2,
+                    settings={"time_scale": LANE_SCALE, **(settings or {})}, prepare=pause_lane_for_backlog,
+                    background={"ai_lane": lane_driver(plan)}, options=_OPTIONS, quiet_timeout=60.0,
+                    expect_valid=expect_valid)
+
+
+AI_LANE_SCENARIOS = (
+    _lane_scenario("ai_storm", "a narrative backlog drains through a 429 storm with Retry-After on 2 AI workers: "
+                   "never more than 8 calls in any sliding case-minute, no retry before its Retry-After", _STORM),
+    _lane_scenario("ai_storm_per_worker_limiter", "negative control: each AI worker keeps its own limiter, so 2 "
+                   "workers send up to 16 calls per case-minute; provider_limit must fail", _STORM,
+                   settings={"ai_shared_limiter": False}, expect_valid=False),
+    _lane_scenario("ai_storm_ignore_retry_after", "negative control: the lane ignores Retry-After and retries on "
+                   "its 1 case-minute backoff; retry_after must see the early retries", _STORM,
+                   settings={"ai_retry_after": False}, expect_valid=False),
+    _lane_scenario("ai_credit_and_lost_responses", "4 responses lost after the provider charged (asked by operation "
+                   "id before any replay: no duplicate charge), then credit runs out mid-backlog: 402 pauses the lane "
+                   "and alerts, no call while paused, credit restored, the admin API resumes, everything completes",
+                   _CREDIT_AND_LOST),
+    _lane_scenario("ai_blind_replay", "negative control: the lane replays a lost response without asking the "
+                   "provider (nor sending the Idempotency-Key): duplicate charges", _CREDIT_AND_LOST,
+                   settings={"ai_ask_before_replay": False}, expect_valid=False),
+    _lane_scenario("ai_storm_drain", "the drain measurement: 100 narratives through a 429 storm "
+                   "(loadtests/bench_ai_drain.py prints the ratio)", _STORM, workload=DRAIN_BACKLOG),
+)
