@@ -4,8 +4,9 @@ Run: ``.venv/bin/python loadtests/bench_ai_drain.py [--runs 1] [--scenario ai_st
 (about a minute per run). Each run is the catalogue scenario (chaos/ailane_scenarios.py):
 a backlog of N >= 100 narratives behind a paused lane, resumed through the admin API into a
 429 storm, drained by 2 RQ AI workers through the shared limiter. The drain is measured
-on the ledger (resume -> last narrative ``done_at``). The issue's target is a ratio of
-<= 1.1; this prints the measured ratio and whether the target was met, and writes
+on the ledger (resume -> last narrative ``done_at``), and again from the end of the last
+Retry-After the provider asked for (the part the limiter alone paces). The issue's target
+is a ratio of <= 1.1; this prints the measured ratios and whether the target was met, and writes
 ``<results>/bench/ai_drain.json`` (``stack.paths.bench_dir``). It asserts nothing: a slow,
 shared machine may miss the target, and that is a figure, not a failed test.
 """
@@ -36,7 +37,7 @@ def one_run(name: str, seed: int) -> dict[str, Any]:
     over = result.verdict["checkers"]["provider_limit"]["counts"].get("over_limit")
     return {"run_dir": str(result.run_dir), "valid": result.valid, "over_limit": over,
             **{k: lane.get(k) for k in ("n", "done", "time_scale", "theoretical_seconds", "drain_seconds",
-                                        "drain_ratio", "drained")}}
+                                        "drain_ratio", "storm_seconds", "drain_ratio_after_storm", "drained")}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "not measured" if ratio is None else ("met" if ratio <= TARGET_RATIO else "NOT met")
         print(f"N={run['n']} drain {run['drain_seconds']} s vs theoretical {run['theoretical_seconds']} s "
               f"(TIME_SCALE {run['time_scale']}): ratio {ratio} -> target <= {TARGET_RATIO} {verdict}; "
+              f"after the storm's Retry-After pauses ({run['storm_seconds']} s): ratio {run['drain_ratio_after_storm']}; "
               f"calls over the limit: {run['over_limit']}; verdict {run['valid']}")
     out = bench_dir() / "ai_drain.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,6 @@ __all__ = [
     "prepare_worker",
     "reset_process_state",
     "send_result_sms",
-    "write_narrative",
 ]
 
 T = TypeVar("T")
@@ -282,20 +281,6 @@ def _recorded_response(process: _Process, url: str, op: str) -> dict[str, Any] |
         return None
     response.raise_for_status()
     return response.json()["response"]
-
-
-def write_narrative(operation_id: str) -> dict[str, Any]:
-    process = _current()
-    card = _unless_ready(process, operation_id, _merit_card)
-    if card is None:
-        return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    request = {"operation_id": operation_id, "attempt_id": card["attempt_id"],
-               "score": card["score"], "position": card["position"]}
-    body = _call_provider(process, f"{process.settings.ai_url}/v1/narratives", request, reconcile=True)
-    # The text is what the provider wrote (maybe on an earlier run); score and position are the card's.
-    payload = {"text": body["text"], "narrative_id": body["narrative_id"],
-               "score": card["score"], "position": card["position"]}
-    return _commit_outcome(process, operation_id, "narrative", payload)
 
 
 def send_result_sms(operation_id: str) -> dict[str, Any]:
