@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from chaos.bounds import apply_bounds, derive_bounds, underivable_notes
 from chaos.checkers import run_checkers
-from chaos.checkers.base import UNKNOWN, CheckOptions, Result, compose
+from chaos.checkers.base import UNKNOWN, CheckOptions, OptionsError, Result, compose, declared_time_scale
 from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, read_history
 from chaos.ledgers import load_ledgers
 from chaos.plots import plot_run
@@ -65,17 +65,13 @@ def load_scenario(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
 
 
 def _time_scale(scenario: dict[str, Any], notes: list[str]) -> float:
-    settings = scenario.get("settings") or {}
-    raw = scenario.get("time_scale", settings.get("TIME_SCALE", settings.get("time_scale")))
-    if raw is None:
+    try:
+        scale = declared_time_scale(scenario)
+    except OptionsError as exc:
+        raise ScenarioError(str(exc)) from None
+    if scale is None:
         notes.append(f"no time_scale in {SCENARIO_FILE}: assumed {DEFAULT_TIME_SCALE}")
         return DEFAULT_TIME_SCALE
-    try:
-        scale = float(raw)
-    except (TypeError, ValueError):
-        raise ScenarioError(f"time_scale={raw!r}: expected a number") from None
-    if not scale > 0:
-        raise ScenarioError(f"time_scale={raw!r}: must be greater than 0")
     return scale
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "build_result",
     "check_safe",
     "compose",
+    "declared_time_scale",
     "merge_validity",
     "summarize",
     "unknown_unless_invalid",
@@ -214,7 +215,7 @@ class CheckOptions:
         """The options of a scenario.json document, plus its declared faults."""
         options = cls.from_dict(scenario.get("options"))
         return replace(options, declared_faults=_declared_faults(scenario.get("faults")),
-                       time_scale=_declared_time_scale(scenario))
+                       time_scale=declared_time_scale(scenario))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "CheckOptions":
@@ -296,7 +297,9 @@ def _slo(value: Any) -> dict[str, dict[str, float]]:
     return slo
 
 
-def _declared_time_scale(scenario: Mapping[str, Any]) -> float | None:
+def declared_time_scale(scenario: Mapping[str, Any]) -> float | None:
+    """scenario.json's time scale (``time_scale``, else ``settings.TIME_SCALE``/``time_scale``);
+    None if it declares none; OptionsError naming it if it is not a number > 0."""
     settings = scenario.get("settings") or {}
     value = scenario.get("time_scale", settings.get("TIME_SCALE", settings.get("time_scale")))
     if value is None:

@@ -117,7 +117,7 @@ EXPORTS = {
     ],
     "chaos.checkers.base": [
         "CheckOptions", "Checker", "DeclaredFault", "MAX_EXAMPLES", "OptionsError", "Result", "UNKNOWN", "Validity",
-        "build_result", "check_safe", "compose", "merge_validity", "summarize", "unknown_unless_invalid",
+        "build_result", "check_safe", "compose", "declared_time_scale", "merge_validity", "summarize", "unknown_unless_invalid",
     ],
     "chaos.checkers.acknowledged": ["acknowledged_finishes", "attempt_students"],
     "chaos.checkers.faults": ["NAME", "check_faults"],
