@@ -55,6 +55,7 @@ LEDGER_FILES = {
     "alerts": "alerts.json",
     "lane_state": "lane_state.json",
     "ai_refusals": "ai_effects.json",  # the same provider export, its "refusals" list
+    "sms_refusals": "sms_effects.json",
 }
 """Ledgers attribute -> file name under <run_dir>/ledgers/."""
 
@@ -207,6 +208,7 @@ _ROW_TYPES: dict[str, type] = {
     "alerts": AlertRow,
     "lane_state": LaneStateRow,
     "ai_refusals": RefusalRow,
+    "sms_refusals": RefusalRow,
 }
 
 _FLOAT_FIELDS = {"started_at", "finished_at", "created_at", "enqueued_at", "done_at", "cost", "reserved_at", "settled_at",
@@ -229,6 +231,7 @@ class Ledgers:
     alerts: tuple[AlertRow, ...] | None = None
     lane_state: tuple[LaneStateRow, ...] | None = None
     ai_refusals: tuple[RefusalRow, ...] | None = None
+    sms_refusals: tuple[RefusalRow, ...] | None = None
     exported_at: Mapping[str, float] = field(default_factory=dict)
     problems: Mapping[str, str] = field(default_factory=dict)
 

@@ -1,6 +1,6 @@
-"""Retry-After: an operation the provider refused with 429 did not come back before it was told to.
+"""Retry-After: an operation a provider refused with 429 did not come back before it was told to.
 
-The provider's export lists every refusal (arrival ``at``, ``operation_id``, status and
+Judged for the AI provider and the SMS gateway alike. Each provider's export lists every refusal (arrival ``at``, ``operation_id``, status and
 the exact ``retry_after_seconds``) beside its effects. **early_retry**: the same
 operation arrived again (as a charged effect or as another refusal) after a 429 at ``t``
 and before ``t + retry_after``. Only the same operation is judged: its next try is
@@ -20,9 +20,10 @@ from chaos.checkers.base import CheckOptions, Result, build_result
 from chaos.history import Op
 from chaos.ledgers import EffectRow, Ledgers, RefusalRow
 
-__all__ = ["NAME", "check_retry_after", "early_retries"]
+__all__ = ["NAME", "PROVIDERS", "check_retry_after", "early_retries"]
 
 NAME = "retry_after"
+PROVIDERS = ("ai", "sms")
 
 
 def early_retries(refusals: Sequence[RefusalRow], effects: Sequence[EffectRow]) -> list[dict[str, Any]]:
@@ -48,11 +49,17 @@ def early_retries(refusals: Sequence[RefusalRow], effects: Sequence[EffectRow]) 
 
 
 def check_retry_after(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
-    if ledgers.ai_refusals is None or ledgers.ai_effects is None:
-        return Result.unknown(NAME, ledgers.missing("ai_refusals", "ai_effects"))
-    throttled = [r for r in ledgers.ai_refusals if r.status == "429" and r.retry_after_seconds]
-    result = build_result(NAME, bad={"early_retry": early_retries(ledgers.ai_refusals, ledgers.ai_effects)},
-                          counts={"refusals": len(ledgers.ai_refusals), "with_retry_after": len(throttled)})
-    if not throttled:
+    """Both metered providers: the AI provider and the SMS gateway (the same classes, issue #11)."""
+    tables = [f"{provider}_{part}" for provider in PROVIDERS for part in ("refusals", "effects")]
+    if any(getattr(ledgers, table) is None for table in tables):
+        return Result.unknown(NAME, ledgers.missing(*tables))
+    early, counts = [], {}
+    for provider in PROVIDERS:
+        refusals, effects = getattr(ledgers, f"{provider}_refusals"), getattr(ledgers, f"{provider}_effects")
+        early += [{"provider": provider, **row} for row in early_retries(refusals, effects)]
+        counts[f"{provider}_refusals"] = len(refusals)
+        counts[f"{provider}_with_retry_after"] = sum(1 for r in refusals if r.status == "429" and r.retry_after_seconds)
+    result = build_result(NAME, bad={"early_retry": early}, counts=counts)
+    if not any(counts[f"{provider}_with_retry_after"] for provider in PROVIDERS):
         result.notes.append("no 429 with Retry-After in this run: nothing to check")
     return result

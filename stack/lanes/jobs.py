@@ -293,7 +293,20 @@ def send_result_sms(operation_id: str) -> dict[str, Any]:
     # Off only for the negative control: a naive client that replays blindly, with no key and
     # no look-up first, so a re-run after an unknown outcome sends a second SMS.
     request = {"operation_id": operation_id, "to": to, "body": text}
-    body = _call_provider(process, f"{process.settings.sms_url}/v1/messages", request,
-                          reconcile=process.settings.sms_idempotency)
+    import httpx
+
+    from stack.lanes import sms_refusals  # the AI lane's classes for a refused send (issue #11)
+
+    held = sms_refusals.hold_if_paused(process, operation_id)
+    if held is not None:
+        return held
+    try:
+        body = _call_provider(process, f"{process.settings.sms_url}/v1/messages", request,
+                              reconcile=process.settings.sms_idempotency)
+    except httpx.HTTPStatusError as exc:
+        handled = sms_refusals.on_refusal(process, operation_id, exc.response)
+        if handled is None:
+            raise
+        return handled
     sent = {"message_id": body["message_id"], "to": body["to"], "body": body["body"]}  # as the gateway recorded it
     return _commit_outcome(process, operation_id, "sms", sent)

@@ -104,13 +104,15 @@ def _merit_row_is(status: str) -> ColumnElement[bool]:
 
 
 def _may_enqueue(now: float | None = None) -> ColumnElement[bool]:
-    """Merit first; a waiting row only from its not-before time; no narrative while the AI lane is paused."""
+    """Merit first; a waiting row only from its not-before time; no narrative (SMS) while the AI (SMS) lane is paused."""
     now = time.time() if now is None else now
     ai_paused = exists().where(lane_state.c.lane == "ai", lane_state.c.paused == 1)
+    sms_paused = exists().where(lane_state.c.lane == "sms", lane_state.c.paused == 1)
     return and_(
         or_(outbox.c.kind.not_in(NEEDS_MERIT), _merit_row_is("done")),
         or_(outbox.c.not_before.is_(None), outbox.c.not_before <= now),
         or_(outbox.c.kind != "narrative", ~ai_paused),
+        or_(outbox.c.kind != "sms", ~sms_paused),
     )
 
 

@@ -186,7 +186,8 @@ def refusal(op: str, at: float, retry_after: float | None = 0.5, status: int = 4
 
 def retry_verdict(effects: list[dict[str, Any]], refusals: list[dict[str, Any]]) -> Any:
     ledgers = Ledgers.from_exports(ai_effects=effects, ai_refusals={"provider": "ai", "effects": effects,
-                                                                    "refusals": refusals})
+                                                                    "refusals": refusals},
+                                   sms_effects=[], sms_refusals=[])
     return run_checkers([], ledgers, CheckOptions(time_scale=SCALE)).checks["retry_after"]
 
 
@@ -194,7 +195,9 @@ def test_retries_after_their_retry_after_are_valid() -> None:
     effects, _ = paced(6)
     refusals = [refusal("narrative-a3", 99.0), refusal("narrative-a4", 99.2, status=402)]
     check = retry_verdict(effects, refusals)  # a3 came back at 100.24, after 99.5; another op may arrive any time
-    assert check.valid is True and check.counts == {"early_retry": 0, "refusals": 2, "with_retry_after": 1}
+    assert check.valid is True
+    assert check.counts == {"early_retry": 0, "ai_refusals": 2, "ai_with_retry_after": 1, "sms_refusals": 0,
+                            "sms_with_retry_after": 0}
 
 
 def test_a_retry_of_the_same_operation_before_its_retry_after_is_caught() -> None:
@@ -203,12 +206,22 @@ def test_a_retry_of_the_same_operation_before_its_retry_after_is_caught() -> Non
     check = retry_verdict(effects, refusals)
     assert check.valid is False and check.violations == ["early_retry"]
     assert check.examples["early_retry"][0]["operation_id"] == "narrative-a5"
+    assert check.examples["early_retry"][0]["provider"] == "ai"
+
+
+def test_an_early_sms_retry_is_caught_too() -> None:
+    sms = [effect("sms-a1", 100.0), effect("sms-a2", 100.2)]
+    ledgers = Ledgers.from_exports(ai_effects=[], ai_refusals=[], sms_effects=sms,
+                                   sms_refusals=[refusal("sms-a1", 99.5, retry_after=1.0)])
+    check = run_checkers([], ledgers, CheckOptions(time_scale=SCALE)).checks["retry_after"]
+    assert check.valid is False and check.examples["early_retry"][0]["provider"] == "sms"
 
 
 def test_no_429_is_valid_with_nothing_to_check_and_no_refusal_list_is_unknown() -> None:
     check = retry_verdict(paced(3)[0], [])
     assert check.valid is True and any("nothing to check" in note for note in check.notes)
-    old_export = run_checkers([], Ledgers.from_exports(ai_effects=paced(3)[0]), CheckOptions(time_scale=SCALE))
+    old_export = run_checkers([], Ledgers.from_exports(ai_effects=paced(3)[0], sms_effects=[]),
+                              CheckOptions(time_scale=SCALE))
     assert old_export.checks["retry_after"].valid == UNKNOWN
 
 
@@ -221,3 +234,15 @@ def test_the_provider_export_holds_effects_and_refusals(tmp_path: Path) -> None:
     ledgers = load_ledgers(tmp_path)
     assert ledgers.ai_effects is not None and len(ledgers.ai_effects) == 2
     assert ledgers.ai_refusals is not None and ledgers.ai_refusals[0].status == "429"
+
+
+def test_the_ai_lane_plot_is_drawn_only_for_a_run_with_ai_calls(tmp_path: Path) -> None:
+    from chaos.ailane_plots import plot_ai_lane
+
+    effects, reservations = paced(12)
+    outbox = [{"operation_id": f"narrative-a{i}", "attempt_id": f"a{i}", "kind": "narrative", "status": "done",
+               "created_at": 99.0, "done_at": 100.2 + i * 0.08} for i in range(12)]
+    ledgers = Ledgers.from_exports(ai_effects=effects, ai_reservations=reservations, outbox=outbox)
+    path = plot_ai_lane(ledgers, SCALE, tmp_path)
+    assert path is not None and path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert plot_ai_lane(Ledgers.from_exports(ai_effects=[], outbox=outbox), SCALE, tmp_path / "none") is None

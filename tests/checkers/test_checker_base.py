@@ -127,7 +127,7 @@ EXPORTS = {
     "chaos.checkers.jobs": ["NAME", "check_jobs", "completion_seconds"],
     "chaos.checkers.latency": ["LANES", "NAME", "check_latency", "op_latencies", "resolve_slo_key"],
     "chaos.checkers.stats": ["NAME", "check_stats", "outcome_counts"],
-    "chaos.checkers.retry_after": ["NAME", "check_retry_after", "early_retries"],
+    "chaos.checkers.retry_after": ["NAME", "PROVIDERS", "check_retry_after", "early_retries"],
     "chaos.checkers.ailane": ["AI_CALLS_PER_CASE_MINUTE", "check_ai_billing", "check_ai_paused_calls",
                               "check_ai_provider_limit"],
 }

@@ -89,7 +89,8 @@ def write_ledgers(folder: Path, lose_answer: bool) -> None:
                                                                             "request": ai_request, "response": {**NARRATIVE, "operation_id": "narrative-a1", "attempt_id": "a1"}}],
                        "refusals": []},
         "sms_effects": {"provider": "sms", "exported_at": 200.0, "effects": [{"id": 1, "operation_id": "sms-a1", "idempotency_key": "sms-a1", "created_at": 101.4,
-                                                                              "request": {"operation_id": "sms-a1", "to": SMS["to"], "body": SMS["body"]}, "response": SMS}]},
+                                                                              "request": {"operation_id": "sms-a1", "to": SMS["to"], "body": SMS["body"]}, "response": SMS}],
+                        "refusals": []},
         "ai_reservations": export("ai_reservations", [{"call_id": "narrative-a1#1", "operation_id": "narrative-a1", "state": "completed",
                                                        "cost": 1.0, "reserved_at": 101.2, "settled_at": 101.4, "note": "provider answered"}]),
         "audit_log": export("audit_log", []),
@@ -146,7 +147,7 @@ def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: p
     assert report["checkers"]["answers"]["counts"]["acknowledged"] == 2
     assert report["checkers"]["stats"]["counts"]["faults"] == 1
     assert report["options"]["outcome_deadline_seconds"] == 5.0
-    assert report["plots"] == ["throughput.png", "latency.png", "queues.png"]
+    assert report["plots"] == ["throughput.png", "latency.png", "queues.png", "ai_lane.png"]  # the run made an AI call
     for name in report["plots"]:
         assert (run / name).read_bytes()[:8] == PNG_MAGIC
     ai_call = next(d for d in report["case_durations"] if d["name"] == "CASE_AI_CALL_SECONDS")
@@ -206,7 +207,7 @@ def test_empty_history_is_unknown_and_plots_do_not_crash(tmp_path: Path, capsys:
     assert report["valid"] == "unknown"
     assert list(report["checkers"]) == ["history"]  # no false "unexpected" rows against an empty history
     assert report["checkers"]["history"]["notes"] == ["history.jsonl is empty: nothing was recorded, so nothing can be judged"]
-    assert len(report["plots"]) == 3
+    assert len(report["plots"]) == 4  # the AI lane plot reads the ledgers, which hold an AI call
     assert check_command(run, plots=False) == 2
 
 

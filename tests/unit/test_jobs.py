@@ -257,3 +257,59 @@ def test_jobs_never_compute_a_position_of_their_own(providers: Settings, kind: s
     rows, row = ledger_state(providers, f"{kind}-a1")
     assert rows == [] and row["status"] == "pending"
     assert gateway_effects(providers, provider, f"{kind}-a1") == 0
+
+
+# -- the SMS lane's refusal classes (stack/lanes/sms_refusals.py, issue #11) -----------------------
+
+def sms_job_running(settings: Settings, monkeypatch: pytest.MonkeyPatch, op: str = "sms-a1") -> None:
+    """The relay enqueued the row as job <op>-1, and the job runs as that RQ job."""
+    from stack.lanes import sms_refusals
+
+    with make_engine(settings).begin() as conn:
+        assert outbox.mark_enqueued(conn, op, 1, f"{op}-1")
+    monkeypatch.setattr(sms_refusals, "_current_job_id", lambda: f"{op}-1")
+
+
+def test_sms_429_hands_the_row_back_until_retry_after_without_a_send(providers: Settings,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    seed_attempt(providers, "a1", all_correct())
+    ready_card(providers, "a1")
+    sms_job_running(providers, monkeypatch)
+    httpx.put(f"{providers.sms_url}/admin/faults", json={"status": 429, "retry_after_seconds": 5.0}, headers=ADMIN)
+    before = time.time()
+    assert jobs.send_result_sms("sms-a1")["status"] == "transient"
+    rows, row = ledger_state(providers, "sms-a1")
+    assert rows == [] and row["status"] == "pending" and row["not_before"] >= before + 5.0
+    assert row["deferrals"] == 1 and gateway_effects(providers, "sms", "sms-a1") == 0
+
+
+def test_sms_402_pauses_the_lane_alerts_and_holds_every_sms_until_resumed(providers: Settings,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from stack.ailane import lanestate
+
+    seed_attempt(providers, "a1", all_correct())
+    ready_card(providers, "a1")
+    sms_job_running(providers, monkeypatch)
+    httpx.put(f"{providers.sms_url}/admin/faults", json={"credit_balance": 0.0}, headers=ADMIN)
+    assert jobs.send_result_sms("sms-a1")["status"] == "halt"
+    with make_engine(providers).begin() as conn:
+        assert lanestate.is_paused(conn, "sms") and not lanestate.is_paused(conn, "ai")
+        assert [(a["lane"], a["kind"]) for a in lanestate.list_alerts(conn)] == [("sms", "credit_exhausted")]
+        assert "sms-a1" not in [r["operation_id"] for r in outbox.enqueueable(conn)]  # the relay holds it
+    httpx.delete(f"{providers.sms_url}/admin/faults", headers=ADMIN)  # credit restored, lane still paused
+    sms_job_running(providers, monkeypatch)
+    assert jobs.send_result_sms("sms-a1")["status"] == "held"  # a job queued before the pause sends nothing
+    assert gateway_effects(providers, "sms", "sms-a1") == 0
+    with make_engine(providers).begin() as conn:
+        lanestate.resume(conn, "sms", actor="operator")
+        assert "sms-a1" in [r["operation_id"] for r in outbox.enqueueable(conn)]
+
+
+def test_sms_422_goes_to_review_at_once(providers: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    seed_attempt(providers, "a1", all_correct())
+    ready_card(providers, "a1")
+    sms_job_running(providers, monkeypatch)
+    httpx.put(f"{providers.sms_url}/admin/faults", json={"invalid_operations": ["sms-a1"]}, headers=ADMIN)
+    assert jobs.send_result_sms("sms-a1")["status"] == "permanent"
+    rows, row = ledger_state(providers, "sms-a1")
+    assert row["status"] == "failed" and [r["status"] for r in rows] == ["failed_for_review"]
