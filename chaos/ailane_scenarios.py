@@ -44,6 +44,19 @@ class LanePlan:
     retry_after_case_seconds: float | None = None  # a 429's Retry-After, scaled to the run
     halt_then_repair: dict[str, Any] | None = None  # knobs that put a halted provider right (credit, key)
     hold_paused_case_seconds: float = 120.0  # how long to watch a halted lane make no calls
+    kill_mid_call: str | None = None  # SIGKILL this AI worker while a provider call is in flight
+    halt_faults: dict[str, Any] | None = None  # knobs that halt the lane, set after the kill
+    outlive_deadline: bool = False  # resume only after every narrative's retry deadline has passed
+    replay_review: bool = False  # then replay each item of the review queue through the admin API
+    lane: str = "ai"  # or "sms": the gateway meters the same way (stack/lanes/sms_refusals.py)
+
+    @property
+    def kind(self) -> str:
+        return {"ai": "narrative", "sms": "sms"}[self.lane]
+
+    @property
+    def provider(self) -> str:
+        return {"ai": "ai_provider", "sms": "sms_gateway"}[self.lane]
     patience_factor: float = 8.0  # harness patience: this many theoretical drains, plus setup
 
 
@@ -51,17 +64,22 @@ def _admin(stack: Deployment) -> tuple[str, dict[str, str]]:
     return stack.urls["admin"], {"X-Admin-Token": stack.settings.admin_token}
 
 
-def pause_lane_for_backlog(stack: Deployment) -> None:
-    """``prepare``: pause the AI lane (operator action, audited) so the narratives pile up."""
-    url, headers = _admin(stack)
-    response = httpx.post(f"{url}/admin/lanes/ai/pause", headers=headers,
-                          json={"reason": "scenario: build a backlog"}, timeout=10)
-    response.raise_for_status()
+def pause_lane_for_backlog(lane: str):  # noqa: ANN201 - a Scenario.prepare
+    """``prepare``: pause the lane (operator action, audited) so its rows pile up during the load."""
+
+    def prepare(stack: Deployment) -> None:
+        url, headers = _admin(stack)
+        response = httpx.post(f"{url}/admin/lanes/{lane}/pause", headers=headers,
+                              json={"reason": "scenario: build a backlog"}, timeout=10)
+        response.raise_for_status()
+
+    return prepare
 
 
-async def _narratives(client: httpx.AsyncClient, url: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+async def _rows(client: httpx.AsyncClient, url: str, kind: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The lane's outbox rows, and the merit rows they wait for."""
     rows = (await client.get(f"{url}/admin/export/outbox")).raise_for_status().json()["rows"]
-    return [r for r in rows if r["kind"] == "narrative"], [r for r in rows if r["kind"] == "merit"]
+    return [r for r in rows if r["kind"] == kind], [r for r in rows if r["kind"] == "merit"]
 
 
 async def _wait(predicate: Any, patience: float) -> bool:
@@ -74,9 +92,8 @@ async def _wait(predicate: Any, patience: float) -> bool:
     return False
 
 
-async def _set_provider(client: httpx.AsyncClient, stack: Deployment, knobs: dict[str, Any]) -> None:
-    headers = {"X-Admin-Token": stack.settings.admin_token}
-    (await client.put(f"{stack.urls['ai_provider']}/admin/faults", json=knobs, headers=headers)).raise_for_status()
+async def _set_provider(client: httpx.AsyncClient, stack: Deployment, plan: LanePlan, knobs: dict[str, Any]) -> None:
+    (await client.put(f"{stack.urls[plan.provider]}/admin/faults", json=knobs)).raise_for_status()
 
 
 class _Driver:
@@ -91,16 +108,16 @@ class _Driver:
 
     async def backlog_ready(self) -> bool:
         """Every finished attempt's merit card is done, so each narrative is due at the resume."""
-        narratives, merits = await _narratives(self.client, self.url)
+        narratives, merits = await _rows(self.client, self.url, self.plan.kind)
         self.record["n"] = len(narratives)
         return bool(narratives) and all(m["status"] in ("done", "failed") for m in merits)
 
     async def drained(self) -> bool:
-        narratives, _ = await _narratives(self.client, self.url)
+        narratives, _ = await _rows(self.client, self.url, self.plan.kind)
         return all(r["status"] in ("done", "failed") for r in narratives)
 
     async def resume(self, label: str) -> float:
-        response = await self.client.post(f"{self.url}/admin/lanes/ai/resume")
+        response = await self.client.post(f"{self.url}/admin/lanes/{self.plan.lane}/resume")
         response.raise_for_status()
         at = time.time()
         self.record.setdefault("resumes", []).append({"label": label, "at": at, "to_review": response.json().get("to_review")})
@@ -108,8 +125,8 @@ class _Driver:
 
     async def halted(self) -> bool:
         alerts = (await self.client.get(f"{self.url}/admin/alerts")).raise_for_status().json()["alerts"]
-        lane = (await self.client.get(f"{self.url}/admin/lanes/ai")).raise_for_status().json()
-        return bool(alerts) and lane["paused"]
+        lane = (await self.client.get(f"{self.url}/admin/lanes/{self.plan.lane}")).raise_for_status().json()
+        return any(alert["lane"] == self.plan.lane for alert in alerts) and lane["paused"]
 
     def patience(self) -> float:
         theoretical = max(self.record.get("n", 0), 1) / CASE_PROVIDER_CALLS_PER_MINUTE * 60 * self.scale
@@ -121,28 +138,60 @@ class _Driver:
         if self.plan.retry_after_case_seconds is not None:
             knobs["retry_after_seconds"] = self.plan.retry_after_case_seconds * self.scale
         if knobs:
-            await _set_provider(self.client, self.stack, knobs)
+            await _set_provider(self.client, self.stack, self.plan, knobs)
         self.record["provider_faults"] = knobs
+        if self.plan.outlive_deadline:
+            await self._outlive_deadline()
         started = await self.resume("backlog")
+        if self.plan.kill_mid_call is not None:
+            await self._kill_mid_call(self.plan.kill_mid_call)
+        if self.plan.halt_faults is not None:
+            await _set_provider(self.client, self.stack, self.plan, self.plan.halt_faults)
         if self.plan.halt_then_repair is not None:
             await self._halt_and_repair()
+        if self.plan.replay_review:
+            await self._replay_review()
         self.record["drained"] = await _wait(self.drained, self.patience())
         await self._drain_figures(started)
         return self.record
 
+    async def _outlive_deadline(self) -> None:
+        """Wait (paused) until the last narrative's deadline, accepted + retry window, is behind us."""
+        narratives, _ = await _rows(self.client, self.url, self.plan.kind)
+        deadline = max(r["created_at"] for r in narratives) + self.record["retry_window_seconds"]
+        await asyncio.sleep(max(0.0, deadline - time.time()) + POLL_SECONDS)
+        self.record["waited_past_deadline"] = True
+
+    async def _kill_mid_call(self, component: str) -> None:
+        """SIGKILL the worker's tree while a reservation is pending (a call is at the provider)."""
+        async def in_call() -> bool:
+            rows = (await self.client.get(f"{self.url}/admin/export/ai_reservations")).raise_for_status().json()["rows"]
+            return any(row["state"] == "pending" for row in rows)
+
+        self.record["in_call"] = await _wait(in_call, self.patience())
+        self.record["killed"] = {"component": component, "pids": self.stack.kill(component), "at": time.time()}
+
+    async def _replay_review(self) -> None:
+        """Every item in review gets one audited replay (``proctor review replay ID``'s route)."""
+        items = (await self.client.get(f"{self.url}/admin/review")).raise_for_status().json()["items"]
+        self.record["review"] = [{"operation_id": i["operation_id"], "has_record": i["record"] is not None}
+                                 for i in items]
+        for item in items:
+            (await self.client.post(f"{self.url}/admin/review/{item['operation_id']}/replay")).raise_for_status()
+
     async def _halt_and_repair(self) -> None:
         self.record["halted"] = await _wait(self.halted, self.patience())
         await asyncio.sleep(self.plan.hold_paused_case_seconds * self.scale)  # calls here would be violations
-        await _set_provider(self.client, self.stack, self.plan.halt_then_repair or {})
+        await _set_provider(self.client, self.stack, self.plan, self.plan.halt_then_repair or {})
         await self.resume("after repair")
 
     async def _drain_figures(self, started: float) -> None:
         """Drain from the resume to the last ``done_at``; and from the end of the last Retry-After
         the provider asked for (the storm), which is the part the limiter alone paces."""
-        narratives, _ = await _narratives(self.client, self.url)
+        narratives, _ = await _rows(self.client, self.url, self.plan.kind)
         done = [r["done_at"] for r in narratives if r["status"] == "done" and r["done_at"]]
         theoretical = len(narratives) / CASE_PROVIDER_CALLS_PER_MINUTE * 60 * self.scale
-        ledger = (await self.client.get(f"{self.stack.urls['ai_provider']}/admin/ledger")).raise_for_status().json()
+        ledger = (await self.client.get(f"{self.stack.urls[self.plan.provider]}/admin/ledger")).raise_for_status().json()
         storm_end = max((r["at"] + r["retry_after_seconds"] for r in ledger.get("refusals", [])
                          if r.get("retry_after_seconds")), default=started)
         self.record.update(n=len(narratives), done=len(done), theoretical_seconds=round(theoretical, 3),
@@ -193,14 +242,29 @@ _CREDIT_AND_LOST = LanePlan(provider_faults={"credit_balance": 18.0, "lose_respo
                             hold_paused_case_seconds=40.0)
 """4 answers lost after the provider charged; credit for 18 calls, then 402 until repaired."""
 
+_KEY_AND_KILL = LanePlan(provider_faults={"latency_seconds": 0.5}, kill_mid_call="worker_ai_1",
+                         halt_faults={"key_revoked": True, "latency_seconds": 0.5}, halt_then_repair={},
+                         hold_paused_case_seconds=40.0)
+"""Calls take 0.5 s at the provider, so a kill lands mid-call; then every call gets 401 until repaired."""
+
+_SMS_STORM_AND_CREDIT = LanePlan(lane="sms", provider_faults={"fail_next": 4, "fail_next_status": 429,
+                                                               "credit_balance": 18.0},
+                                 retry_after_case_seconds=RETRY_AFTER_CASE_SECONDS, halt_then_repair={},
+                                 hold_paused_case_seconds=40.0)
+"""The AI lane's classes on the SMS lane (stack/lanes/sms_refusals.py)."""
+
+DEADLINE_SCALE = 0.0005
+"""The 12-case-hour retry window is 21.6 s, so a paused backlog outlives it within the test."""
+
 _OPTIONS = {"expect_ops": ["answer", "finish"]}
 
 
 def _lane_scenario(name: str, description: str, plan: LanePlan, settings: dict[str, Any] | None = None,
-                   expect_valid: bool = True, workload: WorkloadSpec = BACKLOG) -> Scenario:
+                   expect_valid: bool = True, workload: WorkloadSpec = BACKLOG, scale: float = LANE_SCALE,
+                   options: dict[str, Any] | None = None) -> Scenario:
     return Scenario(name=name, description=description, workload=workload, ai_workers=2,
-                    settings={"time_scale": LANE_SCALE, **(settings or {})}, prepare=pause_lane_for_backlog,
-                    background={"ai_lane": lane_driver(plan)}, options=_OPTIONS, quiet_timeout=60.0,
+                    settings={"time_scale": scale, **(settings or {})}, prepare=pause_lane_for_backlog(plan.lane),
+                    background={"ai_lane": lane_driver(plan)}, options=options or _OPTIONS, quiet_timeout=60.0,
                     expect_valid=expect_valid)
 
 
@@ -220,6 +284,16 @@ AI_LANE_SCENARIOS = (
     _lane_scenario("ai_blind_replay", "negative control: the lane replays a lost response without asking the "
                    "provider (nor sending the Idempotency-Key): duplicate charges", _CREDIT_AND_LOST,
                    settings={"ai_ask_before_replay": False}, expect_valid=False),
+    _lane_scenario("ai_key_revoked_worker_killed", "an AI worker SIGKILLed while its call is at the provider "
+                   "(slow calls), then the key revoked: 401 pauses the lane and alerts, the killed call is settled by "
+                   "asking the provider, key restored, admin resume, everything completes once", _KEY_AND_KILL),
+    _lane_scenario("ai_deadline_expiry", "the lane stays paused past every narrative's 12-case-hour deadline: the "
+                   "resume sends each to review with its record, one audited replay each completes it exactly once",
+                   LanePlan(outlive_deadline=True, replay_review=True), scale=DEADLINE_SCALE,
+                   options={**_OPTIONS, "allow_failed_for_review": ["narrative"]}),
+    _lane_scenario("sms_gateway_429_402", "the SMS gateway's metering: 429 with Retry-After for the first 4 sends, "
+                   "then credit for 18 SMS: 402 pauses the SMS lane and alerts; credit restored, the admin API resumes "
+                   "the lane, every SMS is sent exactly once", _SMS_STORM_AND_CREDIT),
     _lane_scenario("ai_storm_drain", "the drain measurement: 100 narratives through a 429 storm "
                    "(loadtests/bench_ai_drain.py prints the ratio)", _STORM, workload=DRAIN_BACKLOG),
 )

@@ -92,3 +92,44 @@ def test_replay_without_asking_first_is_caught_as_a_duplicate_charge(run_chaos) 
     _backlog_drained(run)
     assert run.valid is False, run.summary()
     assert run.checker("duplicate_charges")["counts"]["duplicate_charges"] >= 1, run.summary()
+
+
+def test_a_worker_killed_mid_call_then_a_revoked_key_settle_once_pause_alert_and_complete(run_chaos) -> None:
+    run = run_chaos("ai_key_revoked_worker_killed")
+    lane = _backlog_drained(run)
+    assert lane["in_call"] and lane["killed"]["pids"], lane  # the kill landed while a call was at the provider
+    assert lane["halted"], lane
+    assert run.valid is True, run.summary()
+    assert run.checker("paused_calls")["details"]["alert_kinds"] == ["key_revoked"]
+    reconciled = [row for row in _ledger(run, "audit_log")["rows"] if row["action"] == "reconcile"]
+    assert reconciled, "the killed call's pending reservation was never settled by asking the provider"
+    assert run.checker("billing")["counts"]["charges"] == lane["n"] == run.checker("billing")["counts"]["completed"]
+
+
+def test_expired_items_wait_in_review_with_their_record_and_one_replay_completes_each(run_chaos) -> None:
+    run = run_chaos("ai_deadline_expiry")
+    lane = _backlog_drained(run)
+    expired = lane["resumes"][0]["to_review"]
+    assert len(expired) == lane["n"], lane  # every narrative outlived its deadline while paused
+    assert sorted(item["operation_id"] for item in lane["review"]) == sorted(expired)
+    assert all(item["has_record"] for item in lane["review"])
+    assert run.valid is True, run.summary()
+    assert run.checker("duplicate_charges")["counts"]["effects"] == lane["n"]  # exactly once each
+    assert run.checker("effects")["counts"]["replayed_from_review"] == lane["n"]
+    replays = [row for row in _ledger(run, "audit_log")["rows"] if row["action"] == "review_replay"]
+    assert sorted(row["detail"]["operation_id"] for row in replays) == sorted(expired)
+
+
+def test_the_sms_gateway_429_and_402_get_the_same_classes(run_chaos) -> None:
+    run = run_chaos("sms_gateway_429_402")
+    lane = _backlog_drained(run)
+    assert lane["halted"], lane  # the 402 paused the SMS lane and raised its alert
+    assert run.valid is True, run.summary()
+    retry = run.checker("retry_after")["counts"]
+    assert retry["sms_with_retry_after"] >= 1 and retry["early_retry"] == 0, retry
+    assert run.checker("effects")["counts"]["duplicated"] == 0
+    alerts = [(a["lane"], a["kind"]) for a in _ledger(run, "alerts")["rows"]]
+    assert ("sms", "credit_exhausted") in alerts, alerts
+    sms_effects = _ledger(run, "sms_effects")["effects"]
+    assert sorted(e["operation_id"] for e in sms_effects) == sorted({e["operation_id"] for e in sms_effects})
+    assert len(sms_effects) == lane["n"]
