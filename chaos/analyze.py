@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from chaos.ailane_plots import plot_ai_lane
 from chaos.bounds import apply_bounds, derive_bounds, underivable_notes
 from chaos.checkers import run_checkers
 from chaos.checkers.base import UNKNOWN, CheckOptions, OptionsError, Result, compose, declared_time_scale
@@ -121,7 +122,7 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     bounds = derive_bounds(scenario, history or [], load_ledgers(run_dir).outbox)
     options = CheckOptions.from_scenario({**scenario, "options": apply_bounds(scenario.get("options"), bounds)})
     result = _verdict(read, _history_problems(read, problem) + underivable_notes(bounds), run_dir, options)
-    plot_names = _plots(history or [], run_dir, notes) if plots else []
+    plot_names = _plots(history or [], run_dir, notes, time_scale) if plots else []
     report = build_report(scenario, result, options, time_scale, plot_names, notes)
     report["faults"] = _fault_rows(history or [])
     report["bounds"] = bounds
@@ -139,10 +140,11 @@ def _fault_rows(history: Sequence[Op]) -> list[dict[str, Any]]:
             for w in fault_windows(history)]
 
 
-def _plots(history: Sequence[Op], run_dir: Path, notes: list[str]) -> list[str]:
+def _plots(history: Sequence[Op], run_dir: Path, notes: list[str], time_scale: float) -> list[str]:
     """Plots are evidence, not verdict: a plotting failure is noted, never fatal."""
     try:
-        return [path.name for path in plot_run(history, run_dir)]
+        ai_lane = plot_ai_lane(load_ledgers(run_dir), time_scale, run_dir)  # only when the run made AI calls
+        return [path.name for path in plot_run(history, run_dir)] + ([ai_lane.name] if ai_lane else [])
     except Exception as exc:  # noqa: BLE001 - keep the verdict even if matplotlib breaks
         notes.append(f"plots failed: {type(exc).__name__}: {exc}")
         return []

@@ -124,6 +124,18 @@ def _valkey_lanes(clients: ValkeyClients) -> dict[str, LaneSample] | None:
         return None
 
 
+def _alert_lines(engine: Engine) -> list[str]:
+    """Issue #11's alerts and paused lanes (stack/ailane/metrics.py); skipped, not failed, if unreadable."""
+    from stack.ailane.metrics import alert_metric_lines
+
+    try:
+        with engine.connect() as conn:
+            return alert_metric_lines(conn)
+    except Exception as exc:  # noqa: BLE001 - a scrape never fails on one section
+        log.warning("metrics: alerts unreadable: %s", exc)
+        return []
+
+
 def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients, engine: Engine, draining: bool) -> str:
     requests, errors = counters.snapshot()
     lanes = _valkey_lanes(clients)
@@ -150,4 +162,5 @@ def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients,
                     [("", ledger.pending_outcomes)])
         text.metric("proctor_outbox_lag_seconds", "gauge", "Age of the oldest non-final outbox row.",
                     [("", ledger.outbox_lag)])
+        text.lines += _alert_lines(engine)
     return "\n".join(text.lines) + "\n"

@@ -125,7 +125,21 @@ def test_metrics_parse_and_report_valkey_down(app_client: TestClient, ledger: En
     assert samples["proctor_outbox_lag_seconds"] >= 0
     assert samples['proctor_http_requests_total{node="web_test"}'] == 4  # the scrape itself counts after it replies
     assert samples['proctor_http_5xx_total{node="web_test"}'] == 0
-    assert not any(name.startswith("proctor_lane_") for name in samples)
+    assert not any(name.startswith(("proctor_lane_depth", "proctor_lane_oldest")) for name in samples)  # Valkey down
+    assert samples['proctor_alerts_total{lane="ai",kind="credit_exhausted"}'] == 0  # stated, not implied
+    assert samples['proctor_lane_paused{lane="ai"}'] == 0
+
+
+def test_an_alert_shows_on_metrics_and_the_paused_lane_too(app_client: TestClient, ledger: Engine) -> None:
+    from stack.ailane import lanestate
+
+    with ledger.begin() as conn:
+        lanestate.pause(conn, "ai", "provider answered 402", actor="ai-lane")
+        lanestate.raise_alert(conn, "ai", "credit_exhausted", {"status": 402})
+    samples = _parse(app_client.get("/metrics").text)
+    assert samples['proctor_alerts_total{lane="ai",kind="credit_exhausted"}'] == 1
+    assert samples['proctor_alerts_total{lane="sms",kind="credit_exhausted"}'] == 0
+    assert (samples['proctor_lane_paused{lane="ai"}'], samples['proctor_lane_paused{lane="sms"}']) == (1, 0)
 
 
 def test_metrics_count_5xx(app_client: TestClient, ledger: Engine) -> None:
