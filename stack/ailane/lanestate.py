@@ -1,7 +1,8 @@
 """Lane pause and alerts, kept in the ledger so a Valkey flush never un-pauses a lane.
 
 A credit or auth problem pauses the lane (no further provider calls) and raises an
-alert: a row here (``proctor alerts``) and an ERROR log line. No Prometheus metric yet.
+alert: a row here (``proctor alerts``), an ERROR log line and ``proctor_alerts_total`` on /metrics
+(stack/ailane/metrics.py).
 Only an operator resumes (``proctor lane resume ai``); resuming first sends every row
 past its deadline to review (``stack/ailane/review.py``).
 """
