@@ -223,8 +223,9 @@ case-minute at this scale, so the shared limit of 8 is what holds the backlog ba
 two per-worker limiters (16) have room to go over it. At 0.01 the workers, not the
 limiter, were the bottleneck (drain ratio 4.5 for 100 jobs) and no limiter was tested."""
 
-BACKLOG = WorkloadSpec(arrival_rate=10.0, duration=3.0, questions=1, poll_deadline=20.0)
-"""30 students finish one question each: 30 narratives wait behind the paused lane."""
+BACKLOG = WorkloadSpec(arrival_rate=8.0, duration=3.0, questions=1, poll_deadline=20.0)
+"""24 students finish one question each: 24 narratives wait behind the paused lane (three
+case-minutes of calls at the limit: enough for a per-worker limiter to go over it)."""
 
 DRAIN_BACKLOG = WorkloadSpec(arrival_rate=25.0, duration=4.0, questions=1, poll_deadline=30.0)
 """100 narratives: the drain measurement (loadtests/bench_ai_drain.py), not a test."""
@@ -261,11 +262,22 @@ _OPTIONS = {"expect_ops": ["answer", "finish"]}
 
 def _lane_scenario(name: str, description: str, plan: LanePlan, settings: dict[str, Any] | None = None,
                    expect_valid: bool = True, workload: WorkloadSpec = BACKLOG, scale: float = LANE_SCALE,
-                   options: dict[str, Any] | None = None) -> Scenario:
+                   options: dict[str, Any] | None = None, sms_plan: LanePlan | None = None) -> Scenario:
+    """One lane's plan (background ``ai_lane``), or two lanes driven at once (``sms_lane`` too)."""
+    plans = {"ai_lane": plan, **({"sms_lane": sms_plan} if sms_plan else {})}
     return Scenario(name=name, description=description, workload=workload, ai_workers=2,
-                    settings={"time_scale": scale, **(settings or {})}, prepare=pause_lane_for_backlog(plan.lane),
-                    background={"ai_lane": lane_driver(plan)}, options=options or _OPTIONS, quiet_timeout=60.0,
-                    expect_valid=expect_valid)
+                    settings={"time_scale": scale, **(settings or {})},
+                    prepare=_pause_all(*(p.lane for p in plans.values())),
+                    background={key: lane_driver(p) for key, p in plans.items()}, options=options or _OPTIONS,
+                    quiet_timeout=60.0, expect_valid=expect_valid)
+
+
+def _pause_all(*lanes: str):  # noqa: ANN202 - a Scenario.prepare
+    def prepare(stack: Deployment) -> None:
+        for lane in lanes:
+            pause_lane_for_backlog(lane)(stack)
+
+    return prepare
 
 
 AI_LANE_SCENARIOS = (
@@ -279,10 +291,13 @@ AI_LANE_SCENARIOS = (
                    settings={"ai_retry_after": False}, expect_valid=False),
     _lane_scenario("ai_credit_and_lost_responses", "4 responses lost after the provider charged (asked by operation "
                    "id before any replay: no duplicate charge), then credit runs out mid-backlog: 402 pauses the lane "
-                   "and alerts, no call while paused, credit restored, the admin API resumes, everything completes",
-                   _CREDIT_AND_LOST),
+                   "and alerts, no call while paused, credit restored, the admin API resumes, everything completes; "
+                   "meanwhile the SMS gateway answers 429 with Retry-After, then 402: the SMS lane gets the same "
+                   "classes (one run for both lanes keeps the suite short)", _CREDIT_AND_LOST,
+                   sms_plan=_SMS_STORM_AND_CREDIT),
     _lane_scenario("ai_blind_replay", "negative control: the lane replays a lost response without asking the "
-                   "provider (nor sending the Idempotency-Key): duplicate charges", _CREDIT_AND_LOST,
+                   "provider (nor sending the Idempotency-Key): duplicate charges",
+                   LanePlan(provider_faults={"lose_response_next": 4}),
                    settings={"ai_ask_before_replay": False}, expect_valid=False),
     _lane_scenario("ai_key_revoked_worker_killed", "an AI worker SIGKILLed while its call is at the provider "
                    "(slow calls), then the key revoked: 401 pauses the lane and alerts, the killed call is settled by "
@@ -291,9 +306,6 @@ AI_LANE_SCENARIOS = (
                    "resume sends each to review with its record, one audited replay each completes it exactly once",
                    LanePlan(outlive_deadline=True, replay_review=True), scale=DEADLINE_SCALE,
                    options={**_OPTIONS, "allow_failed_for_review": ["narrative"]}),
-    _lane_scenario("sms_gateway_429_402", "the SMS gateway's metering: 429 with Retry-After for the first 4 sends, "
-                   "then credit for 18 SMS: 402 pauses the SMS lane and alerts; credit restored, the admin API resumes "
-                   "the lane, every SMS is sent exactly once", _SMS_STORM_AND_CREDIT),
     _lane_scenario("ai_storm_drain", "the drain measurement: 100 narratives through a 429 storm "
                    "(loadtests/bench_ai_drain.py prints the ratio)", _STORM, workload=DRAIN_BACKLOG),
 )
