@@ -2,7 +2,8 @@
 
 A credit or auth problem pauses the lane (no further provider calls) and raises an
 alert: a row here (``proctor alerts``), an ERROR log line and ``proctor_alerts_total`` on /metrics
-(stack/ailane/metrics.py).
+(``alert_metric_lines``: ``proctor_alerts_total{lane,kind}`` and ``proctor_lane_paused{lane}``,
+read from the ledger, so every node reports the same and a Valkey flush changes nothing).
 Only an operator resumes (``proctor lane resume ai``); resuming first sends every row
 past its deadline to review (``stack/ailane/review.py``).
 """
@@ -14,12 +15,12 @@ import logging
 import time
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from stack.ledger.outcomes import audit
 from stack.ledger.schema import alerts, lane_state
 
-__all__ = ["is_paused", "list_alerts", "pause", "raise_alert", "resume", "state"]
+__all__ = ["ALERT_LANES", "alert_metric_lines", "is_paused", "list_alerts", "pause", "raise_alert", "resume", "state"]
 
 log = logging.getLogger("proctor.lane")
 
@@ -69,3 +70,23 @@ def raise_alert(conn: Connection, lane: str, kind: str, detail: dict[str, Any], 
 def list_alerts(conn: Connection) -> list[dict[str, Any]]:
     return [{**dict(row._mapping), "detail": json.loads(row.detail)}
             for row in conn.execute(select(alerts).order_by(alerts.c.id))]
+
+
+ALERT_LANES = ("ai", "sms")
+_KINDS = ("credit_exhausted", "key_revoked")
+
+
+def alert_metric_lines(conn: Connection) -> list[str]:
+    """Prometheus text lines; every lane and kind is present, zeros included."""
+    counts = {(lane, kind): n for lane, kind, n in
+              conn.execute(select(alerts.c.lane, alerts.c.kind, func.count()).group_by(alerts.c.lane, alerts.c.kind))}
+    paused = {row.lane: bool(row.paused) for row in conn.execute(select(lane_state.c.lane, lane_state.c.paused))}
+    kinds = sorted(set(_KINDS) | {kind for _, kind in counts})
+    lines = ["# HELP proctor_alerts_total Alerts raised by a lane (credit exhausted, key revoked).",
+             "# TYPE proctor_alerts_total counter"]
+    lines += [f'proctor_alerts_total{{lane="{lane}",kind="{kind}"}} {counts.get((lane, kind), 0)}'
+              for lane in ALERT_LANES for kind in kinds]
+    lines += ["# HELP proctor_lane_paused 1 while the lane is paused (no provider calls until an operator resumes).",
+              "# TYPE proctor_lane_paused gauge"]
+    lines += [f'proctor_lane_paused{{lane="{lane}"}} {int(paused.get(lane, False))}' for lane in ALERT_LANES]
+    return lines

@@ -125,8 +125,8 @@ def _valkey_lanes(clients: ValkeyClients) -> dict[str, LaneSample] | None:
 
 
 def _alert_lines(engine: Engine) -> list[str]:
-    """Issue #11's alerts and paused lanes (stack/ailane/metrics.py); skipped, not failed, if unreadable."""
-    from stack.ailane.metrics import alert_metric_lines
+    """Issue #11's alerts and paused lanes (stack/ailane/lanestate.py); skipped, not failed, if unreadable."""
+    from stack.ailane.lanestate import alert_metric_lines
 
     try:
         with engine.connect() as conn:
