@@ -7,7 +7,8 @@ windows), ``alerts`` and ``lane_state``. A table that was not read makes its che
 unknown; a run that made no AI call is valid with nothing to check (the counts say 0).
 
 provider_limit counts in case time: the window is one case-minute at the run's declared
-``time_scale`` (scenario.json). A run that made AI calls but declares no time scale is
+``time_scale`` (scenario.json), and the limit is the one the stack ran with (settings
+``ai_calls_per_minute``, 8 unless a run lifted it on purpose). A run that made AI calls but declares no time scale is
 unknown, never judged at a guessed scale.
 """
 
@@ -53,9 +54,10 @@ def check_ai_provider_limit(history: Sequence[Op], ledgers: Ledgers, options: Ch
                                                "is unknown, so the limit window cannot be placed"],
                               counts={"calls": len(effects)})
     window = 60.0 * options.time_scale
-    result = provider_limit_checker(AI_CALLS_PER_CASE_MINUTE, window)(history, ledgers, options)
+    limit = options.ai_calls_per_minute or AI_CALLS_PER_CASE_MINUTE  # a run may lift the limiter on purpose
+    result = provider_limit_checker(limit, window)(history, ledgers, options)
     result.counts["calls"] = len(effects)
-    result.details.update(limit=AI_CALLS_PER_CASE_MINUTE, window_seconds=window, time_scale=options.time_scale)
+    result.details.update(limit=limit, window_seconds=window, time_scale=options.time_scale)
     return result
 
 

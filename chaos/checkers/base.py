@@ -209,13 +209,16 @@ class CheckOptions:
     time_scale: float | None = None
     """scenario.json's "time_scale" (not an option): real seconds per case second, for checkers whose
     limits are in case time (the AI provider's calls per case-minute); None = not declared."""
+    ai_calls_per_minute: int | None = None
+    """The shared AI limit the stack ran with (scenario.json settings ``ai_calls_per_minute`` /
+    ``PROCTOR_AI_CALLS_PER_MINUTE``); None = the seed's 8."""
 
     @classmethod
     def from_scenario(cls, scenario: Mapping[str, Any]) -> "CheckOptions":
         """The options of a scenario.json document, plus its declared faults."""
         options = cls.from_dict(scenario.get("options"))
         return replace(options, declared_faults=_declared_faults(scenario.get("faults")),
-                       time_scale=declared_time_scale(scenario))
+                       time_scale=declared_time_scale(scenario), ai_calls_per_minute=_declared_ai_limit(scenario))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "CheckOptions":
@@ -311,6 +314,20 @@ def declared_time_scale(scenario: Mapping[str, Any]) -> float | None:
     if not scale > 0:
         raise OptionsError(f"time_scale={value!r}: must be greater than 0")
     return scale
+
+
+def _declared_ai_limit(scenario: Mapping[str, Any]) -> int | None:
+    settings = scenario.get("settings") or {}
+    value = settings.get("ai_calls_per_minute", settings.get("PROCTOR_AI_CALLS_PER_MINUTE"))
+    if value is None:
+        return None
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        raise OptionsError(f"settings.ai_calls_per_minute={value!r}: expected a whole number >= 1") from None
+    if limit < 1:
+        raise OptionsError(f"settings.ai_calls_per_minute={value!r}: expected a whole number >= 1")
+    return limit
 
 
 def _declared_faults(value: Any) -> tuple[DeclaredFault, ...] | None:

@@ -246,3 +246,17 @@ def test_the_ai_lane_plot_is_drawn_only_for_a_run_with_ai_calls(tmp_path: Path) 
     path = plot_ai_lane(ledgers, SCALE, tmp_path)
     assert path is not None and path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert plot_ai_lane(Ledgers.from_exports(ai_effects=[], outbox=outbox), SCALE, tmp_path / "none") is None
+
+
+def test_a_run_that_lifted_the_limiter_is_judged_at_its_own_limit() -> None:
+    effects, reservations = paced(16)
+    burst = [f"narrative-b{i}" for i in range(9)]
+    effects += [effect(op, 102 + i * 0.01) for i, op in enumerate(burst)]
+    reservations += [reservation(op, 101.9) for op in burst]
+    lifted = CheckOptions.from_scenario({"time_scale": SCALE, "settings": {"ai_calls_per_minute": 1000}})
+    assert lifted.ai_calls_per_minute == 1000
+    check = run_checkers([], ai_ledgers(effects, reservations), lifted).checks["provider_limit"]
+    assert check.valid is True and check.details["limit"] == 1000
+    assert CheckOptions.from_scenario({"settings": {"PROCTOR_AI_CALLS_PER_MINUTE": "8"}}).ai_calls_per_minute == 8
+    with pytest.raises(OptionsError, match="ai_calls_per_minute"):
+        CheckOptions.from_scenario({"settings": {"ai_calls_per_minute": 0}})
