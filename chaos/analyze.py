@@ -18,10 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from chaos.ailane_plots import plot_ai_lane
 from chaos.bounds import apply_bounds, derive_bounds, underivable_notes
 from chaos.checkers import run_checkers
 from chaos.checkers import CheckOptions
-from chaos.checkers.base import UNKNOWN, Result, compose
+from chaos.checkers.ailane import declared_time_scale
+from chaos.checkers.base import UNKNOWN, OptionsError, Result, compose
 from chaos.checkers.isolation import isolation_from_run
 from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, read_history
 from chaos.ledgers import load_ledgers
@@ -71,17 +73,13 @@ loads no stack code (tests/unit/test_checker_options.py keeps the two equal)."""
 
 
 def _time_scale(scenario: dict[str, Any], notes: list[str]) -> float:
-    settings = scenario.get("settings") or {}
-    raw = scenario.get("time_scale", settings.get("TIME_SCALE", settings.get("time_scale")))
-    if raw is None:
+    try:
+        scale = declared_time_scale(scenario)
+    except OptionsError as exc:
+        raise ScenarioError(str(exc)) from None
+    if scale is None:
         notes.append(f"no time_scale in {SCENARIO_FILE}: assumed {_ASSUMED_TIME_SCALE}")
         return _ASSUMED_TIME_SCALE
-    try:
-        scale = float(raw)
-    except (TypeError, ValueError):
-        raise ScenarioError(f"time_scale={raw!r}: expected a number") from None
-    if not scale > 0:
-        raise ScenarioError(f"time_scale={raw!r}: must be greater than 0")
     return scale
 
 
@@ -135,7 +133,7 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     options = CheckOptions.from_scenario({**scenario, "options": apply_bounds(scenario.get("options"), bounds)})
     result = _verdict(read, _history_problems(read, problem) + underivable_notes(bounds), run_dir, options,
                       scenario)
-    plot_names = _plots(history or [], run_dir, notes) if plots else []
+    plot_names = _plots(history or [], run_dir, notes, time_scale) if plots else []
     report = build_report(scenario, result, options, time_scale, plot_names, notes)
     report["faults"] = _fault_rows(history or [])
     report["bounds"] = bounds
@@ -153,10 +151,11 @@ def _fault_rows(history: Sequence[Op]) -> list[dict[str, Any]]:
             for w in fault_windows(history)]
 
 
-def _plots(history: Sequence[Op], run_dir: Path, notes: list[str]) -> list[str]:
+def _plots(history: Sequence[Op], run_dir: Path, notes: list[str], time_scale: float) -> list[str]:
     """Plots are evidence, not verdict: a plotting failure is noted, never fatal."""
     try:
-        return [path.name for path in plot_run(history, run_dir)]
+        ai_lane = plot_ai_lane(load_ledgers(run_dir), time_scale, run_dir)  # only when the run made AI calls
+        return [path.name for path in plot_run(history, run_dir)] + ([ai_lane.name] if ai_lane else [])
     except Exception as exc:  # noqa: BLE001 - keep the verdict even if matplotlib breaks
         notes.append(f"plots failed: {type(exc).__name__}: {exc}")
         return []

@@ -17,18 +17,23 @@ from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 __all__ = [
+    "AlertRow",
     "AnswerRow",
     "AttemptRow",
+    "AuditRow",
     "EffectRow",
     "ExamRow",
     "LANE_OF_KIND",
     "LEDGER_FILES",
+    "LaneStateRow",
     "LedgerFormatError",
     "Ledgers",
     "OUTBOX_KINDS",
     "OutboxRow",
     "OutcomeRow",
     "RevisionRow",
+    "RefusalRow",
+    "ReservationRow",
     "load_ledgers",
 ]
 
@@ -47,6 +52,12 @@ LEDGER_FILES = {
     "ai_effects": "ai_effects.json",
     "sms_effects": "sms_effects.json",
     "exams": "exams.json",
+    "ai_reservations": "ai_reservations.json",
+    "audit_log": "audit_log.json",
+    "alerts": "alerts.json",
+    "lane_state": "lane_state.json",
+    "ai_refusals": "ai_effects.json",  # the same provider export, its "refusals" list
+    "sms_refusals": "sms_effects.json",
 }
 """Ledgers attribute -> file name under <run_dir>/ledgers/."""
 
@@ -145,7 +156,63 @@ class ExamRow:
     answer_key: Mapping[str, str]
 
 
-Row = TypeVar("Row", AttemptRow, AnswerRow, RevisionRow, OutboxRow, OutcomeRow, EffectRow, ExamRow)
+@dataclass(frozen=True)
+class ReservationRow:
+    """Allowance reserved before one AI provider call (issue #11): pending | completed | released."""
+
+    call_id: str
+    operation_id: str
+    state: str
+    cost: float | None = None
+    reserved_at: float | None = None
+    settled_at: float | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One audited action; ``lane_pause``/``lane_resume`` bound a lane's paused windows."""
+
+    action: str
+    at: float
+    id: int | None = None
+    actor: str | None = None
+    detail: Any = None
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    """An alert the stack raised (credit exhausted, key revoked)."""
+
+    lane: str
+    kind: str
+    at: float | None = None
+    id: int | None = None
+    detail: Any = None
+
+
+@dataclass(frozen=True)
+class LaneStateRow:
+    """A lane's pause state at the final read (no row: never paused)."""
+
+    lane: str
+    paused: bool
+    reason: str | None = None
+    since: float | None = None
+
+
+@dataclass(frozen=True)
+class RefusalRow:
+    """A call the provider refused (429, 402, 401...): when it arrived and the Retry-After it asked for."""
+
+    operation_id: str
+    at: float
+    status: str  # the HTTP status as text ("429"), like every status field of the exports
+    retry_after_seconds: float | None = None
+
+
+Row = TypeVar("Row", AttemptRow, AnswerRow, RevisionRow, OutboxRow, OutcomeRow, EffectRow, ExamRow, ReservationRow, AuditRow,
+              AlertRow, LaneStateRow, RefusalRow)
 
 _ROW_TYPES: dict[str, type] = {
     "attempts": AttemptRow,
@@ -156,9 +223,16 @@ _ROW_TYPES: dict[str, type] = {
     "ai_effects": EffectRow,
     "sms_effects": EffectRow,
     "exams": ExamRow,
+    "ai_reservations": ReservationRow,
+    "audit_log": AuditRow,
+    "alerts": AlertRow,
+    "lane_state": LaneStateRow,
+    "ai_refusals": RefusalRow,
+    "sms_refusals": RefusalRow,
 }
 
-_FLOAT_FIELDS = {"started_at", "finished_at", "created_at", "enqueued_at", "done_at", "cost"}
+_FLOAT_FIELDS = {"started_at", "finished_at", "created_at", "enqueued_at", "done_at", "cost", "reserved_at", "settled_at",
+                 "at", "since", "retry_after_seconds"}
 
 
 @dataclass(frozen=True)
@@ -173,6 +247,12 @@ class Ledgers:
     ai_effects: tuple[EffectRow, ...] | None = None
     sms_effects: tuple[EffectRow, ...] | None = None
     exams: tuple[ExamRow, ...] | None = None
+    ai_reservations: tuple[ReservationRow, ...] | None = None
+    audit_log: tuple[AuditRow, ...] | None = None
+    alerts: tuple[AlertRow, ...] | None = None
+    lane_state: tuple[LaneStateRow, ...] | None = None
+    ai_refusals: tuple[RefusalRow, ...] | None = None
+    sms_refusals: tuple[RefusalRow, ...] | None = None
     exported_at: Mapping[str, float] = field(default_factory=dict)
     problems: Mapping[str, str] = field(default_factory=dict)
 
@@ -239,10 +319,11 @@ def _rows_of(table: str, document: Any, source: str, allow_bare_list: bool = Fal
     """
     exported_at = None
     if isinstance(document, Mapping):
-        identity, expected = ("provider", table.removesuffix("_effects")) if table.endswith("_effects") else ("table", table)
+        from_provider = table.endswith(("_effects", "_refusals"))  # e.g. ai_refusals: provider "ai", list "refusals"
+        identity, expected = ("provider", table.rsplit("_", 1)[0]) if from_provider else ("table", table)
         if document.get(identity) != expected:
             raise LedgerFormatError(f"{source}: {identity}={document.get(identity)!r}, expected {expected!r}")
-        key = "effects" if identity == "provider" else "rows"
+        key = table.rsplit("_", 1)[1] if from_provider else "rows"
         if not isinstance(document.get(key), list):
             raise LedgerFormatError(f"{source}: no {key!r} list")
         exported_at = _exported_at(document.get("exported_at"), source)
@@ -296,6 +377,9 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             raise LedgerFormatError(f"{where}: question_count={value!r} is not a whole number >= 1")
     if name == "answer_key" and not (isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())):
         raise LedgerFormatError(f"{where}: answer_key must map each question to a letter, got {value!r:.80}")
-    if name in {"attempt_id", "operation_id", "question", "receipt_id", "kind", "status", "exam_code"}:
+    if name == "paused":
+        return bool(value)
+    if name in {"attempt_id", "operation_id", "question", "receipt_id", "kind", "status", "exam_code", "call_id",
+                "state", "action", "lane"}:
         return str(value)
     return value

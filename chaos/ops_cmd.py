@@ -1,7 +1,7 @@
 """Operator commands of the AI lane (issue #11), over a node's admin API (HTTP), so they
 work against any deployment:
 
-    proctor lane pause|resume|show ai [--reason TEXT]
+    proctor lane pause|resume|show ai|sms [--reason TEXT]
     proctor review list | proctor review replay OPERATION_ID
     proctor alerts
     proctor audit billing
@@ -72,7 +72,7 @@ def _run(prog: str, build: Any, act: Any, argv: Sequence[str] | None) -> int:
 def lane_main(argv: Sequence[str] | None = None) -> int:
     def build(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("action", choices=("pause", "resume", "show"))
-        parser.add_argument("lane", choices=("ai",))
+        parser.add_argument("lane", choices=("ai", "sms"))
         parser.add_argument("--reason", default="operator pause", help="why (pause only; audited)")
 
     def act(args: argparse.Namespace) -> tuple[Any, bool]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from chaos.ailane_scenarios import AI_LANE_SCENARIOS
 from chaos.churn import ChurnSpec, churn_generator
 from chaos.isolation_scenarios import ISOLATION_SCENARIOS
 from chaos.nemesis import FaultSpec, periodic_schedule
@@ -241,6 +242,7 @@ SCENARIOS: dict[str, Scenario] = {
         *SCALE_SCENARIOS,
         *ISOLATION_SCENARIOS,
         *REVISION_SCENARIOS,
+        *AI_LANE_SCENARIOS,  # issue #11: the AI lane's failure table (chaos/ailane_scenarios.py)
     )
 }
 

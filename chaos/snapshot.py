@@ -14,9 +14,12 @@ from typing import Any
 
 import httpx
 
-__all__ = ["STACK_TABLES", "fetch_table", "snapshot_ledgers", "wait_until_settled"]
+__all__ = ["AI_LANE_TABLES", "STACK_TABLES", "fetch_table", "snapshot_ledgers", "wait_until_settled"]
 
 STACK_TABLES = ("attempts", "answers", "answer_revisions", "outbox", "outcomes", "exams")
+AI_LANE_TABLES = ("ai_reservations", "audit_log", "alerts", "lane_state")
+"""Issue #11's tables: a deployment without these exports leaves them unread (its AI lane
+checkers then say unknown), it does not fail the whole final read."""
 PROVIDERS = ("ai", "sms")
 FINAL_OUTBOX = {"done", "failed"}
 
@@ -41,6 +44,15 @@ def snapshot_ledgers(
     counts: dict[str, int] = {}
     for table in STACK_TABLES:
         data = fetch_table(api_url, admin_token, table)
+        _write_private(dest / f"{table}.json", data)
+        counts[table] = len(data["rows"])
+    for table in AI_LANE_TABLES:
+        try:
+            data = fetch_table(api_url, admin_token, table)
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code not in (404, 422):  # only "this deployment has no such export" is excused
+                raise
+            continue
         _write_private(dest / f"{table}.json", data)
         counts[table] = len(data["rows"])
     for provider, url in provider_urls.items():

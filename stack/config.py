@@ -203,6 +203,10 @@ class Settings:
     shared_lane: bool = False  # PROCTOR_SHARED_LANE: on = AI jobs join the merit queue (negative control, the seed's lane)
     answer_revisions: str = "highest"  # PROCTOR_ANSWER_REVISIONS: last-arrival/compacting = negative controls
     ai_calls_per_minute: int = CASE_PROVIDER_CALLS_PER_MINUTE  # PROCTOR_AI_CALLS_PER_MINUTE: the shared AI limiter (#11); high = lifted
+    # The AI lane's safeguards (docs/ai-lane.md); each off is a negative control, chosen at start-up:
+    ai_shared_limiter: bool = True  # PROCTOR_AI_SHARED_LIMITER: off = a limiter per worker
+    ai_retry_after: bool = True  # PROCTOR_AI_RETRY_AFTER: off = a 429's Retry-After is ignored
+    ai_ask_before_replay: bool = True  # PROCTOR_AI_ASK_BEFORE_REPLAY: off = replay without asking the provider
 
     def scaled(self, case_seconds: float) -> float:
         """Real seconds for a case-time duration."""
@@ -270,6 +274,9 @@ ENV_NAMES: dict[str, str] = {
     "shared_lane": "PROCTOR_SHARED_LANE",
     "answer_revisions": "PROCTOR_ANSWER_REVISIONS",
     "ai_calls_per_minute": "PROCTOR_AI_CALLS_PER_MINUTE",
+    "ai_shared_limiter": "PROCTOR_AI_SHARED_LIMITER",
+    "ai_retry_after": "PROCTOR_AI_RETRY_AFTER",
+    "ai_ask_before_replay": "PROCTOR_AI_ASK_BEFORE_REPLAY",
 }
 
 _PARSERS = {
@@ -294,6 +301,9 @@ _PARSERS = {
     "sms_idempotency": _parse_bool,
     "valkey_fresh_connections": _parse_bool,
     "shared_lane": _parse_bool,
+    "ai_shared_limiter": _parse_bool,
+    "ai_retry_after": _parse_bool,
+    "ai_ask_before_replay": _parse_bool,
     "exams": _parse_exams,
     "run_dir": lambda _name, raw: Path(raw),
 }

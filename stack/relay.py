@@ -220,7 +220,7 @@ class Relay:
             # the failed-for-review record) before the old job leaves the only place a later
             # pass would find it. Cleaning up first, a Valkey error in between left a job
             # `queued` in no list, invisible to every later pass (stuck for good).
-            if row["attempts"] >= self.settings.max_job_attempts:
+            if outbox.lost_runs(row) >= self.settings.max_job_attempts:
                 self._give_up(row, verdict.reason, report)
             else:
                 self._reenqueue(row, verdict.reason, report)
@@ -253,11 +253,12 @@ class Relay:
             "operation_id": op,
             "reason": reason,
             "attempts": row["attempts"],
+            "deferrals": row.get("deferrals") or 0,
             "last_job_id": previous,
             "max_job_attempts": self.settings.max_job_attempts,
         }
         with self.engine.begin() as conn:
-            moved = outbox.mark_failed(conn, op, previous, f"{previous}: {reason}; gave up after {row['attempts']} attempts")
+            moved = outbox.mark_failed(conn, op, previous, f"{previous}: {reason}; gave up after {outbox.lost_runs(row)} lost runs")
             if moved:
                 outcomes.write_failed_for_review(conn, op, row["attempt_id"], row["kind"], detail)
                 outcomes.audit(conn, "relay", "failed_for_review", detail)

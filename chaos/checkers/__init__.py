@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+from chaos.checkers.ailane import check_ai_billing, check_ai_paused_calls, check_ai_provider_limit
 from chaos.checkers.answer_reads import check_answer_reads
 from chaos.checkers.answers import check_answers
 from chaos.checkers import connections, latency
@@ -22,6 +23,7 @@ from chaos.checkers.base import (
     compose,
 )
 from chaos.checkers.connections import check_connections
+from chaos.checkers.duplicate_charges import check_duplicate_charges
 from chaos.checkers.effects import check_effects
 from chaos.checkers.faults import check_faults
 from chaos.checkers.final_answers import check_final_answers
@@ -29,6 +31,7 @@ from chaos.checkers.jobs import check_jobs
 from chaos.checkers.latency import check_latency
 from chaos.checkers.options import CheckOptions
 from chaos.checkers.payloads import check_payloads
+from chaos.checkers.retry_after import check_retry_after
 from chaos.checkers.revisions import check_revisions
 from chaos.checkers.stats import check_stats
 from chaos.history import Op
@@ -42,15 +45,20 @@ __all__ = [
     "OptionsError",
     "Result",
     "UNKNOWN",
+    "check_ai_billing",
+    "check_ai_paused_calls",
+    "check_ai_provider_limit",
     "check_answer_reads",
     "check_answers",
     "check_connections",
+    "check_duplicate_charges",
     "check_effects",
     "check_faults",
     "check_final_answers",
     "check_jobs",
     "check_latency",
     "check_payloads",
+    "check_retry_after",
     "check_revisions",
     "check_safe",
     "check_stats",
@@ -70,6 +78,11 @@ CHECKERS: dict[str, Checker] = {
     "payloads": check_payloads,
     "latency": check_latency,
     "connections": check_connections,
+    "provider_limit": check_ai_provider_limit,
+    "duplicate_charges": check_duplicate_charges,
+    "billing": check_ai_billing,
+    "paused_calls": check_ai_paused_calls,
+    "retry_after": check_retry_after,
 }
 
 

@@ -15,7 +15,9 @@ per outbox kind (merit, narrative, sms):
   when the narrative outcome is ready (a ready narrative is never template text).
 
 Duplicates are any operation id with more than one outcome row or more than one
-provider effect (count > 1; Jepsen's set-full ``duplicated`` reducer tests
+provider effect, except an operation replayed from the review queue: k ``failed_for_review``
+records then one ``ready`` outcome with exactly k audited ``review_replay`` rows in the
+audit log (the records are kept as history; issue #11) (count > 1; Jepsen's set-full ``duplicated`` reducer tests
 ``< 1`` and never fires, so this checker's tests include failing histories).
 Outcomes or effects for attempts that never finished are **unexpected**; an ``ok``
 finish whose attempt is not finished in the ledger is **finish_lost**. A finish
@@ -61,12 +63,16 @@ def check_effects(history: Sequence[Op], ledgers: Ledgers, options: EffectsOptio
     effects = {table: _group(getattr(ledgers, table)) for table in _PROVIDER_KIND}
 
     bad: dict[str, list[Any]] = {f"missing_{kind}": [] for kind in OUTBOX_KINDS}
-    info: dict[str, list[Any]] = {"pending_allowed": [], "failed_for_review_allowed": [], "effect_without_ready_outcome": []}
+    info: dict[str, list[Any]] = {"pending_allowed": [], "failed_for_review_allowed": [], "effect_without_ready_outcome": [],
+                                  "replayed_from_review": []}
     for attempt_id in sorted(finished):
         for kind in OUTBOX_KINDS:
             _judge_outcome(f"{kind}-{attempt_id}", kind, outcomes, outbox, options, bad, info)
     bad.update(_effect_problems(finished, outcomes, effects, info))
-    bad["duplicated_outcomes"] = _duplicated(outcomes, lambda rows: {"statuses": [r.status for r in rows]})
+    replayed = _audited_replays(ledgers, outcomes)
+    bad["duplicated_outcomes"] = _duplicated({op: rows for op, rows in outcomes.items() if op not in replayed},
+                                             lambda rows: {"statuses": [r.status for r in rows]})
+    info["replayed_from_review"] = sorted(replayed)
     bad["unexpected_outcomes"] = [
         {"operation_id": op, "attempt_id": rows[0].attempt_id, "kind": rows[0].kind}
         for op, rows in sorted(outcomes.items())
@@ -113,6 +119,22 @@ def _judge_outcome(
         info["pending_allowed"].append(example)
     else:
         bad[f"missing_{kind}"].append(example)
+
+
+def _audited_replays(ledgers: Ledgers, outcomes: Mapping[str, list[OutcomeRow]]) -> set[str]:
+    """Operations whose outcomes are k review records then one ready outcome, with exactly k
+    audited ``review_replay`` rows: the records are kept history, the ready one is the outcome."""
+    replays: dict[str, int] = defaultdict(int)
+    for row in ledgers.audit_log or ():
+        if row.action == "review_replay" and isinstance(row.detail, dict):
+            replays[str(row.detail.get("operation_id"))] += 1
+    found = set()
+    for op, rows in outcomes.items():
+        statuses = [row.status for row in sorted(rows, key=lambda r: (r.created_at or 0.0))]
+        reviews = len(statuses) - 1
+        if reviews >= 1 and statuses == ["failed_for_review"] * reviews + ["ready"] and replays[op] == reviews:
+            found.add(op)
+    return found
 
 
 def _outbox_state(row: OutboxRow | None) -> dict[str, Any]:

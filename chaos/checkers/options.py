@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from chaos.checkers.ailane import AiLaneOptions, declared_ai_limit, declared_time_scale
 from chaos.checkers.connections import ConnectionsOptions
 from chaos.checkers.effects import EffectsOptions
 from chaos.checkers.faults import FaultsOptions, declared_faults
@@ -23,7 +24,7 @@ __all__ = ["CheckOptions"]
 
 
 @dataclass(frozen=True)
-class CheckOptions(ConnectionsOptions, LatencyOptions, JobsOptions, EffectsOptions, FaultsOptions, StatsOptions):
+class CheckOptions(AiLaneOptions, ConnectionsOptions, LatencyOptions, JobsOptions, EffectsOptions, FaultsOptions, StatsOptions):
     """The "options" object of scenario.json plus its declared faults; defaults are the strict choice.
     A new checker with options adds its options class to the bases: fields come in reverse
     order of the bases, so this list runs against CHECKERS' order to keep report.md in it."""
@@ -32,4 +33,5 @@ class CheckOptions(ConnectionsOptions, LatencyOptions, JobsOptions, EffectsOptio
     def from_scenario(cls, scenario: Mapping[str, Any]) -> "CheckOptions":
         """The options of a scenario.json document, plus its declared faults."""
         options = cls.from_dict(scenario.get("options"))
-        return replace(options, declared_faults=declared_faults(scenario.get("faults")))
+        return replace(options, declared_faults=declared_faults(scenario.get("faults")),
+                       time_scale=declared_time_scale(scenario), ai_calls_per_minute=declared_ai_limit(scenario))

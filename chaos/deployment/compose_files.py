@@ -9,7 +9,7 @@ YAML reads) in its own folder, never committed:
   TCP forward in the provider's network namespace (as ``admin-forward`` does for web-1):
   the provider sees a loopback peer, and only the network's gateway (the host) may connect;
 - ``<run_dir>/connections/`` mounted where the components write their per-process
-  Valkey connection counters (``stack.lanes.connection``), so the harness reads them.
+  Valkey connection counters (``stack.connection_stats``), so the harness reads them.
 
 Services map to components by name: ``web-1`` is ``web_1``, ``worker-merit-2`` is
 ``worker_merit_2``. Services with no component role (postgres, the one-shots, the

@@ -1,7 +1,9 @@
 """Billing reservations: allowance reserved before each provider call, settled by what the
 provider says (issue #11). A reservation is released only when the provider confirms the
-call did not happen (a refusal, or a look-up by operation id that finds nothing); an
-answer we never heard leaves it pending until a look-up settles it. So at every moment
+call did not happen (a refusal, or a fresh effect answered under the same Idempotency-Key
+to a later call); an answer we never heard leaves it pending until a look-up finds the
+call or the next answer settles it (a look-up that finds nothing is not proof: the
+provider may still be working on it). So at every moment
 reservations = completed + released + pending, and completed matches the provider's own
 ledger (``proctor audit billing``, chaos/checkers/billing.py)."""
 

@@ -7,7 +7,9 @@ not-before time and ends, so a lane can carry thousands of waiting items. Each r
 1. a ready outcome -> done (the usual replay rule); lane paused -> back to pending;
    past the deadline (and not a review replay) -> review queue;
 2. a reservation left pending by an earlier run (its answer was never heard) -> ask the
-   provider by operation id: found -> completed, outcome written; not found -> released;
+   provider by operation id: found -> completed, outcome written; not found -> still
+   pending (the provider may be working on it yet) until the next call's answer under
+   the same Idempotency-Key settles it;
 3. take a slot of the shared limiter, reserve allowance, call with the operation id as
    Idempotency-Key, release the slot, and act on the class of the answer
    (stack/ailane/policy.py).
@@ -47,6 +49,16 @@ class LaneConfig:
     lease_seconds: float | None = None  # a limiter slot's lease; default job timeout + RQ's 60 s callback window
     visibility_timeout_seconds: float | None = None  # when RQ calls a started job abandoned (timeout + 60 s)
     limiter_keys: tuple[str, str] = (CALLS_KEY, PAUSE_KEY)  # a per-worker pair = the negative control
+    honor_retry_after: bool = True  # off = the negative control that retries on backoff alone
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "LaneConfig":
+        """What an RQ AI worker runs with: the safeguards are on unless a negative control
+        switched one off at start-up (PROCTOR_AI_SHARED_LIMITER / _RETRY_AFTER / _ASK_BEFORE_REPLAY)."""
+        keys = (CALLS_KEY, PAUSE_KEY) if settings.ai_shared_limiter else (
+            f"{CALLS_KEY}:{settings.component}", f"{PAUSE_KEY}:{settings.component}")
+        return cls(limiter_keys=keys, honor_retry_after=settings.ai_retry_after,
+                   ask_before_replay=settings.ai_ask_before_replay)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LaneConfig:
@@ -108,6 +120,8 @@ class _Run:
         self.settings: Settings = process.settings
         self.clock = RetryClock(self.settings.time_scale)
         self.url = f"{self.settings.ai_url}/v1/narratives"
+        self.earlier: list[str] = []  # pending reservations a look-up did not find (settled by the next answer)
+        self.replayed = False  # the provider answered with an earlier effect under the Idempotency-Key
 
     def go(self) -> Step:
         card = jobs._unless_ready(self.process, self.op, jobs._merit_card)
@@ -131,13 +145,15 @@ class _Run:
             return None
         recorded = jobs._recorded_response(self.process, self.url, self.op)
         with self.process.engine.begin() as conn:
-            for call_id in pending:
-                if recorded is None:
-                    billing.release(conn, call_id, "provider has no record of the operation")
-                else:
+            if recorded is not None:
+                for call_id in pending:
                     billing.complete(conn, call_id, "found by operation id after a lost answer")
             outcomes.audit(conn, "ai-lane", "reconcile", {"operation_id": self.op, "found": recorded is not None})
         if recorded is None:
+            # Not released yet: the provider may still be working on that call (it does not stop
+            # when its caller dies). The next call carries the same Idempotency-Key, so its answer
+            # settles the earlier reservations causally (_settle_earlier).
+            self.earlier = pending
             return None
         self._finish(card, recorded)
         return Step(self.op, "done", "reconciled: the provider had done it")
@@ -155,12 +171,16 @@ class _Run:
             call_id = billing.reserve(conn, self.op, number, self.config.cost_per_call)
         try:
             status, body, retry_after, sent = self._post(card)
+            if not self.config.honor_retry_after:
+                retry_after = 0.0
+            if status == 429 and retry_after:  # pause everyone before this slot frees up for another call
+                limiter.pause(retry_after, f"429 for {self.op}")
         finally:
             limiter.release(token)
         kind = classify(status, sent)
         if kind == "ok":
             with self.process.engine.begin() as conn:
-                billing.complete(conn, call_id)
+                self._settle_earlier(conn, call_id)
             self._finish(card, body)
             return Step(self.op, "done")
         if kind == "unknown":
@@ -168,12 +188,25 @@ class _Run:
         with self.process.engine.begin() as conn:
             billing.release(conn, call_id, f"provider refused: {status or 'not sent'}")
         if kind == "transient":
-            if status == 429 and retry_after:
-                limiter.pause(retry_after, f"429 for {self.op}")
             return self._retry(row, number, retry_after, f"transient {status or 'connect error'}")
         if kind == "halt":
             return self._halt(status)
         return self._review(row, f"permanent: provider answered {status}", permanent=True)
+
+    def _settle_earlier(self, conn: Any, call_id: str) -> None:
+        """One effect per Idempotency-Key: a replayed answer is the earlier call's effect (that
+        reservation completes, this one is released); a fresh one proves the earlier call never
+        took effect (released; if it lands later, the provider replays it: no second charge)."""
+        if not self.earlier:
+            billing.complete(conn, call_id)
+        elif self.replayed:
+            billing.complete(conn, self.earlier[0], "the provider replayed this call's effect under the key")
+            for other in [*self.earlier[1:], call_id]:
+                billing.release(conn, other, "provider replayed an earlier call's effect: no new charge")
+        else:
+            billing.complete(conn, call_id)
+            for other in self.earlier:
+                billing.release(conn, other, "a fresh effect under the key: this earlier call never took effect")
 
     def _post(self, card: dict[str, Any]) -> tuple[int | None, dict[str, Any], float, bool]:
         import httpx
@@ -187,6 +220,7 @@ class _Run:
             return None, {}, 0.0, False
         except httpx.HTTPError:  # a timeout after sending, a reset, a broken body
             return None, {}, 0.0, True
+        self.replayed = response.headers.get("Idempotent-Replayed") == "true"
         body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
         return response.status_code, body, float(body.get("retry_after_seconds") or 0.0), True
 

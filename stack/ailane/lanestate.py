@@ -1,7 +1,9 @@
 """Lane pause and alerts, kept in the ledger so a Valkey flush never un-pauses a lane.
 
 A credit or auth problem pauses the lane (no further provider calls) and raises an
-alert: a row here (``proctor alerts``) and an ERROR log line. No Prometheus metric yet.
+alert: a row here (``proctor alerts``), an ERROR log line and ``proctor_alerts_total`` on /metrics
+(``alert_samples``: ``proctor_alerts_total{lane,kind}`` and ``proctor_lane_paused{lane}``,
+read from the ledger, so every node reports the same and a Valkey flush changes nothing).
 Only an operator resumes (``proctor lane resume ai``); resuming first sends every row
 past its deadline to review (``stack/ailane/review.py``).
 """
@@ -13,12 +15,12 @@ import logging
 import time
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from stack.ledger.outcomes import audit
 from stack.ledger.schema import alerts, lane_state
 
-__all__ = ["is_paused", "list_alerts", "pause", "raise_alert", "resume", "state"]
+__all__ = ["ALERT_LANES", "alert_samples", "is_paused", "list_alerts", "pause", "raise_alert", "resume", "state"]
 
 log = logging.getLogger("proctor.lane")
 
@@ -68,3 +70,17 @@ def raise_alert(conn: Connection, lane: str, kind: str, detail: dict[str, Any], 
 def list_alerts(conn: Connection) -> list[dict[str, Any]]:
     return [{**dict(row._mapping), "detail": json.loads(row.detail)}
             for row in conn.execute(select(alerts).order_by(alerts.c.id))]
+
+
+ALERT_LANES = ("ai", "sms")
+_KINDS = ("credit_exhausted", "key_revoked")
+
+
+def alert_samples(conn: Connection) -> tuple[list[tuple[tuple[str, str], int]], list[tuple[tuple[str], int]]]:
+    """(alerts per (lane, kind), paused per lane) for /metrics; every lane and kind is present, zeros included."""
+    counts = {(lane, kind): n for lane, kind, n in
+              conn.execute(select(alerts.c.lane, alerts.c.kind, func.count()).group_by(alerts.c.lane, alerts.c.kind))}
+    paused = {row.lane: bool(row.paused) for row in conn.execute(select(lane_state.c.lane, lane_state.c.paused))}
+    kinds = sorted(set(_KINDS) | {kind for _, kind in counts})
+    alert_counts = [((lane, kind), counts.get((lane, kind), 0)) for lane in ALERT_LANES for kind in kinds]
+    return alert_counts, [((lane,), int(paused.get(lane, False))) for lane in ALERT_LANES]

@@ -58,8 +58,9 @@ def resume_lane(conn: Connection, lane: str, actor: str, time_scale: float, now:
     """Deadlines first, then un-pause. Returns what went to review and whether the lane was paused."""
     now = time.time() if now is None else now
     deadline_of = RetryClock(time_scale).deadline
-    waiting = conn.execute(select(outbox).where(outbox.c.kind == "narrative", outbox.c.status == "pending",
-                                                outbox.c.replays == 0)).fetchall()
+    waiting = [] if lane != "ai" else conn.execute(  # only narratives have a retry deadline
+        select(outbox).where(outbox.c.kind == "narrative", outbox.c.status == "pending", outbox.c.replays == 0)
+    ).fetchall()
     expired = [row for row in waiting if deadline_of(row.created_at) < now]
     for row in expired:
         reason = "retry deadline passed while the lane was paused"

@@ -54,7 +54,6 @@ __all__ = [
     "prepare_worker",
     "reset_process_state",
     "send_result_sms",
-    "write_narrative",
 ]
 
 T = TypeVar("T")
@@ -284,20 +283,6 @@ def _recorded_response(process: _Process, url: str, op: str) -> dict[str, Any] |
     return response.json()["response"]
 
 
-def write_narrative(operation_id: str) -> dict[str, Any]:
-    process = _current()
-    card = _unless_ready(process, operation_id, _merit_card)
-    if card is None:
-        return {"operation_id": operation_id, "status": "ready", "replayed": True}
-    request = {"operation_id": operation_id, "attempt_id": card["attempt_id"],
-               "score": card["score"], "position": card["position"]}
-    body = _call_provider(process, f"{process.settings.ai_url}/v1/narratives", request, reconcile=True)
-    # The text is what the provider wrote (maybe on an earlier run); score and position are the card's.
-    payload = {"text": body["text"], "narrative_id": body["narrative_id"],
-               "score": card["score"], "position": card["position"]}
-    return _commit_outcome(process, operation_id, "narrative", payload)
-
-
 def send_result_sms(operation_id: str) -> dict[str, Any]:
     process = _current()
     card = _unless_ready(process, operation_id, _merit_card)
@@ -308,7 +293,20 @@ def send_result_sms(operation_id: str) -> dict[str, Any]:
     # Off only for the negative control: a naive client that replays blindly, with no key and
     # no look-up first, so a re-run after an unknown outcome sends a second SMS.
     request = {"operation_id": operation_id, "to": to, "body": text}
-    body = _call_provider(process, f"{process.settings.sms_url}/v1/messages", request,
-                          reconcile=process.settings.sms_idempotency)
+    import httpx
+
+    from stack.lanes import sms_refusals  # the AI lane's classes for a refused send (issue #11)
+
+    held = sms_refusals.hold_if_paused(process, operation_id)
+    if held is not None:
+        return held
+    try:
+        body = _call_provider(process, f"{process.settings.sms_url}/v1/messages", request,
+                              reconcile=process.settings.sms_idempotency)
+    except httpx.HTTPStatusError as exc:
+        handled = sms_refusals.on_refusal(process, operation_id, exc.response)
+        if handled is None:
+            raise
+        return handled
     sent = {"message_id": body["message_id"], "to": body["to"], "body": body["body"]}  # as the gateway recorded it
     return _commit_outcome(process, operation_id, "sms", sent)

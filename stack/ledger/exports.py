@@ -8,7 +8,18 @@ from typing import Callable
 from sqlalchemy import Connection, select
 
 from stack.ledger.grading import answer_keys
-from stack.ledger.schema import answer_revisions, answers, attempts, exams, outbox, outcomes
+from stack.ledger.schema import (
+    ai_reservations,
+    alerts,
+    answer_revisions,
+    answers,
+    attempts,
+    audit_log,
+    exams,
+    lane_state,
+    outbox,
+    outcomes,
+)
 
 __all__ = ["EXPORT_TABLES", "export_rows"]
 
@@ -70,6 +81,29 @@ def _exams(conn: Connection) -> list[dict]:
     ]
 
 
+def _ai_reservations(conn: Connection) -> list[dict]:
+    """Billing reservations (issue #11): what the billing and paused-calls checkers judge."""
+    query = select(ai_reservations).order_by(ai_reservations.c.reserved_at, ai_reservations.c.call_id)
+    return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def _audit_log(conn: Connection) -> list[dict]:
+    """Every audited action; lane_pause/lane_resume rows bound the paused windows."""
+    query = select(audit_log).order_by(audit_log.c.id)
+    return [{**dict(r._mapping), "detail": json.loads(r.detail)} for r in conn.execute(query)]
+
+
+def _alerts(conn: Connection) -> list[dict]:
+    query = select(alerts).order_by(alerts.c.id)
+    return [{**dict(r._mapping), "detail": json.loads(r.detail)} for r in conn.execute(query)]
+
+
+def _lane_state(conn: Connection) -> list[dict]:
+    """A lane still paused at the final read is evidence, not an error: the report says so."""
+    query = select(lane_state).order_by(lane_state.c.lane)
+    return [{**dict(r._mapping), "paused": bool(r.paused)} for r in conn.execute(query)]
+
+
 EXPORT_TABLES: dict[str, Callable[[Connection], list[dict]]] = {
     "attempts": _attempts,
     "answers": _answers,
@@ -77,6 +111,10 @@ EXPORT_TABLES: dict[str, Callable[[Connection], list[dict]]] = {
     "outbox": _outbox,
     "outcomes": _outcomes,
     "exams": _exams,
+    "ai_reservations": _ai_reservations,
+    "audit_log": _audit_log,
+    "alerts": _alerts,
+    "lane_state": _lane_state,
 }
 
 

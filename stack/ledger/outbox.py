@@ -35,6 +35,7 @@ __all__ = [
     "mark_reenqueued",
     "mark_failed",
     "defer",
+    "lost_runs",
     "pending_for_attempt",
     "unfinished_summary",
     "latency_histogram",
@@ -112,13 +113,15 @@ def _merit_row_is(status: str) -> ColumnElement[bool]:
 
 
 def _may_enqueue(now: float | None = None) -> ColumnElement[bool]:
-    """Merit first; a waiting row only from its not-before time; no narrative while the AI lane is paused."""
+    """Merit first; a waiting row only from its not-before time; no narrative (SMS) while the AI (SMS) lane is paused."""
     now = time.time() if now is None else now
     ai_paused = exists().where(lane_state.c.lane == "ai", lane_state.c.paused == 1)
+    sms_paused = exists().where(lane_state.c.lane == "sms", lane_state.c.paused == 1)
     return and_(
         or_(outbox.c.kind.not_in(NEEDS_MERIT), _merit_row_is("done")),
         or_(outbox.c.not_before.is_(None), outbox.c.not_before <= now),
         or_(outbox.c.kind != "narrative", ~ai_paused),
+        or_(outbox.c.kind != "sms", ~sms_paused),
     )
 
 
@@ -163,9 +166,17 @@ def defer(conn: Connection, op: str, job: str, not_before: float, reason: str, n
     result = conn.execute(
         update(outbox)
         .where(outbox.c.operation_id == op, outbox.c.status == "enqueued", outbox.c.job_id == job)
-        .values(status="pending", not_before=not_before, updated_at=now, last_error=reason)
+        .values(status="pending", not_before=not_before, updated_at=now, last_error=reason,
+                deferrals=outbox.c.deferrals + 1)
     )
     return result.rowcount == 1
+
+
+def lost_runs(row: dict) -> int:
+    """Enqueues that did not end in a hand-back: the runs the relay had to replace (worker
+    died, job failed, Valkey lost it). A deferral is a finished run, not a failed attempt,
+    so a row that waited a hundred times may still be replaced after one crash."""
+    return row["attempts"] - (row.get("deferrals") or 0)
 
 
 def mark_done(conn: Connection, op: str, now: float | None = None) -> bool:

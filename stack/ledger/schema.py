@@ -147,6 +147,9 @@ outbox = Table(
     Column("done_at", Float, nullable=True),
     Column("not_before", Float, nullable=True),  # a waiting row (limiter, backoff) goes to a lane only then
     Column("replays", Integer, nullable=False, default=0),  # audited replays from the review queue
+    # enqueues a job ended by handing the row back to wait (limiter, backoff, paused lane): those
+    # runs were not lost, so the relay's max_job_attempts counts attempts - deferrals
+    Column("deferrals", Integer, nullable=False, default=0),
     UniqueConstraint("attempt_id", "kind", name="uq_outbox_per_kind"),
 )
 Index("ix_outbox_status", outbox.c.status)

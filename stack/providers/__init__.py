@@ -35,6 +35,9 @@ class Provider:
     work_seconds: float
     ledger: EffectLedger = field(init=False)
     faults: FaultState = field(init=False)
+    refusals: list[dict[str, Any]] = field(default_factory=list)
+    """Every refused call (arrival, operation, status, Retry-After): what a retry-after check
+    compares the next arrival of that operation with. In memory: a restarted provider starts empty."""
 
     def __post_init__(self) -> None:
         self.ledger = EffectLedger(self.settings.run_dir / f"{self.name}_effects.db")
@@ -76,8 +79,11 @@ def perform(
         raise HTTPException(422, f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} characters")
     faults = provider.faults.current()
     time.sleep(faults.latency_seconds)
-    admitted = provider.faults.admit(operation_id)
+    arrived = time.time()
+    admitted = provider.faults.admit(operation_id, now=arrived)
     if isinstance(admitted, Refusal):
+        provider.refusals.append({"operation_id": operation_id, "at": arrived, "status": admitted.status,
+                                  "retry_after_seconds": admitted.body.get("retry_after_seconds")})
         return JSONResponse(admitted.body, status_code=admitted.status, headers=admitted.headers)
     time.sleep(provider.work_seconds)
     recorded = _record(provider, operation_id, idempotency_key, request_body, respond, admitted)
@@ -132,7 +138,8 @@ def admin_router(provider: Provider) -> APIRouter:
     def ledger(request: Request, x_admin_token: str | None = Header(None)) -> dict[str, Any]:
         _require_admin(request, x_admin_token, provider)
         effects = [effect.export() for effect in provider.ledger.all()]
-        return {"provider": provider.name, "exported_at": time.time(), "effects": effects}
+        return {"provider": provider.name, "exported_at": time.time(), "effects": effects,
+                "refusals": list(provider.refusals)}
 
     @router.get("/faults")
     def get_faults(request: Request, x_admin_token: str | None = Header(None)) -> dict[str, Any]:

@@ -162,6 +162,22 @@ def _valkey_lanes(clients: ValkeyClients) -> dict[str, LaneSample] | None:
         return None
 
 
+def _alert_families(out: _Families, engine: Engine) -> None:
+    """Issue #11's alerts and paused lanes (stack/ailane/lanestate.py); skipped, not failed, if unreadable."""
+    from stack.ailane.lanestate import alert_samples
+
+    try:
+        with engine.connect() as conn:
+            alerts, paused = alert_samples(conn)
+    except Exception as exc:  # noqa: BLE001 - a scrape never fails on one section
+        log.warning("metrics: alerts unreadable: %s", exc)
+        return
+    out.metric("proctor_alerts_total", "counter", "Alerts raised by a lane (credit exhausted, key revoked).",
+               ["lane", "kind"], alerts)
+    out.metric("proctor_lane_paused", "gauge", "1 while the lane is paused (no provider calls until an operator "
+               "resumes).", ["lane"], paused)
+
+
 def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients, engine: Engine, draining: bool) -> str:
     requests, errors = counters.snapshot()
     lanes = _valkey_lanes(clients)
@@ -188,6 +204,7 @@ def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients,
         out.metric("proctor_pending_outcomes", "gauge", "Outbox rows not yet done or failed.", [], [((), ledger.pending_outcomes)])
         out.metric("proctor_outbox_lag_seconds", "gauge", "Age of the oldest non-final outbox row.", [], [((), ledger.outbox_lag)])
         out.lane_latency(ledger.latency or {})
+        _alert_families(out, engine)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(out)  # type: ignore[arg-type] - any object with collect() is a collector
     return (generate_latest(registry) + generate_latest(counters.registry)).decode()

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 
-ExportTable = Literal["attempts", "answers", "answer_revisions", "outbox", "outcomes", "exams"]
+ExportTable = Literal["attempts", "answers", "answer_revisions", "outbox", "outcomes", "exams", "ai_reservations",
+                      "audit_log", "alerts", "lane_state"]
 
 
 @router.post("/drain")

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 
-Lane = Literal["ai"]
+Lane = Literal["ai", "sms"]  # the SMS lane pauses on a gateway 402/401 too (stack/lanes/sms_refusals.py)
 _ACTOR = "operator"
 
 

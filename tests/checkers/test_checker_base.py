@@ -103,6 +103,11 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
         "payloads": UNKNOWN,
         "latency": True,
         "connections": True,  # no limits set: it only measures
+        "provider_limit": UNKNOWN,  # the AI lane's ledgers were never read
+        "duplicate_charges": UNKNOWN,
+        "billing": UNKNOWN,
+        "paused_calls": UNKNOWN,
+        "retry_after": UNKNOWN,
     }
 
 
@@ -110,6 +115,7 @@ EXPORTS = {
     "chaos.checkers": [
         "CHECKERS", "CheckOptions", "Checker", "DETAIL_SECTIONS", "OptionsError", "Result", "UNKNOWN", "check_answers",
         "check_connections",
+        "check_ai_billing", "check_ai_paused_calls", "check_ai_provider_limit", "check_duplicate_charges", "check_retry_after",
         "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
         "check_answer_reads", "check_final_answers", "check_revisions",
     ],
@@ -132,6 +138,9 @@ EXPORTS = {
     "chaos.checkers.revisions": ["NAME", "check_revisions", "visibility_latencies"],
     "chaos.checkers.final_answers": ["NAME", "check_final_answers"],
     "chaos.checkers.answer_reads": ["NAME", "check_answer_reads"],
+    "chaos.checkers.retry_after": ["NAME", "PROVIDERS", "check_retry_after", "early_retries"],
+    "chaos.checkers.ailane": ["AI_CALLS_PER_CASE_MINUTE", "AiLaneOptions", "check_ai_billing", "check_ai_paused_calls",
+                              "check_ai_provider_limit", "declared_ai_limit", "declared_time_scale"],
 }
 
 

@@ -23,7 +23,7 @@ BAD = (
     "unexpected_outcomes",
     "finish_lost",
 )
-INFO = ("pending_allowed", "failed_for_review_allowed", "effect_without_ready_outcome")
+INFO = ("pending_allowed", "failed_for_review_allowed", "effect_without_ready_outcome", "replayed_from_review")
 
 
 def counts(finished: int = 1, outcomes: int = 3, sms: int = 1, ai: int = 1, **problems: int) -> dict:
@@ -85,6 +85,21 @@ def test_duplicate_merit_outcome_is_invalid() -> None:
     assert result["valid"] is False
     assert result["counts"] == counts(outcomes=4, duplicated_outcomes=1)
     assert result["examples"] == {"duplicated_outcomes": [{"operation_id": "merit-a1", "count": 2, "statuses": ["ready", "ready"]}]}
+
+
+@pytest.mark.parametrize("replays, duplicated", [(1, 0), (0, 1), (2, 1)])
+def test_a_review_record_then_a_ready_outcome_is_one_outcome_only_with_one_audited_replay(
+    replays: int, duplicated: int
+) -> None:
+    exports = good_exports("a1", "a2")
+    ready = next(row for row in exports["outcomes"] if row["operation_id"] == "narrative-a2")
+    exports["outcomes"].append({**ready, "id": "o-review-a2", "status": "failed_for_review", "created_at": 100.2})
+    exports["audit_log"] = [{"id": 1, "at": 100.3, "action": "review_replay", "actor": "operator",
+                             "detail": {"operation_id": "narrative-a2"}}] * replays
+    result = run(exports)
+    assert result["valid"] is (duplicated == 0)
+    assert result["counts"]["duplicated_outcomes"] == duplicated
+    assert result["counts"]["replayed_from_review"] == 1 - duplicated
 
 
 def test_duplicate_sms_at_gateway_is_invalid() -> None:

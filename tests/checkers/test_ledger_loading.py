@@ -19,8 +19,9 @@ def write(folder: Path, name: str, document: object) -> None:
 def test_all_is_exact() -> None:
     assert sorted(ledgers_module.__all__) == sorted(
         [
-            "AnswerRow", "AttemptRow", "EffectRow", "ExamRow", "LANE_OF_KIND", "LEDGER_FILES", "LedgerFormatError", "Ledgers",
-            "OUTBOX_KINDS", "OutboxRow", "OutcomeRow", "RevisionRow", "load_ledgers",
+            "AlertRow", "AnswerRow", "AttemptRow", "AuditRow", "EffectRow", "ExamRow", "LANE_OF_KIND", "LEDGER_FILES",
+            "LaneStateRow", "LedgerFormatError", "Ledgers", "OUTBOX_KINDS", "OutboxRow", "OutcomeRow", "RefusalRow", "ReservationRow",
+            "RevisionRow", "load_ledgers",
         ]
     )
 

@@ -110,6 +110,23 @@ def test_429_releases_the_reservation_pauses_every_worker_and_waits_past_retry_a
     assert (paused.granted, paused.reason) == (False, "paused")
 
 
+def test_negative_control_ignoring_retry_after_retries_on_backoff_alone(lane: Settings, redis: Redis) -> None:
+    knobs(lane, status=429, retry_after_seconds=5.0)
+    before = time.time()
+    step = run(lane, redis, 1, LaneConfig(honor_retry_after=False))
+    assert step.action == "deferred"
+    assert row(lane)["not_before"] < before + 5.0  # the backoff alone: far earlier than the provider asked
+    assert LaneConfig().limiter(redis, lane).acquire("another-worker").granted  # nobody else was paused
+
+
+def test_the_lane_config_follows_the_start_up_switches(lane: Settings) -> None:
+    assert LaneConfig.from_settings(lane) == LaneConfig()
+    blind = LaneConfig.from_settings(lane.with_overrides(ai_shared_limiter=False, ai_retry_after=False,
+                                                         ai_ask_before_replay=False, component="worker_ai_2"))
+    assert blind.limiter_keys == ("proctor:ai:calls:worker_ai_2", "proctor:ai:pause:worker_ai_2")
+    assert (blind.honor_retry_after, blind.ask_before_replay) == (False, False)
+
+
 def test_credit_exhausted_pauses_the_lane_alerts_and_resume_releases_the_row(lane: Settings, redis: Redis) -> None:
     knobs(lane, credit_balance=0.0)
     assert run(lane, redis, 1).action == "held"
@@ -139,6 +156,62 @@ def test_lost_response_is_reconciled_by_operation_id_not_replayed(lane: Settings
     assert run(lane, redis, 2).detail == "reconciled: the provider had done it"
     assert effects(lane) == [OP] and row(lane)["status"] == "done"
     assert ledger_summary(lane) == {**ledger_summary(lane), "reservations": 1, "completed": 1, "pending": 0}
+
+
+def _earlier_call_pending(settings: Settings) -> None:
+    """A run whose call the provider has not recorded (yet): its reservation is pending."""
+    with make_engine(settings).begin() as conn:
+        billing.reserve(conn, OP, 1, 1.0)
+
+
+def _late_effect(settings: Settings) -> httpx.Response:
+    """The earlier call lands at the provider after all (it kept working when its caller died)."""
+    return httpx.post(f"{settings.ai_url}/v1/narratives", headers={"Idempotency-Key": OP},
+                      json={"operation_id": OP, "attempt_id": "a1", "score": 4, "position": 1})
+
+
+def _billing_verdict(settings: Settings) -> Any:
+    from chaos.checkers.billing import check_billing
+    from chaos.ledgers import EffectRow
+
+    with make_engine(settings).begin() as conn:
+        reservations = billing.rows(conn)
+    charged = [EffectRow(operation_id=e.operation_id) for e in EffectLedger(settings.run_dir / "ai_effects.db").all()]
+    return check_billing(reservations, charged)
+
+
+def test_a_404_look_up_does_not_release_a_call_that_may_still_land(lane: Settings, redis: Redis) -> None:
+    """Part 1 released on the 404; a refused retry, then the earlier call landing, was released_but_charged."""
+    _earlier_call_pending(lane)
+    knobs(lane, status=429, retry_after_seconds=0.01)
+    assert run(lane, redis, 2).action == "deferred"  # looked up (404), called again, refused
+    with make_engine(lane).begin() as conn:
+        assert [(r["call_id"], r["state"]) for r in billing.rows(conn)] == [(f"{OP}#1", "pending"), (f"{OP}#2", "released")]
+    assert _late_effect(lane).status_code == 429  # still refused while the knob holds
+    knobs(lane)
+    assert _late_effect(lane).status_code == 201  # now the earlier call lands
+    verdict = _billing_verdict(lane)
+    assert verdict.valid is True, verdict.to_dict()  # covered by the pending reservation
+
+
+def test_the_next_answer_under_the_key_settles_the_earlier_reservation(lane: Settings, redis: Redis,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _earlier_call_pending(lane)
+    assert run(lane, redis, 2).action == "done"  # 404, then a fresh effect: the earlier call never took effect
+    with make_engine(lane).begin() as conn:
+        assert [r["state"] for r in billing.rows(conn)] == ["released", "completed"]
+    assert _billing_verdict(lane).valid is True and effects(lane) == [OP]
+
+
+def test_a_replayed_answer_completes_the_earlier_reservation_not_the_new_one(lane: Settings, redis: Redis,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    _earlier_call_pending(lane)
+    assert _late_effect(lane).status_code == 201  # the earlier call lands between the look-up and the retry
+    monkeypatch.setattr(jobs, "_recorded_response", lambda *_args: None)  # the look-up came just before it
+    assert run(lane, redis, 2).action == "done"
+    with make_engine(lane).begin() as conn:
+        assert [(r["call_id"], r["state"]) for r in billing.rows(conn)] == [(f"{OP}#1", "completed"), (f"{OP}#2", "released")]
+    assert _billing_verdict(lane).valid is True and effects(lane) == [OP]
 
 
 def test_negative_control_replay_without_asking_charges_twice(lane: Settings, redis: Redis) -> None:

@@ -262,6 +262,25 @@ def test_max_attempts_fail_the_row_for_review(settings: Settings, valkey: Redis)
     assert relay(current, valkey).run_once().failed == []  # failed rows stay failed, reviewable
 
 
+def test_deferrals_do_not_use_up_the_attempts_of_a_later_crash(settings: Settings, valkey: Redis) -> None:
+    """A row that waited (limiter, backoff) three times, then lost its job once, is replaced:
+    only lost runs count against max_job_attempts (part 1 counted every enqueue and gave up)."""
+    current = settings.with_overrides(max_job_attempts=2)
+    for _ in range(3):
+        relay(current, valkey).run_once()
+        job = row(current, "merit-a1")["job_id"]
+        with make_engine(current).begin() as conn:
+            assert outbox.defer(conn, "merit-a1", job, time.time(), "limiter: window")
+    relay(current, valkey).run_once()
+    assert (row(current, "merit-a1")["attempts"], row(current, "merit-a1")["deferrals"]) == (4, 3)
+    valkey.flushall()  # the fourth job is lost: one lost run, under the limit of 2
+    report = relay(current, valkey).run_once()
+    assert (report.reenqueued, report.failed) == (["merit-a1"], [])
+    assert row(current, "merit-a1")["status"] == "enqueued"
+    valkey.flushall()  # a second lost run reaches the limit: given up, for review
+    assert relay(current, valkey).run_once().failed == ["merit-a1"]
+
+
 def test_waiting_rows_never_hide_the_merit_rows_they_wait_for(settings: Settings) -> None:
     """A backlog of narrative/SMS rows waiting for cards must not fill the relay's batch."""
     for attempt in ("a2", "a3"):

@@ -86,9 +86,16 @@ def write_ledgers(folder: Path, lose_answer: bool) -> None:
             for i, k in enumerate(kinds)
         ]),
         "ai_effects": {"provider": "ai", "exported_at": 200.0, "effects": [{"id": 1, "operation_id": "narrative-a1", "idempotency_key": "narrative-a1", "created_at": 101.3,
-                                                                            "request": ai_request, "response": {**NARRATIVE, "operation_id": "narrative-a1", "attempt_id": "a1"}}]},
+                                                                            "request": ai_request, "response": {**NARRATIVE, "operation_id": "narrative-a1", "attempt_id": "a1"}}],
+                       "refusals": []},
         "sms_effects": {"provider": "sms", "exported_at": 200.0, "effects": [{"id": 1, "operation_id": "sms-a1", "idempotency_key": "sms-a1", "created_at": 101.4,
-                                                                              "request": {"operation_id": "sms-a1", "to": SMS["to"], "body": SMS["body"]}, "response": SMS}]},
+                                                                              "request": {"operation_id": "sms-a1", "to": SMS["to"], "body": SMS["body"]}, "response": SMS}],
+                        "refusals": []},
+        "ai_reservations": export("ai_reservations", [{"call_id": "narrative-a1#1", "operation_id": "narrative-a1", "state": "completed",
+                                                       "cost": 1.0, "reserved_at": 101.2, "settled_at": 101.4, "note": "provider answered"}]),
+        "audit_log": export("audit_log", []),
+        "alerts": export("alerts", []),
+        "lane_state": export("lane_state", []),
     }
     (folder / "ledgers").mkdir()
     for table, document in ledgers.items():
@@ -134,14 +141,14 @@ def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: p
     assert capsys.readouterr().out == f"VALID\nreport: {run / 'report.md'}\n"
     report = json.loads((run / "report.json").read_text())
     assert (report["verdict"], report["valid"], report["name"], report["seed"], report["reproduce"]) == ("VALID", True, "kill-merit-worker", 7, REPRODUCE)
-    assert report["summary"] == {"valid": 11, "invalid": 0, "unknown": 0}
+    assert report["summary"] == {"valid": 16, "invalid": 0, "unknown": 0}
     assert {n: c["valid"] for n, c in report["checkers"].items()} == dict.fromkeys(
         ["stats", "faults", "answers", "revisions", "final_answers", "answer_reads", "effects", "jobs", "payloads",
-         "latency", "connections"], True)
+         "latency", "connections", "provider_limit", "duplicate_charges", "billing", "paused_calls", "retry_after"], True)
     assert report["checkers"]["answers"]["counts"]["acknowledged"] == 2
     assert report["checkers"]["stats"]["counts"]["faults"] == 1
     assert report["options"]["outcome_deadline_seconds"] == 5.0
-    assert report["plots"] == ["throughput.png", "latency.png", "queues.png", "digest.png"]
+    assert report["plots"] == ["throughput.png", "latency.png", "queues.png", "digest.png", "ai_lane.png"]  # an AI call
     for name in report["plots"]:
         assert (run / name).read_bytes()[:8] == PNG_MAGIC
     ai_call = next(d for d in report["case_durations"] if d["name"] == "CASE_AI_CALL_SECONDS")
@@ -152,7 +159,7 @@ def test_report_md_shows_verdict_settings_both_times_and_reproduce(tmp_path: Pat
     run = build_run(tmp_path)
     analyze(run, plots=False)
     md = (run / "report.md").read_text()
-    assert "**Verdict: VALID** (11 valid, 0 invalid, 0 unknown)" in md
+    assert "**Verdict: VALID** (16 valid, 0 invalid, 0 unknown)" in md
     assert REPRODUCE in md
     assert "SIGKILL the merit worker mid-job\n\nSeed `7`, started 2027-01-15T08:00:00+00:00, ended 2027-01-15T08:00:05+00:00." in md
     assert "TIME_SCALE = 0.01 (real seconds per case second)" in md
@@ -201,7 +208,7 @@ def test_empty_history_is_unknown_and_plots_do_not_crash(tmp_path: Path, capsys:
     assert report["valid"] == "unknown"
     assert list(report["checkers"]) == ["history"]  # no false "unexpected" rows against an empty history
     assert report["checkers"]["history"]["notes"] == ["history.jsonl is empty: nothing was recorded, so nothing can be judged"]
-    assert len(report["plots"]) == 4  # throughput, latency, queues, digest
+    assert len(report["plots"]) == 5  # throughput, latency, queues, digest, and ai_lane: the ledgers hold an AI call
     assert check_command(run, plots=False) == 2
 
 
@@ -289,9 +296,10 @@ def test_missing_scenario_uses_defaults_and_says_so(tmp_path: Path) -> None:
     run = build_run(tmp_path)
     (run / "scenario.json").unlink()
     report = analyze(run, plots=False)
-    # Without scenario.json nobody can say what chaos was declared: not a pass.
+    # Without scenario.json nobody can say what chaos was declared, nor how long a case-minute
+    # was (the AI provider's limit window): not a pass.
     assert report["valid"] == "unknown"
-    assert [n for n, c in report["checkers"].items() if c["valid"] is not True] == ["faults"]
+    assert [n for n, c in report["checkers"].items() if c["valid"] is not True] == ["faults", "provider_limit"]
     assert report["harness_notes"] == ["scenario.json not found: default options used", "no time_scale in scenario.json: assumed 0.01"]
     assert "(scenario.json has no reproduce command)" in (run / "report.md").read_text()
 

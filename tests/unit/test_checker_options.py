@@ -12,6 +12,7 @@ import pytest
 import chaos.analyze as analyze_module
 import stack.config
 from chaos.checkers import CHECKERS, DETAIL_SECTIONS, CheckOptions, OptionsError
+from chaos.checkers.ailane import AiLaneOptions
 from chaos.checkers.base import CheckerOptions, option, parse_limit
 from chaos.checkers.connections import ConnectionsOptions
 from chaos.checkers.effects import EffectsOptions
@@ -21,7 +22,10 @@ from chaos.checkers.latency import LatencyOptions
 from chaos.checkers.stats import StatsOptions
 from chaos.report import case_durations, render_markdown
 
-OWN_OPTIONS = (StatsOptions, FaultsOptions, PendingOptions, EffectsOptions, JobsOptions, LatencyOptions, ConnectionsOptions)
+OWN_OPTIONS = (StatsOptions, FaultsOptions, PendingOptions, EffectsOptions, JobsOptions, LatencyOptions, ConnectionsOptions,
+               AiLaneOptions)
+# Plain fields filled from scenario.json's other keys by CheckOptions.from_scenario, not "options" keys:
+FROM_SCENARIO = {"declared_faults", "time_scale", "ai_calls_per_minute"}
 
 
 def own_keys(cls: type) -> set[str]:
@@ -34,7 +38,7 @@ def test_each_key_is_declared_by_exactly_one_checker_and_composed_once() -> None
     declared = [key for cls in OWN_OPTIONS for key in own_keys(cls)]
     assert len(declared) == len(set(declared))  # no key declared twice
     assert set(declared) == {f.name for f in fields(CheckOptions)}
-    assert set(CheckOptions().to_dict()) == set(declared) - {"declared_faults"}  # faults come from "faults", not "options"
+    assert set(CheckOptions().to_dict()) == set(declared) - FROM_SCENARIO
 
 
 @pytest.mark.parametrize("name", sorted(CHECKERS))

@@ -96,6 +96,19 @@ def test_ledger_records_arrival_and_cost_and_the_balance_runs_out(ai_url: str) -
     assert httpx.get(f"{ai_url}/admin/faults", headers=ADMIN).json()["credit_balance"] == pytest.approx(0.5)
 
 
+def test_the_ledger_export_lists_each_refusal_with_its_exact_retry_after(ai_url: str) -> None:
+    assert call(ai_url, "narrative-ok").status_code == 201
+    set_knobs(ai_url, fail_next=1, fail_next_status=429, retry_after_seconds=0.25)
+    assert call(ai_url, "narrative-429").status_code == 429
+    set_knobs(ai_url, credit_balance=0.0)
+    assert call(ai_url, "narrative-402").status_code == 402
+    body = httpx.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
+    assert [e["operation_id"] for e in body["effects"]] == ["narrative-ok"]
+    refusals = [(r["operation_id"], r["status"], r["retry_after_seconds"]) for r in body["refusals"]]
+    assert refusals == [("narrative-429", 429, 0.25), ("narrative-402", 402, None)]
+    assert body["refusals"][0]["at"] > body["effects"][0]["started_at"]  # arrival times, in order
+
+
 def test_revoked_key_over_http_is_401_and_no_effect(ai_url: str) -> None:
     set_knobs(ai_url, key_revoked=True)
     assert call(ai_url, "n1").status_code == 401

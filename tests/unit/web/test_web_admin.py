@@ -128,7 +128,21 @@ def test_metrics_parse_and_report_valkey_down(app_client: TestClient, ledger: En
     assert samples["proctor_outbox_lag_seconds"] >= 0
     assert samples['proctor_http_requests_total{node="web_test"}'] == 4  # the scrape itself counts after it replies
     assert samples['proctor_http_5xx_total{node="web_test"}'] == 0
-    assert not any(name.startswith("proctor_lane_") for name in samples)
+    assert not any(name.startswith(("proctor_lane_depth", "proctor_lane_oldest")) for name in samples)  # Valkey down
+    assert samples['proctor_alerts_total{kind="credit_exhausted",lane="ai"}'] == 0  # stated, not implied
+    assert samples['proctor_lane_paused{lane="ai"}'] == 0
+
+
+def test_an_alert_shows_on_metrics_and_the_paused_lane_too(app_client: TestClient, ledger: Engine) -> None:
+    from stack.ailane import lanestate
+
+    with ledger.begin() as conn:
+        lanestate.pause(conn, "ai", "provider answered 402", actor="ai-lane")
+        lanestate.raise_alert(conn, "ai", "credit_exhausted", {"status": 402})
+    samples = _parse(app_client.get("/metrics").text)
+    assert samples['proctor_alerts_total{kind="credit_exhausted",lane="ai"}'] == 1
+    assert samples['proctor_alerts_total{kind="credit_exhausted",lane="sms"}'] == 0
+    assert (samples['proctor_lane_paused{lane="ai"}'], samples['proctor_lane_paused{lane="sms"}']) == (1, 0)
 
 
 def test_metrics_count_5xx(app_client: TestClient, ledger: Engine) -> None:
@@ -154,3 +168,12 @@ def test_metrics_have_a_latency_histogram_per_route_template(app_client: TestCli
     assert samples[f'proctor_http_request_duration_seconds_bucket{{le="+Inf",{finish}}}'] == 1
     assert 'route="unmatched"' in text  # a made-up path is one series, never its own
     assert "8a7f" not in text and str(attempt) not in text
+
+
+def test_the_ai_lane_tables_are_exported_for_the_checkers(admin_client: TestClient) -> None:
+    """Reservations, audit log, alerts and lane state go into every run folder (chaos/checkers/ailane.py)."""
+    for table in ("ai_reservations", "audit_log", "alerts", "lane_state"):
+        response = admin_client.get(f"/admin/export/{table}", headers={"X-Admin-Token": ADMIN})
+        assert response.status_code == 200, table
+        assert response.json()["table"] == table and isinstance(response.json()["rows"], list), table
+    assert admin_client.get("/admin/export/students", headers={"X-Admin-Token": ADMIN}).status_code == 422
