@@ -53,6 +53,7 @@ LEDGER_FILES = {
     "sms_effects": "sms_effects.json",
     "exams": "exams.json",
     "ai_reservations": "ai_reservations.json",
+    "ai_reservations_after": "ai_reservations_after.json",  # read again after the provider ledgers (billing)
     "audit_log": "audit_log.json",
     "alerts": "alerts.json",
     "lane_state": "lane_state.json",
@@ -224,6 +225,7 @@ _ROW_TYPES: dict[str, type] = {
     "sms_effects": EffectRow,
     "exams": ExamRow,
     "ai_reservations": ReservationRow,
+    "ai_reservations_after": ReservationRow,
     "audit_log": AuditRow,
     "alerts": AlertRow,
     "lane_state": LaneStateRow,
@@ -248,6 +250,8 @@ class Ledgers:
     sms_effects: tuple[EffectRow, ...] | None = None
     exams: tuple[ExamRow, ...] | None = None
     ai_reservations: tuple[ReservationRow, ...] | None = None
+    ai_reservations_after: tuple[ReservationRow, ...] | None = None
+    """The same table read once more after the provider ledgers: see chaos/checkers/billing.py."""
     audit_log: tuple[AuditRow, ...] | None = None
     alerts: tuple[AlertRow, ...] | None = None
     lane_state: tuple[LaneStateRow, ...] | None = None
@@ -320,7 +324,7 @@ def _rows_of(table: str, document: Any, source: str, allow_bare_list: bool = Fal
     exported_at = None
     if isinstance(document, Mapping):
         from_provider = table.endswith(("_effects", "_refusals"))  # e.g. ai_refusals: provider "ai", list "refusals"
-        identity, expected = ("provider", table.rsplit("_", 1)[0]) if from_provider else ("table", table)
+        identity, expected = ("provider", table.rsplit("_", 1)[0]) if from_provider else ("table", table.removesuffix("_after"))
         if document.get(identity) != expected:
             raise LedgerFormatError(f"{source}: {identity}={document.get(identity)!r}, expected {expected!r}")
         key = table.rsplit("_", 1)[1] if from_provider else "rows"

@@ -112,7 +112,7 @@ def check_ai_provider_limit(history: Sequence[Op], ledgers: Ledgers, options: Ai
 
 def check_ai_billing(history: Sequence[Op], ledgers: Ledgers, options: AiLaneOptions) -> Result:
     """reservations = completed + released + pending, and they account for every provider charge."""
-    result = check_billing(_rows(ledgers.ai_reservations), ledgers.ai_effects)
+    result = check_billing(_rows(ledgers.ai_reservations), ledgers.ai_effects, _rows(ledgers.ai_reservations_after))
     return _nothing_noted(result, ledgers.ai_effects)
 
 

@@ -15,6 +15,13 @@ pending | completed | released) and the AI provider's effect ledger. It proves:
 
 Pending reservations at the end are reported (an unknown outcome not yet settled),
 never a violation: the equation still holds.
+
+A lane may still be calling while the final read runs (a backlog allowed to stay pending),
+so the reservations are read twice, before and after the provider's ledger. A reservation is
+written before its call and only moves pending -> completed | released, so: every charge in
+the invoice has its reservation in the later read (coverage is judged on it), and every
+reservation completed in the earlier read was charged before the invoice was read (the
+completed-without-charge check is judged on it). A run folder with one read uses it for both.
 """
 
 from __future__ import annotations
@@ -31,38 +38,47 @@ NAME = "billing"
 STATES = ("pending", "completed", "released")
 
 
-def billing_problems(
-    reservations: Sequence[Mapping[str, Any]], effects: Sequence[EffectRow]
-) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, int]]:
-    """(bad, info, counts) for ``build_result``."""
-    bad: dict[str, list[Any]] = {"bad_state": [], "unreserved_charge": [], "completed_without_charge": [],
-                                 "released_but_charged": []}
+def _states(reservations: Sequence[Mapping[str, Any]], bad_state: list[Any]) -> dict[str, Counter[str]]:
     states: dict[str, Counter[str]] = {}
     for row in reservations:
         if row.get("state") not in STATES:
-            bad["bad_state"].append({"call_id": row.get("call_id"), "state": row.get("state")})
+            bad_state.append({"call_id": row.get("call_id"), "state": row.get("state")})
             continue
         states.setdefault(row["operation_id"], Counter())[row["state"]] += 1
+    return states
+
+
+def billing_problems(
+    reservations: Sequence[Mapping[str, Any]], effects: Sequence[EffectRow],
+    reservations_after: Sequence[Mapping[str, Any]] | None = None,
+) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, int]]:
+    """(bad, info, counts) for ``build_result``; ``reservations_after`` is the read after the invoice."""
+    bad: dict[str, list[Any]] = {"bad_state": [], "unreserved_charge": [], "completed_without_charge": [],
+                                 "released_but_charged": []}
+    latest = reservations if reservations_after is None else reservations_after
+    after = _states(latest, bad["bad_state"])
+    before = after if reservations_after is None else _states(reservations, [])  # bad states: from the latest read
     charged = Counter(effect.operation_id for effect in effects)
-    for op in sorted(set(charged) | set(states)):
-        held = states.get(op, Counter())
-        covered = held["completed"] + held["pending"]
-        if charged[op] > covered:
+    for op in sorted(set(charged) | set(before) | set(after)):
+        held = after.get(op, Counter())
+        if charged[op] > held["completed"] + held["pending"]:
             kind = "released_but_charged" if held["released"] else "unreserved_charge"
             bad[kind].append({"operation_id": op, "charges": charged[op], **{s: held[s] for s in STATES}})
-        if held["completed"] > charged[op]:
+        completed = before.get(op, Counter())["completed"]
+        if completed > charged[op]:
             bad["completed_without_charge"].append({"operation_id": op, "charges": charged[op],
-                                                    "completed": held["completed"]})
-    totals = Counter(row["state"] for row in reservations if row.get("state") in STATES)
-    counts = {"reservations": len(reservations), **{s: totals[s] for s in STATES}, "charges": sum(charged.values())}
-    info = {"pending_at_end": [row["call_id"] for row in reservations if row.get("state") == "pending"]}
+                                                    "completed": completed})
+    totals = Counter(row["state"] for row in latest if row.get("state") in STATES)
+    counts = {"reservations": len(latest), **{s: totals[s] for s in STATES}, "charges": sum(charged.values())}
+    info = {"pending_at_end": [row["call_id"] for row in latest if row.get("state") == "pending"]}
     return bad, info, counts
 
 
-def check_billing(reservations: Sequence[Mapping[str, Any]] | None, effects: Sequence[EffectRow] | None) -> Result:
+def check_billing(reservations: Sequence[Mapping[str, Any]] | None, effects: Sequence[EffectRow] | None,
+                  reservations_after: Sequence[Mapping[str, Any]] | None = None) -> Result:
     """The verdict from the stack's reservations and the provider's ledger; unknown if either was not read."""
     if reservations is None or effects is None:
         missing = [name for name, rows in (("ai_reservations", reservations), ("ai_effects", effects)) if rows is None]
         return Result.unknown(NAME, [f"ledger {name} was not read" for name in missing])
-    bad, info, counts = billing_problems(reservations, effects)
+    bad, info, counts = billing_problems(reservations, effects, reservations_after)
     return build_result(NAME, bad=bad, info=info, counts=counts)

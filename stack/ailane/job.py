@@ -53,17 +53,13 @@ class LaneConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "LaneConfig":
-        """What an RQ AI worker runs with: the safeguards are on unless a negative control
-        switched one off at start-up (PROCTOR_AI_SHARED_LIMITER / _RETRY_AFTER / _ASK_BEFORE_REPLAY)."""
+        """What an RQ AI worker runs with: the limiter's calls per case-minute from
+        PROCTOR_AI_CALLS_PER_MINUTE; the safeguards are on unless a negative control switched one
+        off at start-up (PROCTOR_AI_SHARED_LIMITER / _RETRY_AFTER / _ASK_BEFORE_REPLAY)."""
         keys = (CALLS_KEY, PAUSE_KEY) if settings.ai_shared_limiter else (
             f"{CALLS_KEY}:{settings.component}", f"{PAUSE_KEY}:{settings.component}")
-        return cls(limiter_keys=keys, honor_retry_after=settings.ai_retry_after,
-                   ask_before_replay=settings.ai_ask_before_replay)
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> LaneConfig:
-        """The deployed lane: its limiter's calls per case-minute from ``PROCTOR_AI_CALLS_PER_MINUTE``."""
-        return cls(calls_per_minute=settings.ai_calls_per_minute)
+        return cls(calls_per_minute=settings.ai_calls_per_minute, limiter_keys=keys,
+                   honor_retry_after=settings.ai_retry_after, ask_before_replay=settings.ai_ask_before_replay)
 
     def lease(self, settings: Settings) -> float:
         return self.lease_seconds or jobs.job_timeout("narrative", settings) + _RQ_CALLBACK_SECONDS

@@ -164,3 +164,25 @@ def test_a_new_call_while_paused_fails() -> None:
         tables[missing] = None
         assert check_paused_calls(*tables).valid == "unknown"
     assert check_paused_calls(None, effects, reservations).notes == ["ledger audit_log was not read"]
+
+
+def test_a_call_made_while_the_invoice_was_read_is_covered_by_the_later_read() -> None:
+    """The lane was still calling during the final read: reserved after the first read of the
+    reservations, charged before the invoice was read; the read after the invoice holds it."""
+    reservations, effects = good_billing()
+    late = effect("narrative-late", 300.0)
+    after = reservations + [reservation("narrative-late", 1, "pending")]
+    result = check_billing(reservations, effects + [late], after)
+    assert result.valid is True and "narrative-late#1" in result.examples["pending_at_end"]
+    # Control: with no reservation in either read the same charge is unreserved.
+    assert check_billing(reservations, effects + [late], reservations).violations == ["unreserved_charge"]
+
+
+def test_completed_without_charge_is_judged_on_the_read_before_the_invoice() -> None:
+    """Completed only after the invoice was read: its charge may be later than the invoice, no breach;
+    completed before the invoice was read yet not on it: a breach."""
+    reservations, effects = good_billing()
+    pending_then_completed = reservations + [reservation("narrative-c", 1, "pending")]
+    completed_later = reservations + [reservation("narrative-c", 1, "completed")]
+    assert check_billing(pending_then_completed, effects, completed_later).valid is True
+    assert check_billing(completed_later, effects, completed_later).violations == ["completed_without_charge"]
