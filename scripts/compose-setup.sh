@@ -113,7 +113,8 @@ build_wheelhouse() {
   "$PY" - >"$req" <<'EOF'
 import tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join([*project["dependencies"], *project["optional-dependencies"]["postgres"], "async-timeout>=4.0.3",
+extras = project["optional-dependencies"]  # the image runs the stack on PostgreSQL: proctor[stack,postgres]
+print("\n".join([*project["dependencies"], *extras["stack"], *extras["postgres"], "async-timeout>=4.0.3",
                  "setuptools>=68", "wheel"]))
 EOF
   "$PY" -m pip download -q --dest "$STATE/wheels" --only-binary=:all: --implementation cp --python-version 3.11.2 \

@@ -127,3 +127,20 @@ def test_python_services_have_an_init_that_forwards_sigterm() -> None:
     assert python_without_init(doc) == []
     doc["services"]["relay"]["init"] = False
     assert python_without_init(doc) == ["relay"]  # negative control
+
+
+def _installed_extras(text: str) -> set[str]:
+    import re
+
+    found = re.search(r'"/src\[([a-z,]+)\]"', text)
+    return set(found.group(1).split(",")) if found else set()
+
+
+def test_the_image_installs_the_stack_extra() -> None:
+    """The base install is the harness only (pyproject.toml): an image without the stack extra has no
+    SQLAlchemy, FastAPI or RQ, and every stack service exits at start-up (a CI run caught it)."""
+    root = COMPOSE_FILE.parent
+    assert {"stack", "postgres"} <= _installed_extras((root / "docker" / "Dockerfile").read_text())
+    setup = (root / "scripts" / "compose-setup.sh").read_text()
+    assert 'extras["stack"]' in setup and 'extras["postgres"]' in setup  # the wheelhouse holds what the image installs
+    assert _installed_extras('pip install "/src[postgres]"') == {"postgres"}  # control: the walk sees the old line
