@@ -115,6 +115,8 @@ def _parser(names: Sequence[str]) -> argparse.ArgumentParser:
                              + ". One of: " + ", ".join(names))
     parser.add_argument("--time-scale", type=_positive_float, default=None, help="real seconds per case second")
     parser.add_argument("--out", type=Path, default=SWEEP_ROOT, help=f"results root (default {SWEEP_ROOT})")
+    parser.add_argument("--target", choices=("embedded", "compose"), default="embedded",
+                        help="the deployment, as for `proctor run` (default embedded)")
     parser.add_argument("-v", "--verbose", action="store_true", help="also print each run's own progress")
     return parser
 
@@ -127,7 +129,17 @@ def _parse(argv: Sequence[str] | None, catalogue: dict[str, Any]) -> argparse.Na
         parser.error(f"argument --stress: {args.stress} cores asked, this machine has {cores}")
     chosen = args.scenarios or [n for n in catalogue if n not in EXCLUDED_BY_DEFAULT]
     args.scenarios = [catalogue[n] for n in dict.fromkeys(chosen)]  # keep order, drop repeats
+    _refuse_unsupported(parser, args)
     return args
+
+
+def _refuse_unsupported(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A scenario the target cannot run is named before anything starts (as `proctor run` does)."""
+    from chaos.deployment.targets import unsupported_on
+
+    reasons = [f"{s.name}: {reason}" for s in args.scenarios if (reason := unsupported_on(args.target, s))]
+    if reasons:
+        parser.error(f"argument --target: {args.target} cannot run " + "; ".join(reasons))
 
 
 def _stamp_dir(root: Path) -> Path:
@@ -182,10 +194,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
     def run_one(scenario: Any, seed: int, run_dir: Path) -> Any:
         progress = (lambda m: say(f"    {scenario.name}: {m}")) if args.verbose else (lambda _m: None)
-        return run_scenario(scenario, seed, time_scale=args.time_scale, run_dir=run_dir, progress=progress)
+        return run_scenario(scenario, seed, time_scale=args.time_scale, run_dir=run_dir, progress=progress,
+                            target=args.target)
 
     say(f"sweep: {len(args.scenarios)} scenarios x seeds {seeds[0]}..{seeds[-1]}, stress {args.stress} "
-        f"core(s) -> {out_dir}")
+        f"core(s), target {args.target} -> {out_dir}")
     try:
         with _sigterm_unwinds(), CpuHog(args.stress) as hog:
             if hog.pids:

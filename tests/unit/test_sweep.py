@@ -161,6 +161,9 @@ def test_seeds_count_up_from_the_first() -> None:
     (["--scenario", "nope"], "argument --scenario: invalid choice: 'nope'"),
     (["--first-seed", "1.5"], "argument --first-seed: expected a whole number, got '1.5'"),
     (["--time-scale", "0"], "argument --time-scale: must be greater than 0, got 0"),
+    (["--target", "k8s"], "argument --target: invalid choice: 'k8s'"),
+    (["--target", "compose", "--scenario", "worker_kill", "--scenario", "tls_churn"],
+     "argument --target: compose cannot run tls_churn: links"),
 ])
 def test_bad_options_name_the_option(argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
                                      tmp_path: Path) -> None:
@@ -190,6 +193,7 @@ def test_main_runs_the_chosen_scenarios_under_the_hog_and_returns_the_table_exit
 
     def fake_run_scenario(scenario: Any, seed: int, **kwargs: Any) -> FakeResult:
         hogs.append(("run", seed))
+        assert kwargs["target"] == "embedded"  # the default; --target compose passes "compose"
         return FakeResult(seed != 4, kwargs["run_dir"])  # the negative control is caught for seed 4 only
 
     monkeypatch.setattr(sweep_module, "CpuHog", RecordingHog)
