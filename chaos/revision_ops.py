@@ -11,7 +11,8 @@ Two client ops (docs/checkers.md, "Answer revisions"):
   receipt_id, content]}``, the current answers the read saw.
 
 The checkers (chaos/checkers/revisions.py, final_answers.py, answer_reads.py) read the
-ops through :func:`revision_writes` and :func:`answer_reads` only.
+ops through :func:`read_revision_ops` only: one pass gives the tries, the reads, the
+grouping by question and the reasons a checker cannot judge some of them.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ __all__ = [
     "AnswerRead",
     "READ_ANSWERS",
     "REVISE",
+    "RevisionOps",
     "RevisionWrite",
     "Shown",
     "NOTHING_TO_CHECK",
+    "QuestionKey",
     "answer_reads",
     "by_question",
-    "malformed_note",
     "read_call",
+    "read_revision_ops",
     "revise_call",
     "revision_writes",
 ]
@@ -42,7 +45,8 @@ READ_ANSWERS = "read_answers"
 
 _WRITE_FIELDS = ("attempt_id", "question", "revision", "content", "idempotency_key")
 
-Key = tuple[str, str]
+QuestionKey = tuple[str, str]
+"""(attempt_id, question): one register of the final answers."""
 
 NOTHING_TO_CHECK = "no answer revisions in the history: nothing to check"
 
@@ -85,7 +89,7 @@ class RevisionWrite:
     completed_at: float | None
 
     @property
-    def qkey(self) -> Key:
+    def qkey(self) -> QuestionKey:
         return (self.attempt_id, self.question)
 
 
@@ -127,17 +131,12 @@ def revision_writes(history: Sequence[Op]) -> tuple[list[RevisionWrite], int]:
     return writes, malformed
 
 
-def by_question(writes: Sequence[RevisionWrite]) -> dict[Key, list[RevisionWrite]]:
+def by_question(writes: Sequence[RevisionWrite]) -> dict[QuestionKey, list[RevisionWrite]]:
     """The tries of each (attempt, question), in history order."""
-    grouped: dict[Key, list[RevisionWrite]] = {}
+    grouped: dict[QuestionKey, list[RevisionWrite]] = {}
     for write in writes:
         grouped.setdefault(write.qkey, []).append(write)
     return grouped
-
-
-def malformed_note(malformed: int) -> list[str]:
-    """The unknown-reason for revise invokes a checker could not read (none: [])."""
-    return [f"{malformed} revise invoke(s) lack a field: they cannot be judged"] if malformed else []
 
 
 def answer_reads(history: Sequence[Op]) -> tuple[list[AnswerRead], int]:
@@ -153,3 +152,35 @@ def answer_reads(history: Sequence[Op]) -> tuple[list[AnswerRead], int]:
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             malformed += 1
     return reads, malformed
+
+
+@dataclass(frozen=True)
+class RevisionOps:
+    """What the revision checkers read from a history, read once: the ``revise`` tries
+    (all and by question), the ``ok`` reads, and how many of each could not be read."""
+
+    writes: list[RevisionWrite]
+    tries_of: dict[QuestionKey, list[RevisionWrite]]
+    malformed: int
+    reads: list[AnswerRead]
+    bad_reads: int
+
+    @property
+    def nothing_to_check(self) -> bool:
+        """No revise invoke at all, readable or not: the checkers have nothing to judge."""
+        return not self.writes and not self.malformed
+
+    def unjudged(self, *, with_reads: bool) -> list[str]:
+        """The reasons some ops could not be judged (unknown unless a violation is proven);
+        ``with_reads`` for a checker that judges the reads too."""
+        reasons = [f"{self.malformed} revise invoke(s) lack a field: they cannot be judged"] if self.malformed else []
+        if with_reads and self.bad_reads:
+            reasons.append(f"{self.bad_reads} ok read(s) of the answers carry no readable result")
+        return reasons
+
+
+def read_revision_ops(history: Sequence[Op]) -> RevisionOps:
+    """The revision ops of ``history``, as every revision checker starts from them."""
+    writes, malformed = revision_writes(history)
+    reads, bad_reads = answer_reads(history)
+    return RevisionOps(writes, by_question(writes), malformed, reads, bad_reads)

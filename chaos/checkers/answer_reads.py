@@ -24,44 +24,31 @@ from typing import Any, Sequence
 from chaos.checkers.base import Result, build_result, unknown_unless_invalid
 from chaos.history import Op
 from chaos.ledgers import Ledgers
-from chaos.revision_ops import (
-    NOTHING_TO_CHECK,
-    AnswerRead,
-    RevisionWrite,
-    answer_reads,
-    by_question,
-    malformed_note,
-    revision_writes,
-)
+from chaos.revision_ops import NOTHING_TO_CHECK, AnswerRead, QuestionKey, RevisionWrite, read_revision_ops
 
 __all__ = ["NAME", "check_answer_reads"]
 
 NAME = "answer_reads"
 
-Key = tuple[str, str]
-
 
 def check_answer_reads(history: Sequence[Op], ledgers: Ledgers, options: object) -> Result:
-    writes, malformed = revision_writes(history)
-    if not writes and not malformed:
+    ops = read_revision_ops(history)
+    if ops.nothing_to_check:
         return Result(NAME, True, notes=[NOTHING_TO_CHECK])
-    reads, bad_reads = answer_reads(history)
-    tries_of = by_question(writes)
+    reads = ops.reads
     bad: dict[str, list[Any]] = {"stale_read": [], "vanished": [], "unexpected": [], "content_mismatch": []}
     for read in reads:
-        _check_read(read, tries_of, bad)
+        _check_read(read, ops.tries_of, bad)
     bad["vanished"] = _vanished(reads)
     counts = {"reads": len(reads)}
     result = build_result(NAME, bad=bad, counts=counts)
-    reasons = malformed_note(malformed)
-    if bad_reads:
-        reasons.append(f"{bad_reads} ok read(s) carry no readable result")
+    reasons = ops.unjudged(with_reads=True)
     if not reads:
         reasons.append("the answers were never read during the run: no read was checked")
     return unknown_unless_invalid(result, reasons)
 
 
-def _check_read(read: AnswerRead, tries_of: dict[Key, list[RevisionWrite]], bad: dict[str, list[Any]]) -> None:
+def _check_read(read: AnswerRead, tries_of: dict[QuestionKey, list[RevisionWrite]], bad: dict[str, list[Any]]) -> None:
     questions = {q for (attempt, q) in tries_of if attempt == read.attempt_id} | set(read.shown)
     for question in sorted(questions):
         tries = tries_of.get((read.attempt_id, question), [])

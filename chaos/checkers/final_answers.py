@@ -29,22 +29,20 @@ from typing import Any, Sequence
 from chaos.checkers.base import Result, build_result, unknown_unless_invalid
 from chaos.history import Op
 from chaos.ledgers import AnswerRow, Ledgers
-from chaos.revision_ops import NOTHING_TO_CHECK, RevisionWrite, by_question, malformed_note, revision_writes
+from chaos.revision_ops import NOTHING_TO_CHECK, QuestionKey, RevisionWrite, read_revision_ops
 
 __all__ = ["NAME", "check_final_answers"]
 
 NAME = "final_answers"
 
-Key = tuple[str, str]
-
 
 def check_final_answers(history: Sequence[Op], ledgers: Ledgers, options: object) -> Result:
-    writes, malformed = revision_writes(history)
-    if not writes and not malformed:
+    ops = read_revision_ops(history)
+    if ops.nothing_to_check:
         return Result(NAME, True, notes=[NOTHING_TO_CHECK])
     if ledgers.answers is None:
         return Result.unknown(NAME, ledgers.missing("answers") + ["the final answers were never read"])
-    tries_of = by_question(writes)
+    writes, tries_of = ops.writes, ops.tries_of
     frozen = {(row.attempt_id, row.question): row for row in ledgers.answers}
     bad: dict[str, list[Any]] = {name: [] for name in
                                  ("lost_update", "lost", "content_mismatch", "unexpected", "failed_but_present")}
@@ -55,13 +53,13 @@ def check_final_answers(history: Sequence[Op], ledgers: Ledgers, options: object
     counts = {"questions": len(tries_of), "revisions_written": len({(w.qkey, w.revision) for w in writes}),
               "reordered": reordered, "overtaken_in_flight": _overtaken(tries_of)}
     result = build_result(NAME, bad=bad, info=info, counts=counts)
-    reasons = malformed_note(malformed)
+    reasons = ops.unjudged(with_reads=False)
     if reordered == 0:
         reasons.append("no revision arrived after a higher one: the run never exercised a late revision")
     return unknown_unless_invalid(result, reasons)
 
 
-def _judge(key: Key, tries: list[RevisionWrite], row: AnswerRow | None,
+def _judge(key: QuestionKey, tries: list[RevisionWrite], row: AnswerRow | None,
            bad: dict[str, list[Any]], info: dict[str, list[Any]]) -> None:
     example: dict[str, Any] = {"attempt_id": key[0], "question": key[1]}
     acknowledged = [t for t in tries if t.outcome == "ok"]
@@ -92,7 +90,7 @@ def _receipt_differs(row: AnswerRow, sent: list[RevisionWrite]) -> bool:
     return bool(receipts) and row.receipt_id not in receipts
 
 
-def _overtaken(tries_of: dict[Key, list[RevisionWrite]]) -> int:
+def _overtaken(tries_of: dict[QuestionKey, list[RevisionWrite]]) -> int:
     """Superseded revisions that were sent before a higher one was acknowledged: the network,
     not the client, put them behind (held-back revisions are sent after it)."""
     overtaken = set()

@@ -28,14 +28,7 @@ from chaos.checkers.answers import fingerprint
 from chaos.checkers.base import Result, build_result, summarize, unknown_unless_invalid
 from chaos.history import Op
 from chaos.ledgers import Ledgers, RevisionRow
-from chaos.revision_ops import (
-    NOTHING_TO_CHECK,
-    AnswerRead,
-    RevisionWrite,
-    answer_reads,
-    malformed_note,
-    revision_writes,
-)
+from chaos.revision_ops import NOTHING_TO_CHECK, AnswerRead, RevisionWrite, read_revision_ops
 
 __all__ = ["NAME", "check_revisions", "visibility_latencies"]
 
@@ -45,11 +38,12 @@ Element = tuple[str, str, int]
 
 
 def check_revisions(history: Sequence[Op], ledgers: Ledgers, options: object) -> Result:
-    writes, malformed = revision_writes(history)
-    if not writes and not malformed:
+    ops = read_revision_ops(history)
+    if ops.nothing_to_check:
         return Result(NAME, True, notes=[NOTHING_TO_CHECK])
     if ledgers.answer_revisions is None:
         return Result.unknown(NAME, ledgers.missing("answer_revisions") + ["the revision log was never read"])
+    writes = ops.writes
     tries = _tries_by_element(writes)
     rows = _rows_by_element(ledgers.answer_revisions)
     bad: dict[str, list[Any]] = {"lost": [], "content_mismatch": [], "failed_but_present": []}
@@ -58,16 +52,12 @@ def check_revisions(history: Sequence[Op], ledgers: Ledgers, options: object) ->
         _judge(element, element_tries, rows.get(element, []), bad, info)
     bad["unexpected"] = [_row_example(r) for e in sorted(set(rows) - set(tries)) for r in rows[e]]
     bad["duplicated"] = _duplicates(ledgers.answer_revisions)
-    reads, bad_reads = answer_reads(history)
-    latencies, never_read = visibility_latencies(writes, reads)
+    latencies, never_read = visibility_latencies(writes, ops.reads)
     info["never_read"] = never_read
     counts = {"attempted": len(tries), "acknowledged": sum(any(t.outcome == "ok" for t in ts) for ts in tries.values()),
               "rows": len(ledgers.answer_revisions), "superseded_acknowledged": sum(w.superseded is True for w in writes)}
     result = build_result(NAME, bad=bad, info=info, counts=counts, details={"read_visibility": summarize(latencies)})
-    reasons = malformed_note(malformed)
-    if bad_reads:
-        reasons.append(f"{bad_reads} ok read(s) of the answers carry no readable result")
-    return unknown_unless_invalid(result, reasons)
+    return unknown_unless_invalid(result, ops.unjudged(with_reads=True))
 
 
 def _tries_by_element(writes: Sequence[RevisionWrite]) -> dict[Element, list[RevisionWrite]]:

@@ -14,7 +14,7 @@ from chaos.checkers.answers import check_answers
 from chaos.checkers.final_answers import check_final_answers
 from chaos.checkers.revisions import check_revisions
 from chaos.ledgers import Ledgers
-from chaos.revision_ops import READ_ANSWERS, REVISE, read_call, revise_call, revision_writes
+from chaos.revision_ops import READ_ANSWERS, REVISE, read_call, read_revision_ops, revise_call, revision_writes
 
 OPTIONS = CheckOptions()
 
@@ -421,4 +421,20 @@ def test_an_unreadable_ok_read_is_counted_once_and_makes_the_reads_unknown() -> 
     h.op(6, "ok", READ_ANSWERS, {"attempt_id": "a1"}, at=6.1)  # no "answers"
     result = check_answer_reads(h.ops, ledgers(), OPTIONS)
     assert result.valid == UNKNOWN and result.counts["reads"] == 2
-    assert "1 ok read(s) carry no readable result" in result.notes
+    assert "1 ok read(s) of the answers carry no readable result" in result.notes
+
+
+def test_the_shared_preamble_reads_every_op_once_and_names_what_each_checker_cannot_judge() -> None:
+    h = valid_history()
+    h.op(5, "invoke", REVISE, {"attempt_id": "a1", "question": "q9"}, at=5.0)  # no revision: malformed
+    h.op(6, "invoke", READ_ANSWERS, {"attempt_id": "a1"}, at=6.0)
+    h.op(6, "ok", READ_ANSWERS, {"attempt_id": "a1"}, at=6.1)  # no "answers": unreadable
+    ops = read_revision_ops(h.ops)
+    assert (len(ops.writes), ops.malformed, len(ops.reads), ops.bad_reads) == (5, 1, 2, 1)
+    assert sorted(ops.tries_of) == [("a1", "q1"), ("a1", "q2")] and not ops.nothing_to_check
+    writes_only = ["1 revise invoke(s) lack a field: they cannot be judged"]
+    assert ops.unjudged(with_reads=False) == writes_only
+    assert ops.unjudged(with_reads=True) == writes_only + ["1 ok read(s) of the answers carry no readable result"]
+    # final_answers judges no read: the unreadable one is not among its reasons
+    assert check_final_answers(h.ops, ledgers(), OPTIONS).notes == writes_only
+    assert read_revision_ops(HistoryBuilder().ops).nothing_to_check
