@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 
 from chaos.checkers.ailane import AI_CALLS_PER_CASE_MINUTE
 from chaos.ledgers import Ledgers
+from chaos.plot_style import DPI, no_data
 
 __all__ = ["AI_LANE_PLOT", "plot_ai_lane"]
 
@@ -37,7 +38,7 @@ def plot_ai_lane(ledgers: Ledgers, time_scale: float, out_dir: Path) -> Path | N
         return None
     origin = min(row.created_at for row in narratives)  # type: ignore[type-var]
     window = 60.0 * time_scale
-    figure = Figure(figsize=(9, 8), dpi=100)
+    figure = Figure(figsize=(9, 8), dpi=DPI)
     rate, backlog, pending = figure.subplots(3, 1, sharex=True)
     _calls_panel(rate, calls, window, origin)
     _backlog_panel(backlog, narratives, calls[0], window, origin)
@@ -78,7 +79,7 @@ def _pending_panel(axes, ledgers: Ledgers, origin: float) -> None:  # noqa: ANN0
     axes.set_title("Unknown outcomes: reservations pending (answer not heard yet)")
     axes.set_ylabel("pending")
     if not rows:
-        axes.text(0.5, 0.5, "no data", transform=axes.transAxes, ha="center", va="center", color="0.4")
+        no_data(axes)
         return
     starts = sorted(r.reserved_at for r in rows)  # type: ignore[type-var]
     ends = sorted(r.settled_at for r in rows if r.settled_at is not None)

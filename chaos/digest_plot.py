@@ -13,7 +13,7 @@ from typing import Sequence
 from matplotlib.figure import Figure
 
 from chaos.history import FaultWindow, Op, monitor_samples
-from chaos.plots import _DPI, _no_data, _shade  # plots imports this module only inside plot_run
+from chaos.plot_style import DPI, no_data, shade_faults
 
 __all__ = ["plot_digest"]
 
@@ -36,7 +36,7 @@ def _failed_per_lane(samples: Sequence[Op]) -> dict[str, tuple[list[float], list
 
 def plot_digest(history: Sequence[Op], windows: Sequence[FaultWindow], end: float) -> Figure:
     samples = monitor_samples(history)
-    figure = Figure(figsize=(9, 7), dpi=_DPI)
+    figure = Figure(figsize=(9, 7), dpi=DPI)
     pending_axes, lag_axes, failed_axes = figure.subplots(3, 1, sharex=True)
     panels = [(pending_axes, "Pending outcomes (outbox rows owed)", "rows", {"pending": _series(samples, "pending_outcomes")}),
               (lag_axes, "Outbox lag (oldest owed row)", "age (s)", {"lag": _series(samples, "outbox_lag")}),
@@ -46,11 +46,11 @@ def plot_digest(history: Sequence[Op], windows: Sequence[FaultWindow], end: floa
         axes.set_ylabel(ylabel)
         drawn = {name: points for name, points in series.items() if points[0]}
         if not drawn:
-            _no_data(axes)
+            no_data(axes)
             continue
         for name, (times, values) in sorted(drawn.items()):
             axes.plot(times, values, label=name, drawstyle="steps-post")
-        _shade(axes, windows, end)
+        shade_faults(axes, windows, end)
         axes.legend(loc="upper right", fontsize="small")
     failed_axes.set_xlabel("run time (s)")
     figure.tight_layout()

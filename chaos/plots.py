@@ -12,23 +12,21 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from chaos.digest_plot import plot_digest
 from chaos.history import FaultWindow, Op, fault_windows, monitor_samples, pair_ops
+from chaos.plot_style import DPI, no_data, shade_faults, titled_figure
 
 __all__ = ["PLOT_FILES", "plot_latency", "plot_queues", "plot_run", "plot_throughput"]
 
 PLOT_FILES = ("throughput.png", "latency.png", "queues.png", "digest.png")
 _COLOURS = {"ok": "tab:green", "fail": "tab:orange", "info": "tab:red"}
-_DPI = 100
 
 
 def plot_run(history: Sequence[Op], out_dir: Path) -> list[Path]:
     """Write the PNGs into ``out_dir`` (the digest's series: chaos/digest_plot.py); returns their paths."""
-    from chaos.digest_plot import plot_digest
-
     out_dir.mkdir(parents=True, exist_ok=True)
     windows = fault_windows(history)
     end = max((op.time for op in history), default=0.0)
@@ -41,10 +39,10 @@ def plot_run(history: Sequence[Op], out_dir: Path) -> list[Path]:
 
 def plot_throughput(history: Sequence[Op], windows: Sequence[FaultWindow], end: float) -> Figure:
     """Completions per second by outcome type."""
-    figure, axes = _figure("Throughput (completions/s)", "run time (s)", "ops/s")
+    figure, axes = titled_figure("Throughput (completions/s)", "run time (s)", "ops/s")
     done = [d for _, d in pair_ops(history) if d is not None]
     if not done:
-        _no_data(axes)
+        no_data(axes)
         return figure
     width = _bin_width(end)
     bins = int(end // width) + 1
@@ -55,14 +53,14 @@ def plot_throughput(history: Sequence[Op], windows: Sequence[FaultWindow], end: 
                 counts[int(op.time // width)] += 1
         if any(counts):
             axes.plot([i * width for i in range(bins)], [c / width for c in counts], color=colour, label=kind, drawstyle="steps-post")
-    _shade(axes, windows, end)
+    shade_faults(axes, windows, end)
     axes.legend(loc="upper right", fontsize="small")
     return figure
 
 
 def plot_latency(history: Sequence[Op], windows: Sequence[FaultWindow], end: float) -> Figure:
     """One point per completed try at its invoke time; colour = outcome."""
-    figure, axes = _figure("Latency by outcome", "run time (s)", "latency (s)")
+    figure, axes = titled_figure("Latency by outcome", "run time (s)", "latency (s)")
     points: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for invoked, done in pair_ops(history):
         if done is not None:
@@ -70,18 +68,18 @@ def plot_latency(history: Sequence[Op], windows: Sequence[FaultWindow], end: flo
             xs.append(invoked.time)
             ys.append(done.latency if done.latency is not None else done.time - invoked.time)
     if not points:
-        _no_data(axes)
+        no_data(axes)
         return figure
     for kind, (xs, ys) in sorted(points.items()):
         axes.scatter(xs, ys, s=6, color=_COLOURS.get(kind, "tab:gray"), label=f"{kind} ({len(xs)})")
-    _shade(axes, windows, end)
+    shade_faults(axes, windows, end)
     axes.legend(loc="upper right", fontsize="small")
     return figure
 
 
 def plot_queues(history: Sequence[Op], windows: Sequence[FaultWindow], end: float) -> Figure:
     """Queue depth and oldest-job age per lane, from monitor samples."""
-    figure = Figure(figsize=(9, 6), dpi=_DPI)
+    figure = Figure(figsize=(9, 6), dpi=DPI)
     depth_axes, age_axes = figure.subplots(2, 1, sharex=True)
     depth_axes.set_title("Queue depth per lane")
     depth_axes.set_ylabel("jobs")
@@ -90,14 +88,14 @@ def plot_queues(history: Sequence[Op], windows: Sequence[FaultWindow], end: floa
     age_axes.set_xlabel("run time (s)")
     series = _lane_series(monitor_samples(history))
     if not series:
-        _no_data(depth_axes)
-        _no_data(age_axes)
+        no_data(depth_axes)
+        no_data(age_axes)
         return figure
     for lane, (times, depths, ages) in sorted(series.items()):
         depth_axes.plot(times, depths, label=lane, drawstyle="steps-post")
         age_axes.plot(times, ages, label=lane)
     for axes in (depth_axes, age_axes):
-        _shade(axes, windows, end)
+        shade_faults(axes, windows, end)
         axes.legend(loc="upper right", fontsize="small")
     figure.tight_layout()
     return figure
@@ -121,30 +119,6 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) else math.nan
 
 
-def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
-    figure = Figure(figsize=(9, 4), dpi=_DPI, layout="tight")
-    axes = figure.add_subplot()
-    axes.set_title(title)
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    return figure, axes
-
-
 def _bin_width(end: float) -> float:
     """1 s bins, widened so a long run has at most ~200 bins."""
     return max(1.0, math.ceil(end / 200))
-
-
-def _shade(axes: Axes, windows: Sequence[FaultWindow], end: float) -> None:
-    """Grey band per fault (Jepsen's nemesis regions); an unhealed fault runs to the end."""
-    for i, window in enumerate(windows):
-        stop = window.end if window.end is not None else end
-        label = "fault" if i == 0 else None
-        axes.axvspan(window.start, max(stop, window.start), color="0.5", alpha=0.2, label=label, linewidth=0)
-        height = 1.0 - 0.06 * (i % 3)  # staggered, so labels of close faults do not overprint
-        axes.text(window.start, height, f" {window.kind} {window.target}", transform=axes.get_xaxis_transform(),
-                  fontsize="x-small", va="top")
-
-
-def _no_data(axes: Axes) -> None:
-    axes.text(0.5, 0.5, "no data", transform=axes.transAxes, ha="center", va="center", color="0.4")
