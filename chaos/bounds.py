@@ -47,6 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from chaos.history import NEMESIS, Op
 from chaos.ledgers import LANE_OF_KIND, OutboxRow
+from stack.components import LANES, worker_from_name
 
 __all__ = [
     "DERIVABLE",
@@ -62,7 +63,6 @@ __all__ = [
 DEADLINE = "outcome_deadline_seconds"
 MERIT_OLDEST = "slo.merit.oldest_age"
 DERIVABLE = (DEADLINE, MERIT_OLDEST)
-LANES = ("merit", "ai", "sms")
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,9 @@ def kill_windows(history: Iterable[Op]) -> list[KillWindow]:
 
 def _window(start: Mapping[str, Any], ready_at: Any) -> KillWindow:
     target = str(start["target"])
-    return KillWindow(target, target.split("_")[1], float(start["killed_at"]),
+    lane = worker_from_name(target).lane
+    assert lane is not None  # a worker always has one (Component refuses a worker without)
+    return KillWindow(target, lane, float(start["killed_at"]),
                       float(ready_at) if isinstance(ready_at, (int, float)) else None)
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "Component",
     "ComponentTable",
     "HealthProbe",
+    "worker_from_name",
 ]
 
 LANES = ("merit", "ai", "sms")
@@ -116,6 +117,20 @@ class Component:
     def manifest_entry(self) -> dict[str, Any]:
         return {"kind": self.kind or self.role, "role": self.role, "lane": self.lane, "index": self.index,
                 "port": self.port, "health": self.health.as_dict(), "stop_stage": self.stop_stage}
+
+
+def worker_from_name(name: str) -> Component:
+    """The worker a component name denotes: ``worker_merit_2`` is the merit lane's worker 2.
+
+    For a name that is all a caller has (a nemesis target in a history); anything but
+    ``worker_{lane}_{index}`` with a known lane and an index from 1 is refused by name.
+    """
+    role, _, rest = name.partition("_")
+    lane, _, index = rest.rpartition("_")
+    if role != "worker" or lane not in LANES or not index.isdigit() or int(index) < 1:
+        raise ValueError(f"component name {name!r} is not a worker's: expected worker_{{lane}}_{{index}} "
+                         f"with lane in {list(LANES)} and index >= 1")
+    return Component(name=name, role="worker", lane=lane, index=int(index))
 
 
 class ComponentTable:

@@ -62,6 +62,19 @@ def test_kill_windows_pair_start_and_measured_ready_time():
         ("worker_merit_1", "merit", T0 + 1.0, T0 + 3.0), ("worker_ai_1", "ai", T0 + 4.0, None)]
 
 
+def test_a_kill_windows_lane_comes_from_the_typed_component_name():
+    ops = one_merit_kill()
+    ops.kill(1, "worker_merit_2", T0 + 4.0, T0 + 5.0)
+    assert [(w.target, w.lane) for w in kill_windows(ops.ops)] == [("worker_merit_1", "merit"), ("worker_merit_2", "merit")]
+
+
+def test_a_worker_kill_whose_target_is_not_a_worker_name_is_refused_by_name():
+    ops = one_merit_kill()
+    ops.kill(1, "worker_gpu_1", T0 + 4.0, T0 + 5.0)  # after a valid kill; the old split gave lane "gpu"
+    with pytest.raises(ValueError, match="component name 'worker_gpu_1' is not a worker's"):
+        kill_windows(ops.ops)
+
+
 def test_one_of_two_merit_workers_killed_bounds_the_oldest_job_by_its_backlog():
     derived = derive_bounds(SCENARIO, one_merit_kill().ops, merit_rows())
     terms = derived["slo.merit.oldest_age"]["terms"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stack.components import STOP_STAGES, Component, ComponentTable, HealthProbe
+from stack.components import STOP_STAGES, Component, ComponentTable, HealthProbe, worker_from_name
 
 
 def _table() -> ComponentTable:
@@ -100,3 +100,16 @@ def test_manifest_entry_names_role_lane_index_and_stage() -> None:
     assert entry == {"kind": "worker", "role": "worker", "lane": "sms", "index": 1, "port": None,
                      "health": {"ready_file": "/r"}, "stop_stage": 0}
     assert Component("faultproxy", "faultproxy", kind="toxiproxy-server").manifest_entry()["kind"] == "toxiproxy-server"
+
+
+def test_a_worker_name_gives_its_lane_and_index() -> None:
+    assert worker_from_name("worker_merit_2") == Component("worker_merit_2", "worker", lane="merit", index=2)
+    assert (worker_from_name("worker_sms_10").lane, worker_from_name("worker_sms_10").index) == ("sms", 10)
+    assert worker_from_name("worker_merit_1") in list(_table())  # the very value the runner's table holds
+
+
+@pytest.mark.parametrize("name", ["web_2", "valkey", "worker_merit", "worker_gpu_1", "worker_merit_x",
+                                  "worker_merit_0", "worker__1", "relay_merit_1"])
+def test_a_name_that_is_not_a_workers_is_refused_by_name(name: str) -> None:
+    with pytest.raises(ValueError, match=rf"component name '{name}' is not a worker's: expected worker_\{{lane\}}_\{{index\}}"):
+        worker_from_name(name)
