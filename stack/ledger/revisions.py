@@ -23,6 +23,7 @@ keeps only the current revision: acknowledged revisions vanish from it).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
@@ -31,15 +32,18 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from stack.ledger.answers import AnswerRejected, body_digest
 from stack.ledger.attempts import get_attempt
 from stack.ledger.schema import answer_revisions, answers
 
 __all__ = [
+    "AnswerRejected",
+    "CompactingLog",
+    "LastArrivalWins",
     "REVISION_POLICIES",
     "REVISION_TAKEN",
     "RevisionPolicy",
     "RevisionReceipt",
+    "body_digest",
     "current_answers",
     "revision_policy",
     "submit_revision",
@@ -51,6 +55,24 @@ REVISION_TAKEN = "revision_already_written"
 """AnswerRejected reason: this revision number of the question was accepted under another key."""
 
 _RACE_RETRIES = 3
+
+
+class AnswerRejected(Exception):
+    """The revision was not (and will never be) accepted under this key; ``reason`` says why."""
+
+    UNKNOWN_ATTEMPT = "unknown_attempt"
+    FINISHED = "attempt_finished"
+    KEY_OTHER_BODY = "key_reused_with_other_body"
+    KEY_OTHER_QUESTION = "key_reused_for_other_question"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def body_digest(content: str) -> str:
+    """What "the same body" means for a replay: the same content, byte for byte."""
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
 class RevisionPolicy:

@@ -9,8 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, HTTPException, Response
 from pydantic import BaseModel, Field
 
-from stack.ledger.answers import AnswerRejected
-from stack.ledger.revisions import REVISION_TAKEN, current_answers
+from stack.ledger.revisions import REVISION_TAKEN, AnswerRejected, current_answers
 from stack.ledger.attempts import Attempt
 from stack.web.guards import account_limit, documented
 from stack.web.inputs import Text
@@ -28,7 +27,6 @@ _REJECTION_TEXT = {
     AnswerRejected.FINISHED: "attempt is finished",
     AnswerRejected.KEY_OTHER_BODY: "Idempotency-Key already used with a different body",
     AnswerRejected.KEY_OTHER_QUESTION: "Idempotency-Key already used for another question",
-    AnswerRejected.QUESTION_ANSWERED: "question already answered under another Idempotency-Key",
     REVISION_TAKEN: "this revision of the question was already written under another Idempotency-Key",
 }
 

@@ -21,8 +21,7 @@ from typing import Callable
 
 from sqlalchemy import Engine
 
-from stack.ledger.answers import AnswerRejected
-from stack.ledger.revisions import RevisionPolicy, RevisionReceipt, submit_revision
+from stack.ledger.revisions import AnswerRejected, RevisionPolicy, RevisionReceipt, submit_revision
 
 __all__ = ["PendingAnswer", "WriteBehind"]
 

@@ -7,8 +7,7 @@ from sqlalchemy import Engine
 from web_support import RecordingDispatcher, TestClient, answer, count_rows, start, token_for
 
 from stack.config import Settings
-from stack.ledger.answers import AnswerRejected
-from stack.ledger.revisions import RevisionReceipt
+from stack.ledger.revisions import AnswerRejected, RevisionReceipt
 from stack.ledger.schema import answers
 from stack.web.answer_sink import DurableAnswers
 from stack.web.app import create_app

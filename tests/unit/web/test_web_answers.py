@@ -9,8 +9,8 @@ from sqlalchemy import Engine, select
 from web_support import TestClient, answer, auth, count_rows, start, token_for
 
 from stack.config import Settings
-from stack.ledger.answers import AnswerRejected, submit_answer
-from stack.ledger.schema import answers
+from stack.ledger.revisions import AnswerRejected, RevisionPolicy, submit_revision
+from stack.ledger.schema import answer_revisions, answers
 
 
 def test_first_submit_is_201_and_committed_with_node(app_client: TestClient, ledger: Engine) -> None:
@@ -154,15 +154,17 @@ def test_concurrent_submits_in_the_ledger_make_one_row(app_client: TestClient, l
     def submit(i: int) -> str:
         barrier.wait()
         try:
-            return submit_answer(ledger, attempt, "q2", "C" if i % 2 else "D", "k", f"node{i}").receipt_id
+            return submit_revision(ledger, RevisionPolicy(), attempt, "q2", 1, "C" if i % 2 else "D", "k",
+                                   f"node{i}").receipt_id
         except AnswerRejected as exc:
             return exc.reason
 
     with ThreadPoolExecutor(6) as pool:
         outcomes = list(pool.map(submit, range(6)))
-    assert count_rows(ledger, answers) == 1
+    assert count_rows(ledger, answers) == 1 and count_rows(ledger, answer_revisions) == 1
     receipts = [o for o in outcomes if o != AnswerRejected.KEY_OTHER_BODY]
     assert len(set(receipts)) == 1  # the winner plus its same-body replays share one receipt
+    assert len(receipts) == 3  # the three writers of the winner's content: the others' body differs
 
 
 def test_answers_are_accepted_while_valkey_is_down(settings: Settings, ledger: Engine) -> None:
