@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 __all__ = [
     "CHURN_SAMPLE",
     "COMPLETION_TYPES",
+    "DELIBERATE_DUPLICATE",
     "FAULT_END",
     "FAULT_START",
     "FaultWindow",
@@ -54,6 +55,11 @@ __all__ = [
 NEMESIS = "nemesis"
 MONITOR = "monitor"
 COMPLETION_TYPES = ("ok", "fail", "info")
+DELIBERATE_DUPLICATE = "deliberate_duplicate"
+"""Invoke-value field of a request the workload sends again on purpose (a replay), not because an
+outcome was unknown: 1 for the first deliberate resend of its idempotency key, 2 for the second...
+The client's retries of that resend carry the same number. The stats checker counts these as
+``duplicate_sends``, apart from ``retries``."""
 
 FAULT_START = "fault-start"
 FAULT_END = "fault-end"

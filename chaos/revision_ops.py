@@ -4,7 +4,8 @@ Two client ops (docs/checkers.md, "Answer revisions"):
 
 - ``revise``: ``PUT /v1/attempts/{id}/answers/{q}`` with a revision number. The invoke
   value holds ``attempt_id``, ``question``, ``revision``, ``content`` and
-  ``idempotency_key``; an ``ok`` completion adds ``superseded`` and ``current_revision``
+  ``idempotency_key`` (and ``deliberate_duplicate`` on the workload's on-purpose resend,
+  chaos/history.py); an ``ok`` completion adds ``superseded`` and ``current_revision``
   from the reply and carries the ``receipt_id``.
 - ``read_answers``: ``GET /v1/attempts/{id}/answers``. The invoke value holds
   ``attempt_id``; an ``ok`` completion adds ``answers``: ``{question: [revision,

@@ -11,7 +11,8 @@ unknown outcome under the same key (chaos/client.py). On purpose:
 - **delayed**: revision n-1 is held back and sent only after revision n was
   acknowledged, as a slow autosave would arrive: the stack must log it and acknowledge
   it as superseded, never make it current;
-- **duplicate**: an acknowledged revision is sent again under the same key (a replay);
+- **duplicate**: an acknowledged revision is sent again under the same key (a replay),
+  its invoke marked ``deliberate_duplicate`` (chaos/history.py) so it is not counted as a retry;
 - **read**: after each question, and before finishing, the student reads the attempt's
   current answers (``GET /v1/attempts/{id}/answers``).
 
@@ -23,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chaos.client import CallResult, ExamClient
+from chaos.history import DELIBERATE_DUPLICATE
 from chaos.revision_ops import read_call, revise_call
 
 __all__ = ["RevisionSpec", "revise_answers"]
@@ -80,7 +82,8 @@ class _Student:
         call = revise_call(self.attempt_id, question, revision, content, key, self.auth)
         result = await self.client.call(self.client.history.new_process(), call)
         if result.type == "ok" and self.rng.random() < self.spec.duplicate_share:
-            await self.client.call(self.client.history.new_process(), call)  # sent twice: a replay
+            again = replace(call, value={**call.value, DELIBERATE_DUPLICATE: 1})  # not a retry: stats tells them apart
+            await self.client.call(self.client.history.new_process(), again)  # sent twice: a replay
         return result
 
     async def read(self) -> bool:

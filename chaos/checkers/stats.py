@@ -6,19 +6,20 @@ checker. So every f in ``options.expect_ops`` must have at least one ``ok``
 invalid, as is a history with no client op at all.
 
 Also counted: ok/fail/info per f (an invoke with no completion counts as info),
-client retries (an idempotency key invoked more than once: each extra invoke is a
-retry), faults injected and faults never healed (a note: the final read may have
-run during a fault).
+deliberate duplicate sends (an invoke marked ``deliberate_duplicate``: the workload
+sent the request again on purpose), client retries (each other extra invoke of an
+idempotency key), faults injected and faults never healed (a note: the final read
+may have run during a fault).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from chaos.checkers.base import CheckerOptions, Result, build_result, option, parse_strings
-from chaos.history import NEMESIS, Op, fault_windows, pair_ops
+from chaos.history import DELIBERATE_DUPLICATE, NEMESIS, Op, fault_windows, pair_ops
 from chaos.ledgers import Ledgers
 
 __all__ = ["NAME", "StatsOptions", "check_stats", "outcome_counts"]
@@ -36,8 +37,8 @@ def check_stats(history: Sequence[Op], ledgers: Ledgers, options: StatsOptions) 
     per_f = outcome_counts(history)
     vacuous = [{"f": f, **per_f.get(f, {"ok": 0, "fail": 0, "info": 0})} for f in options.expect_ops if not per_f.get(f, {}).get("ok")]
     no_ops = [] if per_f else [{"reason": "the history has no client op"}]
-    keys = _invokes_per_key(history)
-    repeated = {key: n for key, n in keys.items() if n > 1}
+    keys = _sends_per_key(history)
+    repeated = {key: sends for key, sends in keys.items() if sends.retries}
     windows = fault_windows(history)
     unhealed = [w for w in windows if w.end is None]
     counts = {
@@ -47,13 +48,15 @@ def check_stats(history: Sequence[Op], ledgers: Ledgers, options: StatsOptions) 
         "info": sum(c["info"] for c in per_f.values()),
         "idempotency_keys": len(keys),
         "retried_keys": len(repeated),
-        "retries": sum(n - 1 for n in repeated.values()),
+        "retries": sum(sends.retries for sends in repeated.values()),
+        "duplicate_sends": sum(sends.duplicates for sends in keys.values()),
         "faults": len(windows),
         "faults_unhealed": len(unhealed),
     }
     notes = [f"fault {w.fault_id} ({w.kind} {w.target}) has no fault-end: never healed" for w in unhealed]
     details = {"by_f": per_f, "expect_ops": list(options.expect_ops)}
-    examples = {"retried_keys": [{"idempotency_key": k, "invokes": n} for k, n in sorted(repeated.items())]}
+    examples = {"retried_keys": [{"idempotency_key": key, "invokes": sends.invokes, "duplicate_sends": sends.duplicates}
+                                 for key, sends in sorted(repeated.items())]}
     return build_result(NAME, bad={"vacuous_ops": vacuous, "no_client_ops": no_ops}, info=examples, counts=counts, notes=notes, details=details)
 
 
@@ -65,11 +68,31 @@ def outcome_counts(history: Sequence[Op]) -> dict[str, dict[str, int]]:
     return {f: {t: counts[t] for t in ("ok", "fail", "info")} for f, counts in sorted(per_f.items())}
 
 
-def _invokes_per_key(history: Sequence[Op]) -> dict[str, int]:
-    keys: Counter[str] = Counter()
+@dataclass
+class _Sends:
+    """The invokes of one idempotency key, and how many deliberate resends (by their number) are among them."""
+
+    invokes: int = 0
+    resends: set[Any] = field(default_factory=set)
+
+    @property
+    def duplicates(self) -> int:
+        return len(self.resends)
+
+    @property
+    def retries(self) -> int:
+        """Extra invokes the workload did not send on purpose: the client's retries."""
+        return max(0, self.invokes - 1 - self.duplicates)
+
+
+def _sends_per_key(history: Sequence[Op]) -> dict[str, _Sends]:
+    keys: dict[str, _Sends] = defaultdict(_Sends)
     for op in history:
         if op.type == "invoke" and op.process != NEMESIS and isinstance(op.value, dict):
             key: Any = op.value.get("idempotency_key")
             if key:
-                keys[str(key)] += 1
+                sends = keys[str(key)]
+                sends.invokes += 1
+                if op.value.get(DELIBERATE_DUPLICATE):
+                    sends.resends.add(op.value[DELIBERATE_DUPLICATE])
     return dict(keys)

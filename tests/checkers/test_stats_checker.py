@@ -6,6 +6,7 @@ from checker_builders import HistoryBuilder, answer
 
 from chaos.checkers import CheckOptions
 from chaos.checkers.stats import check_stats
+from chaos.history import DELIBERATE_DUPLICATE
 from chaos.ledgers import Ledgers
 
 
@@ -33,13 +34,14 @@ def test_a_run_that_did_things_is_valid_with_counts_and_retries() -> None:
             "idempotency_keys": 3,
             "retried_keys": 1,
             "retries": 1,
+            "duplicate_sends": 0,
             "faults": 1,
             "faults_unhealed": 0,
             "vacuous_ops": 0,
             "no_client_ops": 0,
         },
         "violations": [],
-        "examples": {"retried_keys": [{"idempotency_key": "k1", "invokes": 2}]},
+        "examples": {"retried_keys": [{"idempotency_key": "k1", "invokes": 2, "duplicate_sends": 0}]},
         "notes": [],
         "details": {
             "by_f": {
@@ -50,6 +52,34 @@ def test_a_run_that_did_things_is_valid_with_counts_and_retries() -> None:
             "expect_ops": ["answer", "finish"],
         },
     }
+
+
+def test_deliberate_duplicate_sends_are_counted_apart_from_retries() -> None:
+    h = HistoryBuilder()
+    h.call(1, "answer", answer("a1", "q1", "B", key="k1"))
+    h.call(1, "finish", {"attempt_id": "a1", "idempotency_key": "f1"})
+    h.call(2, "revise", answer("a1", "q2", "C", key="k2"))
+    h.call(3, "revise", {**answer("a1", "q2", "C", key="k2"), DELIBERATE_DUPLICATE: 1})  # the workload's replay
+    # after the valid ops: a key both retried and resent, and the resend itself retried
+    h.call(4, "revise", answer("a1", "q3", "D", key="k3"), outcome="info")
+    h.call(5, "revise", answer("a1", "q3", "D", key="k3"))
+    h.call(6, "revise", {**answer("a1", "q3", "D", key="k3"), DELIBERATE_DUPLICATE: 1}, outcome="info")
+    h.call(7, "revise", {**answer("a1", "q3", "D", key="k3"), DELIBERATE_DUPLICATE: 1})
+    result = run(h)
+    assert result["valid"] is True
+    counts = {name: result["counts"][name] for name in ("idempotency_keys", "retried_keys", "retries", "duplicate_sends")}
+    assert counts == {"idempotency_keys": 4, "retried_keys": 1, "retries": 2, "duplicate_sends": 2}
+    assert result["examples"]["retried_keys"] == [{"idempotency_key": "k3", "invokes": 4, "duplicate_sends": 1}]
+
+
+def test_an_unmarked_second_send_is_a_retry_negative_control() -> None:
+    h = HistoryBuilder()
+    h.call(1, "answer", answer("a1", "q1", "B", key="k1"))
+    h.call(1, "finish", {"attempt_id": "a1", "idempotency_key": "f1"})
+    h.call(2, "revise", answer("a1", "q2", "C", key="k2"))
+    h.call(3, "revise", answer("a1", "q2", "C", key="k2"))  # the same resend without the mark
+    counts = run(h)["counts"]
+    assert (counts["retried_keys"], counts["retries"], counts["duplicate_sends"]) == (1, 1, 0)
 
 
 def test_expected_f_without_any_ok_is_vacuous() -> None:

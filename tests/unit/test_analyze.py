@@ -170,6 +170,7 @@ def test_report_md_shows_verdict_settings_both_times_and_reproduce(tmp_path: Pat
     assert "- slo answer: p99 1 s real = 100 s case" in md
     assert "| op answer | 2 | 50 ms | 50 ms | 50 ms | 50 ms | | |" in md
     assert "| lane merit (finish to done) | 1 | 500 ms | 500 ms | 500 ms | 500 ms | 400 ms | 300 ms |" in md
+    assert "retried_keys **0**, retries **0**, duplicate_sends **0**, faults **1**" in md  # the stats line
     assert "\n\n\n" not in md
 
 

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from chaos.client import CallResult
+from chaos.history import DELIBERATE_DUPLICATE
 from chaos.revision_workload import RevisionSpec, _Plan, _Student
 
 
@@ -19,6 +20,7 @@ class RecordingClient:
         self.history = self  # the workload asks its client's history for process numbers
         self._process = 0
         self.calls: list[tuple[str, int | None, str | None]] = []
+        self.marks: list[object] = []  # each call's deliberate_duplicate field (None: unmarked)
 
     def new_process(self) -> int:
         self._process += 1
@@ -26,6 +28,7 @@ class RecordingClient:
 
     async def call(self, process: int, call) -> CallResult:  # type: ignore[no-untyped-def]
         self.calls.append((call.f, call.value.get("revision"), call.value.get("idempotency_key")))
+        self.marks.append(call.value.get(DELIBERATE_DUPLICATE))
         await asyncio.sleep(0)
         return CallResult("ok", 200, {}, process, 1)
 
@@ -54,3 +57,11 @@ def test_concurrent_revisions_go_out_together_and_duplicates_reuse_the_key() -> 
 def test_bad_revision_options_name_the_field(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
         RevisionSpec(**{field: value})
+
+
+def test_the_deliberate_second_send_is_marked_and_the_first_is_not() -> None:
+    client = RecordingClient()
+    student = _Student(client, RevisionSpec(duplicate_share=1.0), random.Random(1), {}, "a1")  # type: ignore[arg-type]
+    assert asyncio.run(student.question("q1", _Plan(["A", "B"], concurrent=False, delayed=False))) is True
+    assert [(f, rev, mark) for (f, rev, _), mark in zip(client.calls, client.marks)] == [
+        ("revise", 1, None), ("revise", 1, 1), ("revise", 2, None), ("revise", 2, 1), ("read_answers", None, None)]
