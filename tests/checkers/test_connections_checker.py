@@ -8,7 +8,7 @@ import pytest
 
 from chaos.checkers import CheckOptions
 from chaos.checkers.base import UNKNOWN, OptionsError
-from chaos.checkers.connections import check_connections, counter_increase
+from chaos.checkers.connections import check_connections, counter_increase, render_details
 from chaos.ledgers import Ledgers
 from tests.checkers.checker_builders import HistoryBuilder
 
@@ -140,3 +140,78 @@ def test_bad_limits_name_the_option(value: Any) -> None:
     with pytest.raises(OptionsError, match="max_rejected_connections"):
         CheckOptions.from_dict({"max_rejected_connections": value})
     assert CheckOptions.from_dict({"max_component_connection_errors": 3}).max_component_connection_errors == 3
+
+
+# --- the figures, each after valid samples (mutation survivors of the first run) -----------------
+
+
+def test_the_healthy_run_counts_only_its_valkey_samples_and_their_peak() -> None:
+    c = check_connections(healthy_history().ops, Ledgers(), STRICT).counts
+    # the churn sample and no other op is a valkey-sample; all of them read Valkey
+    assert (c["samples"], c["samples_failed"], c["unnamed_client_ids"]) == (2, 0, 0)
+    assert (c["handshakes_per_second_peak"], c["sampled_seconds"], c["max_connected_clients"]) == (30.0, 2.0, 3)
+
+
+def test_counter_increase_counts_a_flat_counter_once() -> None:
+    assert counter_increase([2, 2, 2]) == 2 and counter_increase([]) == 0.0
+
+
+def test_a_restart_between_first_and_last_sample_reports_no_negative_rate() -> None:
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=50, cpu=4.0)
+    valkey_sample(h, 2.0, received=60, cpu=4.5)
+    valkey_sample(h, 3.0, received=5, cpu=0.5)  # restarted: both counters start again below the first
+    c = check_connections(h.ops, Ledgers(), CheckOptions()).counts
+    assert (c["handshakes_per_second"], c["valkey_cpu_seconds"], c["valkey_cpu_percent"]) == (0.0, 0.0, 0.0)
+    assert c["connections_received"] == 50 + 10 + 5 and c["handshakes_per_second_peak"] == 10.0
+
+
+def test_short_spans_and_uneven_figures_are_rounded_as_documented() -> None:
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=10, cpu=1.0)
+    valkey_sample(h, 1.0, received=10, cpu=1.0)  # same instant: no rate from this pair
+    valkey_sample(h, 1.2, received=11, cpu=1.0)
+    h.op("monitor", "info", "valkey-sample", {"ok": True, "used_cpu_sys": 0.5, "used_cpu_user": 0.5}, at=1.25)  # no counter
+    valkey_sample(h, 1.3, received=11, cpu=1.0 + 0.123456)
+    c = check_connections(h.ops, Ledgers(), CheckOptions()).counts
+    assert c["sampled_seconds"] == 0.3 and c["handshakes_per_second"] == 3.33  # 1 / 0.3 s
+    assert c["handshakes_per_second_peak"] == 5.0  # 1 / 0.2 s; pairs with the counter-less sample give none
+    assert (c["valkey_cpu_seconds"], c["valkey_cpu_percent"]) == (0.123, 41.2)
+
+
+def test_a_failed_sample_before_good_ones_does_not_hide_them() -> None:
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=0, ok=False)
+    valkey_sample(h, 2.0, received=4, clients={"web_1": [3]}, processes={"web_1": proc(1), "relay": proc(2)})
+    valkey_sample(h, 3.0, received=6, clients={"web_1": [3, 8]}, processes={"web_1": proc(2), "relay": proc(2)})
+    result = check_connections(h.ops, Ledgers(), CheckOptions())
+    web_1, relay = result.details["components"]["web_1"], result.details["components"]["relay"]
+    assert (web_1["connections_now"], web_1["client_ids_seen"], web_1["reconnects"]) == (2, 2, 1)
+    assert relay["connections_now"] == 0  # counted its own connections, never in CLIENT LIST
+
+
+def test_a_churn_sample_without_ops_counts_none() -> None:
+    h = healthy_history()
+    h.op("monitor", "info", "churn-sample", {"outcomes": {}}, at=4.0)
+    assert check_connections(h.ops, Ledgers(), CheckOptions()).counts["churn_ops"] == 0
+
+
+def test_a_reconnecting_harness_client_is_not_a_component_reconnect() -> None:
+    h = healthy_history()
+    valkey_sample(h, 4.0, received=90, clients={"web_1": [3], "relay": [12], "proctor-monitor": [21]},
+                  processes={"web_1": proc(1), "relay": proc(2, reset=1), "proctor-monitor": proc(9, reset=7)})
+    result = check_connections(h.ops, Ledgers(), STRICT)
+    assert result.valid is True
+    assert (result.counts["component_reconnects"], result.counts["component_errors"]) == (1, 1)  # relay's only
+    assert result.details["components"]["proctor-monitor"]["reconnects"] == 1
+
+
+def test_render_details_draws_one_row_per_component_and_marks_the_harness() -> None:
+    details = check_connections(healthy_history().ops, Ledgers(), STRICT).details
+    lines = render_details(details)
+    assert lines[:3] == ["", "| component | connections at end | client ids seen | reconnects (new ids) | connects (own count) "
+                             "| connection errors | by kind |", "|---|---|---|---|---|---|---|"]
+    assert lines[3:] == ["| proctor-monitor (harness) | 1 | 1 | 0 | 0 | 0 | - |",
+                         "| relay | 1 | 2 | 1 | 2 | 1 | reset 1 |",
+                         "| web_1 | 1 | 1 | 0 | 1 | 0 | - |"]
+    assert render_details({}) == [] and render_details({"components": {}}) == []
