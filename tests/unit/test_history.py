@@ -34,7 +34,7 @@ class FakeClock:
 def test_all_is_exact() -> None:
     assert sorted(history_module.__all__) == sorted(
         [
-            "CHURN_SAMPLE", "COMPLETION_TYPES", "FAULT_END", "FAULT_START", "FaultWindow", "History", "HistoryFile",
+            "CHURN_SAMPLE", "COMPLETION_TYPES", "DELIBERATE_DUPLICATE", "FAULT_END", "FAULT_START", "FaultWindow", "History", "HistoryFile",
             "HistoryFormatError", "NEMESIS", "MONITOR", "OP_KINDS", "Op", "SAMPLE", "VALKEY_SAMPLE",
             "client_ops", "fault_windows", "load_history", "monitor_samples", "pair_ops",
             "read_history", "TornLine", "write_history",
