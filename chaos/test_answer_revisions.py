@@ -23,6 +23,7 @@ def test_answer_revisions_keep_the_highest_acknowledged(run_chaos):
     assert run.valid is True, run.summary()
     stats = run.checker("stats")["counts"]
     assert stats["info"] > 0, f"cutting web_2's replies made no outcome unknown: {stats}"
+    assert stats["duplicate_sends"] > 0, f"the workload's deliberate resends were not told apart from retries: {stats}"
     final = run.checker("final_answers")["counts"]
     assert final["reordered"] > 0 and final["lost_update"] == 0, final
     revisions = run.checker("revisions")["counts"]

@@ -215,3 +215,12 @@ def test_render_details_draws_one_row_per_component_and_marks_the_harness() -> N
                          "| relay | 1 | 2 | 1 | 2 | 1 | reset 1 |",
                          "| web_1 | 1 | 1 | 0 | 1 | 0 | - |"]
     assert render_details({}) == [] and render_details({"components": {}}) == []
+
+
+def test_the_peak_rate_and_the_sampled_span_are_rounded_as_documented() -> None:
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=10)
+    valkey_sample(h, 1.3, received=11)  # 1 / 0.3 s
+    valkey_sample(h, 1.323456, received=11)
+    c = check_connections(h.ops, Ledgers(), CheckOptions()).counts
+    assert (c["handshakes_per_second_peak"], c["sampled_seconds"]) == (3.33, 0.323)
