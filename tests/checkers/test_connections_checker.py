@@ -224,3 +224,33 @@ def test_the_peak_rate_and_the_sampled_span_are_rounded_as_documented() -> None:
     valkey_sample(h, 1.323456, received=11)
     c = check_connections(h.ops, Ledgers(), CheckOptions()).counts
     assert (c["handshakes_per_second_peak"], c["sampled_seconds"]) == (3.33, 0.323)
+
+
+def test_samples_without_cpu_or_client_figures_count_zero_for_them() -> None:
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=10, cpu=1.0)
+    h.op("monitor", "info", "valkey-sample", {"ok": True, "total_connections_received": 12}, at=2.0)  # INFO cut short
+    c = check_connections(h.ops, Ledgers(), CheckOptions()).counts
+    assert (c["valkey_cpu_seconds"], c["valkey_cpu_percent"], c["handshakes_per_second"]) == (0.0, 0.0, 2.0)
+    h = HistoryBuilder()
+    h.op("monitor", "info", "valkey-sample", {"ok": True, "total_connections_received": 3}, at=1.0)
+    assert check_connections(h.ops, Ledgers(), CheckOptions()).counts["max_connected_clients"] == 0
+
+
+def test_clients_seen_without_their_own_counters_cannot_judge_the_per_process_budget() -> None:
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=3, clients={"web_1": [3, 4]})  # CLIENT LIST only: no component counters
+    result = check_connections(h.ops, Ledgers(), CheckOptions(max_connects_per_process=0))
+    assert result.valid == UNKNOWN
+    web_1 = result.details["components"]["web_1"]
+    assert (web_1["processes"], web_1["max_process_connects"], web_1["connects"]) == (0, 0, 0)
+
+
+def test_a_process_exactly_at_the_connect_budget_passes() -> None:
+    h = healthy_history()
+    valkey_sample(h, 4.0, received=90, clients={"web_2": [5]}, processes={"web_2": proc(20)})
+    assert check_connections(h.ops, Ledgers(), STRICT).valid is True  # 20 == max_connects_per_process
+
+
+def test_render_details_of_a_stored_report_with_missing_fields_shows_zeros() -> None:
+    assert render_details({"components": {"relay": {}}})[3:] == ["| relay | 0 | 0 | 0 | 0 | 0 | - |"]
