@@ -54,11 +54,17 @@ def test_a_run_that_did_things_is_valid_with_counts_and_retries() -> None:
     }
 
 
-def test_deliberate_duplicate_sends_are_counted_apart_from_retries() -> None:
+def answered_and_finished() -> HistoryBuilder:
+    """A valid start: one answer, the finish, one revision; no key sent twice."""
     h = HistoryBuilder()
     h.call(1, "answer", answer("a1", "q1", "B", key="k1"))
     h.call(1, "finish", {"attempt_id": "a1", "idempotency_key": "f1"})
     h.call(2, "revise", answer("a1", "q2", "C", key="k2"))
+    return h
+
+
+def test_deliberate_duplicate_sends_are_counted_apart_from_retries() -> None:
+    h = answered_and_finished()
     h.call(3, "revise", {**answer("a1", "q2", "C", key="k2"), DELIBERATE_DUPLICATE: 1})  # the workload's replay
     # after the valid ops: a key both retried and resent, and the resend itself retried
     h.call(4, "revise", answer("a1", "q3", "D", key="k3"), outcome="info")
@@ -73,10 +79,7 @@ def test_deliberate_duplicate_sends_are_counted_apart_from_retries() -> None:
 
 
 def test_an_unmarked_second_send_is_a_retry_negative_control() -> None:
-    h = HistoryBuilder()
-    h.call(1, "answer", answer("a1", "q1", "B", key="k1"))
-    h.call(1, "finish", {"attempt_id": "a1", "idempotency_key": "f1"})
-    h.call(2, "revise", answer("a1", "q2", "C", key="k2"))
+    h = answered_and_finished()
     h.call(3, "revise", answer("a1", "q2", "C", key="k2"))  # the same resend without the mark
     counts = run(h)["counts"]
     assert (counts["retried_keys"], counts["retries"], counts["duplicate_sends"]) == (1, 1, 0)
