@@ -228,7 +228,7 @@ def test_the_peak_rate_and_the_sampled_span_are_rounded_as_documented() -> None:
 
 def test_samples_without_cpu_or_client_figures_count_zero_for_them() -> None:
     h = HistoryBuilder()
-    valkey_sample(h, 1.0, received=10, cpu=1.0)
+    valkey_sample(h, 1.0, received=10, cpu=0.5)
     h.op("monitor", "info", "valkey-sample", {"ok": True, "total_connections_received": 12}, at=2.0)  # INFO cut short
     c = check_connections(h.ops, Ledgers(), CheckOptions()).counts
     assert (c["valkey_cpu_seconds"], c["valkey_cpu_percent"], c["handshakes_per_second"]) == (0.0, 0.0, 2.0)
