@@ -86,6 +86,8 @@ def test_published_only_on_loopback_no_secret_and_maxclients_only_when_asked(tmp
     assert published == ["127.0.0.1:16999:6380", "127.0.0.1:18101:9101", "127.0.0.1:18102:9101",
                          "127.0.0.1:18474:8474"]
     assert "environment" not in services["valkey"]
+    # crashes restart as under the embedded supervisor (an engine kill does not: docs/compose.md)
+    assert {services[s]["restart"] for s in (*PYTHON_SERVICES, "faultproxy")} == {"on-failure"}
     text = json.dumps(services)
     for name, value in compose_secrets().items():  # fresh secrets: none can be in a file made without them
         assert value not in text, name
