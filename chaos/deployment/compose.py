@@ -115,9 +115,9 @@ class ComposeDeployment:
         self._write_secrets()
         env = self._env()
         providers = {service: self._ports[service.replace("-", "_")] for service in PROVIDER_FORWARDS}
+        valkey = valkey_entry(self._ports["valkey"], self.spec.valkey_maxclients)
         write_override(self.compose_dir, self.spec.run_dir, settings_env(self.spec.settings_overrides), providers,
-                       f"{env['PROCTOR_COMPOSE_NET']}.1", valkey_entry(self._ports["valkey"], self.spec.valkey_maxclients),
-                       self._add_links)
+                       f"{env['PROCTOR_COMPOSE_NET']}.1", valkey, self._add_links)
         self._started = True  # from here on stop() has something to take down
         self._script(["scripts/compose-setup.sh", "--up"], "compose-setup.log")
         shutil.copy(self.compose_dir / "roster" / "roster.json", self.spec.run_dir / "roster.json")
