@@ -156,7 +156,8 @@ def _auth_server_churn(password: str) -> dict:
 
     async def main() -> dict:
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        spec = ChurnSpec(rate=50.0, duration=0.2, max_ops=5, concurrency=2, connect_timeout=0.5, socket_timeout=0.5)
+        # concurrency = max_ops: none is skipped; timeouts far above a local reply, even on a loaded machine
+        spec = ChurnSpec(rate=50.0, duration=5.0, max_ops=5, concurrency=5, connect_timeout=10.0, socket_timeout=10.0)
         async with server:
             return await run_churn("127.0.0.1", server.sockets[0].getsockname()[1], None, spec, None,
                                    asyncio.Event(), password)
@@ -165,5 +166,7 @@ def _auth_server_churn(password: str) -> dict:
 
 
 def test_churn_authenticates_when_valkey_has_a_password() -> None:
-    assert _auth_server_churn("pw")["outcomes"]["ok"] == 5
-    assert _auth_server_churn("")["outcomes"]["error"] == 5  # the control: without AUTH every op is refused
+    authed = _auth_server_churn("pw")
+    assert authed["outcomes"]["ok"] == authed["ops"] == 5, authed["outcomes"]
+    refused = _auth_server_churn("")  # the control: without AUTH every op is refused
+    assert refused["outcomes"]["error"] == refused["ops"] == 5, refused["outcomes"]
