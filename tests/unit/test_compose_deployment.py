@@ -62,12 +62,14 @@ def test_the_provider_forward_admits_only_the_gateway() -> None:
 def test_what_compose_cannot_run_says_why() -> None:
     assert ComposeSpec("x", Path("r")).unsupported() is None
     assert "wants {'web': 3" in ComposeSpec("x", Path("r"), shape={**COMPOSE_SHAPE, "web": 3}).unsupported()
-    assert "fault proxy" in ComposeSpec("x", Path("r"), links=("valkey_web",)).unsupported()
-    assert "maxclients" in ComposeSpec("x", Path("r"), valkey_maxclients=12).unsupported()
-    with pytest.raises(ComposeUnsupported, match="fault proxy"):
-        ComposeDeployment(ComposeSpec("x", Path("r"), links=("valkey_web",)))
-    assert unsupported_on("embedded", SCENARIOS["tls_churn"]) is None
-    assert unsupported_on("compose", SCENARIOS["worker_kill"]) is None
+    assert ComposeSpec("x", Path("r"), links=("valkey_web", "sms_gateway"), valkey_maxclients=12).unsupported() is None
+    reason = ComposeSpec("x", Path("r"), links=("valkey_web", "web_2")).unsupported()
+    assert reason.startswith("links ['web_2']: HAProxy -> web node links are not built on compose"), reason
+    with pytest.raises(ComposeUnsupported, match=r"links \['web_\*'\]"):
+        ComposeDeployment(ComposeSpec("x", Path("r"), links=("web_*",)))
+    assert unsupported_on("embedded", SCENARIOS["answer_revisions"]) is None
+    for runnable in ("worker_kill", "tls_churn", "tls_churn_fresh_connections"):
+        assert unsupported_on("compose", SCENARIOS[runnable]) is None, runnable
     with pytest.raises(ValueError, match="target must be one of"):
         unsupported_on("k8s", SCENARIOS["worker_kill"])
 
@@ -200,8 +202,8 @@ def test_a_pause_the_runtime_could_not_freeze_is_tried_again_a_bounded_number_of
 def test_proctor_run_names_why_a_scenario_does_not_run_on_compose(capsys: pytest.CaptureFixture[str]) -> None:
     from chaos.run_cmd import main
 
-    assert main(["tls_churn", "--target", "compose"]) == 2  # before any engine or stack is touched
-    assert "tls_churn does not run on compose: links" in capsys.readouterr().err
+    assert main(["answer_revisions", "--target", "compose"]) == 2  # before any engine or stack is touched
+    assert "answer_revisions does not run on compose: links ['web_1', 'web_2']" in capsys.readouterr().err
 
 
 def test_the_reproduce_command_names_the_target_only_when_it_is_not_the_default() -> None:
