@@ -89,8 +89,7 @@ class ComposeDeployment:
         self.repo = repo
         self.project = spec.project or f"proctor{os.getpid()}t{int(time.time() * 1000) % 10**9}"
         self.compose_dir = (spec.run_dir / "compose").resolve()  # absolute: compose reads "a/b:/x" as a named volume
-        published = ["api", "admin", "ai_provider", "sms_gateway", "valkey"] + (["faultproxy"] if spec.links else [])
-        self._ports = dict(zip(published, free_ports(len(published))))
+        self._ports = self._draw_ports()  # drawn again in start(), right before `up` binds them
         self._link_ports = link_ports(spec.links)
         self.faultproxy_seed = random.SystemRandom().randrange(2**31)
         self._settings: Settings | None = None
@@ -113,18 +112,25 @@ class ComposeDeployment:
         (self.compose_dir / "roster").mkdir(parents=True, exist_ok=True)
         self.compose_dir.chmod(0o700)
         self._write_secrets()
+        self._script(["scripts/compose-setup.sh"], "compose-setup.log")  # engine, base, image: up to minutes
+        self._ports = self._draw_ports()  # a port drawn before a long build was once taken by then
         env = self._env()
         providers = {service: self._ports[service.replace("-", "_")] for service in PROVIDER_FORWARDS}
         valkey = valkey_entry(self._ports["valkey"], self.spec.valkey_maxclients)
         write_override(self.compose_dir, self.spec.run_dir, settings_env(self.spec.settings_overrides), providers,
                        f"{env['PROCTOR_COMPOSE_NET']}.1", valkey, self._add_links)
         self._started = True  # from here on stop() has something to take down
-        self._script(["scripts/compose-setup.sh", "--up"], "compose-setup.log")
+        self._script(["scripts/compose-setup.sh", "--up"], "compose-up.log")  # the set-up steps are cached now
         shutil.copy(self.compose_dir / "roster" / "roster.json", self.spec.run_dir / "roster.json")
         self._engine = Engine(self.project)
         self._copy_ca()
         for component in self.components():
             self._engine.note_ready(component.name.replace("_", "-"))
+
+    def _draw_ports(self) -> dict[str, int]:
+        """Free ports on 127.0.0.1 for what the run publishes."""
+        published = ["api", "admin", "ai_provider", "sms_gateway", "valkey"] + (["faultproxy"] if self.spec.links else [])
+        return dict(zip(published, free_ports(len(published))))
 
     def _write_secrets(self) -> None:
         """The run's env file before set-up (which keeps an existing one): the override's proxied

@@ -221,3 +221,30 @@ def test_a_worker_restarted_with_the_same_pid_gets_a_new_rq_name() -> None:
     first, second = worker_name("worker_sms_1", 7), worker_name("worker_sms_1", 7)  # pid 7 again, in a new container
     assert first != second and first.startswith("worker_sms_1.7.")
     assert component_of(first) == "worker_sms_1"  # connection stats still group it by component
+
+
+def test_published_ports_are_drawn_after_the_long_set_up_right_before_up(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port drawn before a minute-long image build was once taken by another process by the time
+    `up` bound it: start() runs set-up, then draws, then writes the override and runs `--up`."""
+    import chaos.deployment.compose as compose_module
+
+    draws = iter(range(20000, 20100))
+    monkeypatch.setattr(compose_module, "free_ports", lambda n: [next(draws) for _ in range(n)])
+    deployment = ComposeDeployment(ComposeSpec("ports", tmp_path / "run"))
+    at_build = dict(deployment._ports)
+    seen: list[tuple[list[str], dict[str, int]]] = []
+
+    def fake_script(argv: list[str], log_name: str) -> None:
+        seen.append((argv, dict(deployment._ports)))
+        if "--up" in argv:
+            raise EngineError("stop here: no engine in a unit test")
+
+    monkeypatch.setattr(deployment, "_script", fake_script)
+    monkeypatch.setattr(deployment, "stop", lambda: None)
+    with pytest.raises(EngineError):
+        deployment.start()
+    assert [argv for argv, _ in seen] == [["scripts/compose-setup.sh"], ["scripts/compose-setup.sh", "--up"]]
+    assert seen[0][1] == at_build and seen[1][1] != at_build  # control: the first call still saw the old draw
+    override = json.loads((tmp_path / "run" / "compose" / "override.json").read_text())
+    assert f"127.0.0.1:{seen[1][1]['valkey']}:6380" in json.dumps(override)
