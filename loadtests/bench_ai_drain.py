@@ -23,6 +23,7 @@ shared machine may miss the target, and that is a figure, not a failed test.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -41,8 +42,11 @@ TARGET_RATIO = 1.1
 JUDGED_ON = "drain_ratio_with_pauses"
 
 
-def one_run(name: str, seed: int) -> dict[str, Any]:
-    result = run_scenario(get_scenario(name), seed, progress=lambda msg: print(f"  [{name}] {msg}", flush=True))
+def one_run(name: str, seed: int, time_scale: float | None = None) -> dict[str, Any]:
+    scenario = get_scenario(name)
+    if time_scale is not None:  # the same scenario at another scale: where is the per-job cost the bottleneck?
+        scenario = dataclasses.replace(scenario, settings={**scenario.settings, "time_scale": time_scale})
+    result = run_scenario(scenario, seed, progress=lambda msg: print(f"  [{name}] {msg}", flush=True))
     lane = json.loads((result.run_dir / "scenario.json").read_text())["background"]["ai_lane"]
     over = result.verdict["checkers"]["provider_limit"]["counts"].get("over_limit")
     return {"run_dir": str(result.run_dir), "valid": result.valid, "over_limit": over,
@@ -65,8 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--scenario", default="ai_storm_drain")
     parser.add_argument("--seed", type=int, default=20261006)
+    parser.add_argument("--time-scale", type=float, default=None, help="override the scenario's TIME_SCALE")
     args = parser.parse_args(argv)
-    runs = [one_run(args.scenario, args.seed + i) for i in range(args.runs)]
+    if args.time_scale is not None and not 0 < args.time_scale <= 1:
+        parser.error(f"--time-scale must be in (0, 1], not {args.time_scale}")
+    runs = [one_run(args.scenario, args.seed + i, args.time_scale) for i in range(args.runs)]
     print(f"target <= {TARGET_RATIO} judged on {JUDGED_ON}: the storm's time is in the drain, and only the "
           "Retry-After the provider demanded (its refusal log) is added to N / 8 case-minutes")
     for run in runs:

@@ -18,6 +18,7 @@ not-before time and ends, so a lane can carry thousands of waiting items. Each r
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -128,9 +129,10 @@ class _Answer:
 def _received_at(header: str | None) -> float | None:
     """The provider's arrival time; an absent or unreadable header is the release-time fallback."""
     try:
-        return float(header) if header is not None else None
+        at = float(header) if header is not None else None
     except ValueError:
         return None
+    return at if at is not None and math.isfinite(at) else None
 
 
 class _Run:
@@ -229,7 +231,7 @@ class _Run:
             for other in self.earlier:
                 billing.release(conn, other, "a fresh effect under the key: this earlier call never took effect")
 
-    def _post(self, card: dict[str, Any]) -> "_Answer":
+    def _post(self, card: dict[str, Any]) -> _Answer:
         import httpx
 
         request = {"operation_id": self.op, "attempt_id": card["attempt_id"],

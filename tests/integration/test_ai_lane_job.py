@@ -316,3 +316,11 @@ def test_a_real_rq_worker_runs_the_lane_job_from_the_relay(lane: Settings, redis
     assert worker.wait(timeout=120) == 0, worker_log(settings, "ai")
     assert row(lane)["status"] == "done" and effects(lane) == [OP]
     assert ledger_summary(lane)["completed"] == 1
+
+
+@pytest.mark.parametrize("header", [None, "", "soon", "nan", "inf"])
+def test_an_absent_or_unreadable_arrival_header_falls_back_to_the_release(header: str | None) -> None:
+    from stack.ailane.job import _received_at
+
+    assert _received_at(header) is None
+    assert _received_at("1764510000.250000") == 1764510000.25  # the contrast: a readable one is taken
