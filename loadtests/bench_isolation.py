@@ -40,6 +40,7 @@ VARIANTS = {
     "providers": "merit=5,ai=10,sms=10,provider=10",  # only the fake providers niced
     "now": "",  # stack.priority.NICENESS: merit 0, ai/sms 15, providers 10
     "ai19": "merit=0,ai=19,sms=19,provider=10",
+    "relay5": "relay=5",  # the relay's reconcile pass over the backlog's enqueued rows yields to merit
 }
 """Variant name -> ``$PROCTOR_NICENESS`` for every component of both runs ("" = the defaults)."""
 

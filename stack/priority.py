@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 __all__ = ["NICENESS", "NICENESS_ENV", "apply_niceness", "niceness", "niceness_table"]
 
-NICENESS: dict[str, int] = {"web": 0, "merit": 0, "ai": 15, "sms": 15, "provider": 10}
+NICENESS: dict[str, int] = {"web": 0, "relay": 0, "merit": 0, "ai": 15, "sms": 15, "provider": 10}
 NICENESS_ENV = "PROCTOR_NICENESS"
 
 

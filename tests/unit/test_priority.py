@@ -23,7 +23,8 @@ def test_overrides_replace_only_the_named_roles() -> None:
     table = niceness_table({NICENESS_ENV: "merit=5, ai=10"})
     assert table == {**NICENESS, "merit": 5, "ai": 10}
     assert niceness("provider", {NICENESS_ENV: ""}) == NICENESS["provider"]
-    assert niceness("relay", {}) == 0  # no entry: not niced
+    assert niceness("relay", {}) == 0
+    assert niceness("haproxy", {}) == 0  # no entry: not niced
 
 
 @pytest.mark.parametrize("raw, named", [("merit", "'merit'"), ("merti=3", "'merti=3'"),
