@@ -151,28 +151,34 @@ NICE_WEIGHT = dict(enumerate((1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
 """The kernel's CFS weight of nice 0..19 (kernel/sched/core.c, sched_prio_to_weight)."""
 
 
-def worker_weights_unlike_embedded(doc: dict[str, Any]) -> list[str]:
-    """Workers whose cgroup weight is not the CFS weight of their embedded niceness: nice inside a
-    container ranks only its own processes, so the compose stack carries the ranking in cpu_shares."""
-    from stack.lanes.worker import LANE_NICENESS
+def weights_unlike_embedded(doc: dict[str, Any]) -> list[str]:
+    """Workers and fake providers whose cgroup weight is not the CFS weight of their embedded niceness:
+    nice inside a container ranks only its own processes, so the compose stack carries it in cpu_shares."""
+    from stack.priority import NICENESS
 
     wrong = []
     for name, service in doc["services"].items():
         command = service.get("command") or []
-        if command[:3] == ["python", "-m", "stack.lanes.worker"]:
-            want = NICE_WEIGHT[LANE_NICENESS[command[3]]]
-            if service.get("cpu_shares", 1024) != want:
-                wrong.append(f"{name}: cpu_shares {service.get('cpu_shares', 1024)}, nice {LANE_NICENESS[command[3]]} weighs {want}")
+        role = (command[3] if command[:3] == ["python", "-m", "stack.lanes.worker"]
+                else "provider" if name in ("ai-provider", "sms-gateway") else None)
+        if role is None:
+            continue
+        want, has = NICE_WEIGHT[NICENESS[role]], service.get("cpu_shares", 1024)
+        if has != want:
+            wrong.append(f"{name}: cpu_shares {has}, nice {NICENESS[role]} weighs {want}")
     return wrong
 
 
-def test_workers_weigh_as_their_embedded_niceness() -> None:
+def test_workers_and_providers_weigh_as_their_embedded_niceness() -> None:
     doc = load()
-    assert worker_weights_unlike_embedded(doc) == []
+    assert weights_unlike_embedded(doc) == []
     assert {s.get("cpu_shares", 1024) for n, s in doc["services"].items() if n.startswith("web-")} == {1024}
+    assert doc["services"]["worker-ai-1"]["cpu_shares"] < doc["services"]["worker-merit-1"]["cpu_shares"]
 
 
 def test_negative_control_a_worker_at_the_default_weight_is_caught() -> None:
     doc = load()
     doc["services"]["worker-ai-1"].pop("cpu_shares")
-    assert worker_weights_unlike_embedded(doc) == ["worker-ai-1: cpu_shares 1024, nice 10 weighs 110"]
+    doc["services"]["sms-gateway"]["cpu_shares"] = 1024
+    assert weights_unlike_embedded(doc) == ["sms-gateway: cpu_shares 1024, nice 10 weighs 110",
+                                            "worker-ai-1: cpu_shares 1024, nice 15 weighs 36"]
