@@ -38,7 +38,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from chaos.history import History
 
@@ -76,13 +76,16 @@ def _resp(*parts: str) -> bytes:
     return b"".join(out)
 
 
-def _commands(spec: ChurnSpec, n: int) -> tuple[bytes, int]:
-    """The bytes of one op (CLIENT SETNAME first, pipelined) and how many replies to read."""
-    setname = _resp("CLIENT", "SETNAME", CLIENT_NAME)
+def _commands(spec: ChurnSpec, n: int, password: str = "") -> tuple[bytes, int]:
+    """The bytes of one op (AUTH when Valkey has a password, then CLIENT SETNAME, pipelined) and how
+    many replies to read."""
+    auth = _resp("AUTH", password) if password else b""
+    setname = auth + _resp("CLIENT", "SETNAME", CLIENT_NAME)
+    first = 2 if password else 1
     if spec.op == "ping":
-        return setname + _resp("PING"), 2
+        return setname + _resp("PING"), first + 1
     key = f"{spec.key_prefix}{n % 64}"
-    return setname + _resp("SET", key, str(n), "PX", "10000") + _resp("GET", key), 3
+    return setname + _resp("SET", key, str(n), "PX", "10000") + _resp("GET", key), first + 2
 
 
 async def _read_reply(reader: asyncio.StreamReader) -> bytes:
@@ -116,7 +119,8 @@ def _classify(exc: BaseException, phase: str) -> str:
     return "error"
 
 
-async def churn_op(host: str, port: int, context: ssl.SSLContext | None, spec: ChurnSpec, n: int) -> tuple[str, float, float | None, str]:
+async def churn_op(host: str, port: int, context: ssl.SSLContext | None, spec: ChurnSpec, n: int,
+                   password: str = "") -> tuple[str, float, float | None, str]:
     """One fresh-connection op: (outcome, total seconds, handshake seconds or None, error text).
 
     ``context`` None: plaintext (a non-TLS Valkey, tests); "handshake" is then the TCP connect."""
@@ -131,7 +135,7 @@ async def churn_op(host: str, port: int, context: ssl.SSLContext | None, spec: C
             spec.connect_timeout)
         handshake = time.monotonic() - started
         phase = "io"
-        payload, replies = _commands(spec, n)
+        payload, replies = _commands(spec, n, password)
         writer.write(payload)
         for _ in range(replies):
             line = await asyncio.wait_for(_read_reply(reader), spec.socket_timeout)
@@ -186,14 +190,14 @@ def churn_generator(spec: ChurnSpec = ChurnSpec()):
         url = urlparse(stack.urls[spec.url_key])
         host, port = url.hostname or "127.0.0.1", int(url.port or 6379)
         context = ssl.create_default_context(cafile=stack.settings.valkey_ca or None) if url.scheme == "rediss" else None
-        return await run_churn(host, port, context, spec, history, stop)
+        return await run_churn(host, port, context, spec, history, stop, unquote(url.password or ""))
 
     gen.spec = spec  # type: ignore[attr-defined]
     return gen
 
 
 async def run_churn(host: str, port: int, context: ssl.SSLContext | None, spec: ChurnSpec, history: History | None,
-                    stop: asyncio.Event) -> dict[str, Any]:
+                    stop: asyncio.Event, password: str = "") -> dict[str, Any]:
     tally = _Tally()
     in_flight: set[asyncio.Task] = set()
     next_sample = tally.started + spec.sample_interval
@@ -225,7 +229,7 @@ async def run_churn(host: str, port: int, context: ssl.SSLContext | None, spec: 
         if len(in_flight) >= spec.concurrency:
             tally.outcomes["skipped"] += 1
         else:
-            task = asyncio.create_task(churn_op(host, port, context, spec, n))
+            task = asyncio.create_task(churn_op(host, port, context, spec, n, password))
             in_flight.add(task)
             task.add_done_callback(finished)
         n += 1

@@ -110,7 +110,8 @@ def audit_main(argv: Sequence[str] | None = None) -> int:
     def act(args: argparse.Namespace) -> tuple[Any, bool]:
         data = _call(args, "GET", "/admin/audit/billing")
         effects = [EffectRow(**effect) for effect in data["provider_effects"]]
-        result = check_billing(data["reservations"], effects).to_dict()
+        # Both reads, as the run's checker judges them (a node without the later read: the one).
+        result = check_billing(data["reservations"], effects, data.get("reservations_after")).to_dict()
         return {"summary": data["summary"], "verdict": result}, result["valid"] is True
 
     return _run("proctor audit", build, act, argv)

@@ -6,6 +6,9 @@
 #   1. engine    apt-get install docker.io docker-compose iptables mmdebstrap (when missing)
 #   2. dockerd   start it in the background when no engine answers (pid in .compose/dockerd.pid;
 #                scripts/compose-stop-engine.sh stops it, and only that one)
+#      cgroup    on cgroup v1 (cgroupfs driver), an engine this script started gets a CPU weight of
+#                $PROCTOR_DOCKER_CPU_SHARES (default 16384) for its `docker` cgroup: otherwise every
+#                container together weighs as much as one busy host process (docs/compose.md)
 #   3. base      no registry: mmdebstrap a bookworm minbase from the machine's own apt source and
 #                `docker import` it as proctor-base:bookworm (skipped when that image exists)
 #   4. image     build proctor-stack:<source hash> from docker/Dockerfile with a wheelhouse built
@@ -64,6 +67,29 @@ start_engine() {
     sleep 0.2
   done
   die "dockerd did not come up (log: $STATE/dockerd.log)"
+}
+
+ENGINE_CPU_SHARES=${PROCTOR_DOCKER_CPU_SHARES:-16384}  # 16 containers x a nice-0 process's 1024
+
+engine_is_ours() { [ -f "$STATE/dockerd.pid" ] && kill -0 "$(cat "$STATE/dockerd.pid")" 2>/dev/null; }
+
+# cgroup v1 weighs the engine's parent cgroup, all containers together, like ONE task of the root
+# cgroup (cpu.shares 1024): with a load of 15 on the host the whole stack got ~1/16 of the CPU and
+# answers took 3-5 s (measured, docs/compose.md). Only an engine we started is changed: raising a
+# user's engine would take CPU from their other work. cgroup v2 and the systemd driver weigh each
+# container's own scope, so there is nothing to do there.
+weigh_engine_cgroup() {
+  local shares=/sys/fs/cgroup/cpu/docker/cpu.shares
+  case $ENGINE_CPU_SHARES in ''|*[!0-9]*) die "PROCTOR_DOCKER_CPU_SHARES must be a whole number, not '$ENGINE_CPU_SHARES'";; esac
+  [ "$(docker info --format '{{.CgroupVersion}} {{.CgroupDriver}}' 2>/dev/null)" = "1 cgroupfs" ] || return 0
+  if ! engine_is_ours; then
+    echo "compose-setup: cgroup   left the engine's cpu.shares as they are (not an engine this script started)"
+    return 0
+  fi
+  mkdir -p "$(dirname "$shares")"  # the engine creates it at its first container; same cgroup either way
+  [ "$(cat "$shares")" = "$ENGINE_CPU_SHARES" ] && return 0
+  echo "$ENGINE_CPU_SHARES" >"$shares" || die "could not write $shares"
+  echo "compose-setup: cgroup   engine's cpu.shares set to $ENGINE_CPU_SHARES (cgroup v1)"
 }
 
 # A deb822 file with bookworm, -updates, -backports (the machine's own mirror and keyring) and
@@ -160,6 +186,7 @@ wait_healthy() {
 
 install_packages
 start_engine
+weigh_engine_cgroup
 build_base
 build_image
 write_secrets

@@ -51,6 +51,7 @@ from stack.lanes.queues import job_id, lane_routes
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine
+from stack.priority import apply_niceness
 
 __all__ = ["ENQUEUE_BATCH", "PENDING_PAGE", "LimboWatch", "PassReport", "Relay", "Verdict", "inspect_job", "inspect_jobs", "main"]
 
@@ -286,6 +287,7 @@ class Relay:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    apply_niceness("relay")  # stack.priority: 0 unless $PROCTOR_NICENESS says otherwise
     settings = load_settings()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

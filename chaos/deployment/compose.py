@@ -14,6 +14,10 @@ containers are found by the labels ``com.docker.compose.project`` / ``.service``
 - ``restart`` and every start: wait for the container's own health check, then restart
   the containers sharing its network namespace (web-1's ``admin-forward``), whose old
   namespace died with it.
+- ``links``: a ``faultproxy`` container on the project network, its API on 127.0.0.1, the
+  consumers of each requested link pointed at it (``chaos.deployment.compose_links``).
+  Valkey's TLS port is published on 127.0.0.1 for the harness's own clients (``urls["valkey"]``
+  with the run's password, the CA copied out of the certs volume as ``settings.valkey_ca``).
 - ``scale``: starts or stops the pool's services. ``docker-compose.yml`` names every web
   node and worker (its own ``PROCTOR_NODE_NAME``, its own HAProxy backend line), so a pool
   cannot grow past the services the file defines; that is refused with the reason.
@@ -22,6 +26,7 @@ containers are found by the labels ``com.docker.compose.project`` / ``.service``
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -31,10 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from chaos.deployment.compose_engine import Engine, EngineError
-from chaos.deployment.compose_files import PROVIDER_FORWARDS, component_for_service, settings_env, write_override
+from chaos.deployment.compose_files import (PROVIDER_FORWARDS, PYTHON_SERVICES, component_for_service, settings_env,
+                                            valkey_entry, write_override)
+from chaos.deployment.compose_links import (FAULTPROXY_SERVICE, UPSTREAMS, add_links, link_ports, links_unsupported,
+                                            write_populate)
 from chaos.deployment.final_read import FinalRead, final_read, provider_urls
 from stack.components import POOLS, Component
 from stack.config import Settings, load_settings
+from stack.embedded.links import UPSTREAM_OF
 from stack.embedded.ports import free_ports
 
 __all__ = ["COMPOSE_SHAPE", "ComposeDeployment", "ComposeSpec", "ComposeUnsupported", "REPO"]
@@ -66,11 +75,7 @@ class ComposeSpec:
         if self.shape != COMPOSE_SHAPE:
             return (f"compose runs {COMPOSE_SHAPE} (docker-compose.yml names every node and worker); "
                     f"the scenario wants {self.shape}")
-        if self.links:
-            return f"links {list(self.links)} need the fault proxy in the compose network, not built yet (docs/compose.md)"
-        if self.valkey_maxclients is not None:
-            return "valkey_maxclients: docker/bin/proctor-valkey has no maxclients setting yet (docs/compose.md)"
-        return None
+        return links_unsupported(self.links)
 
 
 class ComposeDeployment:
@@ -84,7 +89,9 @@ class ComposeDeployment:
         self.repo = repo
         self.project = spec.project or f"proctor{os.getpid()}t{int(time.time() * 1000) % 10**9}"
         self.compose_dir = (spec.run_dir / "compose").resolve()  # absolute: compose reads "a/b:/x" as a named volume
-        self._ports = dict(zip(("api", "admin", "ai_provider", "sms_gateway"), free_ports(4)))
+        self._ports = self._draw_ports()  # drawn again in start(), right before `up` binds them
+        self._link_ports = link_ports(spec.links)
+        self.faultproxy_seed = random.SystemRandom().randrange(2**31)
         self._settings: Settings | None = None
         self._engine: Engine | None = None
         self._started = False
@@ -93,7 +100,10 @@ class ComposeDeployment:
     def _env(self) -> dict[str, str]:
         net = self.spec.net_prefix or os.environ.get("PROCTOR_COMPOSE_NET", "172.29.213")
         files = [str(self.repo / "docker-compose.yml"), str(self.compose_dir / "override.json")]
-        return {**os.environ, "PROCTOR_COMPOSE_PROJECT": self.project, "PROCTOR_COMPOSE_RUN": str(self.compose_dir),
+        # the proxied Valkey URLs in the override say ${PROCTOR_VALKEY_PASSWORD}: Compose fills it in from here
+        password = self._secrets().get("PROCTOR_VALKEY_PASSWORD", "")
+        return {**os.environ, "PROCTOR_VALKEY_PASSWORD": password,
+                "PROCTOR_COMPOSE_PROJECT": self.project, "PROCTOR_COMPOSE_RUN": str(self.compose_dir),
                 "PROCTOR_HTTP_PORT": str(self._ports["api"]), "PROCTOR_ADMIN_HTTP_PORT": str(self._ports["admin"]),
                 "PROCTOR_COMPOSE_NET": net, "COMPOSE_FILE": os.pathsep.join(files)}
 
@@ -101,16 +111,52 @@ class ComposeDeployment:
         self.spec.run_dir.mkdir(parents=True, exist_ok=True)
         (self.compose_dir / "roster").mkdir(parents=True, exist_ok=True)
         self.compose_dir.chmod(0o700)
+        self._write_secrets()
+        self._script(["scripts/compose-setup.sh"], "compose-setup.log")  # engine, base, image: up to minutes
+        self._ports = self._draw_ports()  # a port drawn before a long build was once taken by then
         env = self._env()
         providers = {service: self._ports[service.replace("-", "_")] for service in PROVIDER_FORWARDS}
+        valkey = valkey_entry(self._ports["valkey"], self.spec.valkey_maxclients)
         write_override(self.compose_dir, self.spec.run_dir, settings_env(self.spec.settings_overrides), providers,
-                       f"{env['PROCTOR_COMPOSE_NET']}.1")
+                       f"{env['PROCTOR_COMPOSE_NET']}.1", valkey, self._add_links)
         self._started = True  # from here on stop() has something to take down
-        self._script(["scripts/compose-setup.sh", "--up"], "compose-setup.log")
+        self._script(["scripts/compose-setup.sh", "--up"], "compose-up.log")  # the set-up steps are cached now
         shutil.copy(self.compose_dir / "roster" / "roster.json", self.spec.run_dir / "roster.json")
         self._engine = Engine(self.project)
+        self._copy_ca()
         for component in self.components():
             self._engine.note_ready(component.name.replace("_", "-"))
+
+    def _draw_ports(self) -> dict[str, int]:
+        """Free ports on 127.0.0.1 for what the run publishes."""
+        published = ["api", "admin", "ai_provider", "sms_gateway", "valkey"] + (["faultproxy"] if self.spec.links else [])
+        return dict(zip(published, free_ports(len(published))))
+
+    def _write_secrets(self) -> None:
+        """The run's env file before set-up (which keeps an existing one): the override's proxied
+        URLs need its Valkey password in Compose's environment."""
+        from stack.embedded.provision import compose_secrets, write_env_file
+
+        if not (self.compose_dir / "proctor.env").exists():
+            write_env_file(self.compose_dir / "proctor.env", compose_secrets())
+
+    def _secrets(self) -> dict[str, str]:
+        env_file = self.compose_dir / "proctor.env"
+        lines = env_file.read_text().splitlines() if env_file.exists() else []
+        return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+    def _add_links(self, services: dict[str, Any]) -> None:
+        roles = {service: component.role for service in PYTHON_SERVICES
+                 if (component := component_for_service(service)) is not None}
+        if self._link_ports:
+            config = write_populate(self.compose_dir / "proxies.json", self._link_ports)
+            add_links(services, roles, self._link_ports, self._ports["faultproxy"], config, self.faultproxy_seed)
+
+    def _copy_ca(self) -> None:
+        """Valkey's CA out of the certs volume, for the harness's own TLS clients on the host."""
+        ca = self.compose_dir / "ca.crt"
+        ca.write_bytes(self.engine.read_file("valkey", "/certs/ca.crt"))
+        ca.chmod(0o644)
 
     def stop(self) -> None:
         if not self._started:
@@ -163,19 +209,22 @@ class ComposeDeployment:
     def settings(self) -> Settings:
         if self._settings is not None:
             return self._settings
-        env_file = self.compose_dir / "proctor.env"
-        lines = env_file.read_text().splitlines() if env_file.exists() else []  # written by set-up
-        secrets = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+        secrets = self._secrets()  # written before set-up
         env = {k: v for k, v in secrets.items() if k not in _NOT_SETTINGS}
-        settings = load_settings({**env, "PROCTOR_RUN_DIR": str(self.spec.run_dir),
-                                  **settings_env(self.spec.settings_overrides)})
-        if lines:
+        ca = self.compose_dir / "ca.crt"  # copied out of the certs volume after `up`
+        host = {"PROCTOR_RUN_DIR": str(self.spec.run_dir), **({"PROCTOR_VALKEY_CA": str(ca)} if ca.exists() else {})}
+        settings = load_settings({**env, **host, **settings_env(self.spec.settings_overrides)})
+        if secrets and ca.exists():
             self._settings = settings
         return settings
 
     @property
     def urls(self) -> dict[str, str]:
-        return {key: f"http://127.0.0.1:{port}" for key, port in self._ports.items()}
+        """``URL_KEYS``, ``valkey`` (direct, TLS, with the run's password) and ``faultproxy`` when links."""
+        urls = {key: f"http://127.0.0.1:{port}" for key, port in self._ports.items() if key != "valkey"}
+        password = self._secrets().get("PROCTOR_VALKEY_PASSWORD", "")
+        urls["valkey"] = f"rediss://:{password}@127.0.0.1:{self._ports['valkey']}/0"
+        return urls
 
     def components(self) -> list[Component]:
         found = [component_for_service(service) for service in self.engine.services()]
@@ -188,7 +237,9 @@ class ComposeDeployment:
         return component.replace("_", "-")
 
     def links(self) -> dict[str, dict[str, str]]:
-        return {}
+        """As embedded: {link: {"listen", "upstream"}}, addresses inside the compose network."""
+        return {name: {"listen": f"{FAULTPROXY_SERVICE}:{port}", "upstream": UPSTREAMS[UPSTREAM_OF[name]]}
+                for name, port in sorted(self._link_ports.items())}
 
     def pids(self, component: str) -> list[int]:
         return self.engine.pids(self._service(component))

@@ -9,7 +9,9 @@ left over from before a restart never counts.
 
 from __future__ import annotations
 
+import io
 import signal
+import tarfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -78,6 +80,16 @@ class Engine:
 
     def inspect(self, service: str) -> dict[str, Any]:
         return self.client.api.inspect_container(self._id(service))
+
+    def read_file(self, service: str, path: str) -> bytes:
+        """One regular file out of the service's container (a volume it mounts included)."""
+        chunks, _stat = self.client.api.get_archive(self._id(service), path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as archive:
+            member = archive.next()
+            data = archive.extractfile(member) if member is not None and member.isfile() else None
+            if data is None:
+                raise EngineError(f"{self.project}/{service}:{path} is not a regular file")
+            return data.read()
 
     def running(self, service: str) -> bool:
         return bool(self.inspect(service)["State"]["Running"])

@@ -8,8 +8,13 @@ YAML reads) in its own folder, never committed:
 - each provider's loopback-only admin API on a port published on 127.0.0.1, through a
   TCP forward in the provider's network namespace (as ``admin-forward`` does for web-1):
   the provider sees a loopback peer, and only the network's gateway (the host) may connect;
+- ``restart: on-failure`` on every Python service, as the embedded supervisor restarts a crashed
+  component (set-up still fails on one that crashes before it was ever healthy);
 - ``<run_dir>/connections/`` mounted where the components write their per-process
-  Valkey connection counters (``stack.connection_stats``), so the harness reads them.
+  Valkey connection counters (``stack.connection_stats``), so the harness reads them;
+- Valkey's TLS port published on 127.0.0.1 (the harness's own clients: the connection
+  sampler, the churn generator), and ``PROCTOR_VALKEY_MAXCLIENTS`` when the scenario asks;
+- the fault proxy and its links when the scenario has links (``chaos.deployment.compose_links``).
 
 Services map to components by name: ``web-1`` is ``web_1``, ``worker-merit-2`` is
 ``worker_merit_2``. Services with no component role (postgres, the one-shots, the
@@ -19,7 +24,7 @@ forwards) are not offered to the nemesis.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +33,14 @@ from stack.config import ENV_NAMES
 
 __all__ = [
     "PROVIDER_FORWARDS",
+    "CRASH_RESTART",
     "PYTHON_SERVICES",
+    "VALKEY_TLS_PORT",
     "component_for_service",
     "forward_config",
     "override_document",
     "settings_env",
+    "valkey_entry",
     "write_override",
 ]
 
@@ -43,6 +51,11 @@ PYTHON_SERVICES = ("ai-provider", "sms-gateway", "web-1", "web-2", "relay", "wor
 PROVIDER_FORWARDS = {"ai-provider": 8101, "sms-gateway": 8102}
 """Provider service -> the port its admin API listens on inside its container."""
 
+VALKEY_TLS_PORT = 6380  # docker/bin/proctor-valkey
+CRASH_RESTART = "on-failure"
+"""The embedded supervisor's crash restart (an RQ worker exits on a Valkey error and comes back).
+The engine never restarts a container it was told to kill or stop, so a nemesis kill still
+keeps the component down until ``set_autorestart(True)`` or a restart."""
 _FORWARD_PORT = 9101  # the forward's listener inside the provider's network namespace
 _SINGLETON_ROLES = {"valkey": "valkey", "haproxy": "haproxy", "relay": "relay", "faultproxy": "faultproxy",
                     "ai-provider": "ai_provider", "sms-gateway": "sms_gateway"}
@@ -82,12 +95,22 @@ def forward_config(peer: str, port: int) -> str:
     ])
 
 
+def valkey_entry(host_port: int, maxclients: int | None = None) -> dict[str, Any]:
+    """Valkey's part of the override: its TLS port on the host's 127.0.0.1, maxclients if asked."""
+    entry: dict[str, Any] = {"ports": [f"127.0.0.1:{host_port}:{VALKEY_TLS_PORT}"]}
+    if maxclients is not None:
+        if isinstance(maxclients, bool) or not isinstance(maxclients, int) or maxclients < 1:
+            raise ValueError(f"valkey_maxclients must be a whole number >= 1, not {maxclients!r}")
+        entry["environment"] = {"PROCTOR_VALKEY_MAXCLIENTS": str(maxclients)}
+    return entry
+
+
 def override_document(env: Mapping[str, str], provider_ports: Mapping[str, int], config_dir: Path,
-                      connections_dir: Path) -> dict[str, Any]:
-    """The override file's content: settings, provider admin forwards, the counters' mount."""
-    services: dict[str, Any] = {}
+                      connections_dir: Path, valkey: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The override file's content: settings, provider admin forwards, the counters' mount, Valkey's part."""
+    services: dict[str, Any] = {"valkey": dict(valkey)} if valkey else {}
     for service in PYTHON_SERVICES:
-        services[service] = {"environment": dict(env),
+        services[service] = {"environment": dict(env), "restart": CRASH_RESTART,
                              "volumes": [f"{connections_dir}:/srv/run/connections"]}
     for service, host_port in provider_ports.items():
         services[service]["ports"] = [f"127.0.0.1:{host_port}:{_FORWARD_PORT}"]
@@ -104,8 +127,10 @@ def override_document(env: Mapping[str, str], provider_ports: Mapping[str, int],
 
 
 def write_override(compose_dir: Path, run_dir: Path, env: Mapping[str, str], provider_ports: Mapping[str, int],
-                   gateway: str) -> Path:
-    """Write the forwards' configs and the override file into ``compose_dir``; return its path."""
+                   gateway: str, valkey: Mapping[str, Any] | None = None,
+                   extend: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    """Write the forwards' configs and the override file into ``compose_dir``; return its path.
+    ``extend`` may add to the services before the file is written (the fault proxy's links)."""
     connections = run_dir / "connections"
     connections.mkdir(parents=True, exist_ok=True)
     connections.chmod(0o777)  # the components run as uid 10001 and write their counters here
@@ -113,7 +138,9 @@ def write_override(compose_dir: Path, run_dir: Path, env: Mapping[str, str], pro
         config = compose_dir / f"{service}-forward.cfg"
         config.write_text(forward_config(gateway, port))
         config.chmod(0o644)
-    document = override_document(env, provider_ports, compose_dir, connections.resolve())
+    document = override_document(env, provider_ports, compose_dir, connections.resolve(), valkey)
+    if extend is not None:
+        extend(document["services"])
     path = compose_dir / "override.json"
     path.write_text(json.dumps(document, indent=2))
     return path

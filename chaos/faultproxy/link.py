@@ -53,6 +53,7 @@ class Endpoint(asyncio.Protocol):
         self._pauses: set[str] = set()
         self._write_paused = False
         self._drain: asyncio.Future[None] | None = None
+        self._held: deque[bytes | None] = deque()  # read while paused, in order (None: EOF)
 
     # --- asyncio.Protocol -------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -65,19 +66,30 @@ class Endpoint(asyncio.Protocol):
             self.on_connect(self)
 
     def data_received(self, data: bytes) -> None:
+        # Bytes can arrive while we asked to be paused: Python 3.11.2 (Debian 12's, the compose
+        # image's) ignores a pause_reading() made inside connection_made, so a client's first
+        # bytes came before its upstream socket existed and were written nowhere. Held, in order,
+        # until the last pause is lifted.
+        if self._pauses or self._held:
+            self._held.append(data)
+            return
         link = self.link_in
         if link is not None:
             link.feed(data)
 
     def eof_received(self) -> bool:
-        if self.link_in is not None:
+        if self._pauses or self._held:
+            self._held.append(None)
+        elif self.link_in is not None:
             self.link_in.feed_eof()
         return True  # keep the transport; the connection decides when to close
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._wake_drain()
-        if self.link_in is not None:
+        if self._held:
+            self._held.append(None)  # after what it still holds, if it is ever resumed
+        elif self.link_in is not None:
             self.link_in.feed_eof()
 
     def pause_writing(self) -> None:
@@ -101,8 +113,18 @@ class Endpoint(asyncio.Protocol):
         if reason not in self._pauses:
             return
         self._pauses.discard(reason)
+        self._release_held()
         if not self._pauses and self.transport is not None and not self.closed:
             self.transport.resume_reading()
+
+    def _release_held(self) -> None:
+        """Feed what arrived while paused, until a new pause (a full queue) stops it."""
+        while self._held and not self._pauses and self.link_in is not None:
+            item = self._held.popleft()
+            if item is None:
+                self.link_in.feed_eof()
+            else:
+                self.link_in.feed(item)
 
     def write(self, data: bytes) -> None:
         if self.transport is not None and not self.closed:

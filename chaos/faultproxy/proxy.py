@@ -137,7 +137,9 @@ class Connection:
     async def _dial(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            host, port = _resolve(self.proxy.upstream)
+            # off the event loop: a name (compose's "valkey:6380") asks a DNS server, and a slow
+            # answer must not stall every other connection of every proxy
+            host, port = await asyncio.to_thread(_resolve, self.proxy.upstream)
             await asyncio.wait_for(
                 loop.create_connection(lambda: self.server, host or "127.0.0.1", port),
                 _DIAL_TIMEOUT)

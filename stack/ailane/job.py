@@ -18,14 +18,17 @@ not-before time and ends, so a lane can carry thousands of waiting items. Each r
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis import Redis
 
 from stack.ailane import billing, lanestate
+from stack.ailane.controls import (ASK_BEFORE_REPLAY, HONOR_RETRY_AFTER, ReplayPolicy, RetryAfterPolicy,
+                                   replay_policy, retry_after_policy)
 from stack.ailane.limiter import CALLS_KEY, PAUSE_KEY, SharedLimiter
 from stack.ailane.policy import RetryClock, classify
 from stack.config import CASE_PROVIDER_CALLS_PER_MINUTE, Settings, SettingsError
@@ -35,21 +38,23 @@ from stack.ledger import outbox, outcomes
 __all__ = ["LaneConfig", "Step", "check_startup", "run_narrative", "write_narrative"]
 
 log = logging.getLogger("proctor.ailane")
+RECEIVED_AT_HEADER = "X-Received-At"  # the fake provider's arrival time (stack/providers/__init__.py)
 _RQ_CALLBACK_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
 class LaneConfig:
-    """The AI lane's knobs; ``ask_before_replay`` off is the negative control that replays blindly."""
+    """The AI lane's knobs. ``replay`` and ``retry_after`` are the safeguards' policies
+    (stack/ailane/controls.py): a negative control swaps one for its blind twin at start-up."""
 
     calls_per_minute: int = CASE_PROVIDER_CALLS_PER_MINUTE
     max_in_flight: int = 4
     cost_per_call: float = 1.0
-    ask_before_replay: bool = True
+    replay: ReplayPolicy = ASK_BEFORE_REPLAY  # BLIND_REPLAY = the negative control
     lease_seconds: float | None = None  # a limiter slot's lease; default job timeout + RQ's 60 s callback window
     visibility_timeout_seconds: float | None = None  # when RQ calls a started job abandoned (timeout + 60 s)
     limiter_keys: tuple[str, str] = (CALLS_KEY, PAUSE_KEY)  # a per-worker pair = the negative control
-    honor_retry_after: bool = True  # off = the negative control that retries on backoff alone
+    retry_after: RetryAfterPolicy = HONOR_RETRY_AFTER  # IGNORE_RETRY_AFTER = the negative control
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "LaneConfig":
@@ -59,7 +64,8 @@ class LaneConfig:
         keys = (CALLS_KEY, PAUSE_KEY) if settings.ai_shared_limiter else (
             f"{CALLS_KEY}:{settings.component}", f"{PAUSE_KEY}:{settings.component}")
         return cls(calls_per_minute=settings.ai_calls_per_minute, limiter_keys=keys,
-                   honor_retry_after=settings.ai_retry_after, ask_before_replay=settings.ai_ask_before_replay)
+                   retry_after=retry_after_policy(settings.ai_retry_after),
+                   replay=replay_policy(settings.ai_ask_before_replay))
 
     def lease(self, settings: Settings) -> float:
         return self.lease_seconds or jobs.job_timeout("narrative", settings) + _RQ_CALLBACK_SECONDS
@@ -109,6 +115,26 @@ def run_narrative(process: Any, redis: Redis, op: str, job_id: str, config: Lane
     return run.go()
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """One provider call as the job heard it; the defaults are "sent, no answer read"."""
+
+    status: int | None = None
+    body: dict[str, Any] = field(default_factory=dict)
+    retry_after: float = 0.0  # what the lane's RetryAfterPolicy makes of the answer
+    sent: bool = True
+    received_at: float | None = None  # the provider's X-Received-At, when it said
+
+
+def _received_at(header: str | None) -> float | None:
+    """The provider's arrival time; an absent or unreadable header is the release-time fallback."""
+    try:
+        at = float(header) if header is not None else None
+    except ValueError:
+        return None
+    return at if at is not None and math.isfinite(at) else None
+
+
 class _Run:
     def __init__(self, process: Any, redis: Redis, op: str, job_id: str, config: LaneConfig, rng: random.Random) -> None:
         self.process, self.redis, self.op, self.job_id = process, redis, op, job_id
@@ -136,8 +162,8 @@ class _Run:
     # -- unknown outcomes -------------------------------------------------------------
     def _settle_unknown(self, card: dict[str, Any]) -> Step | None:
         with self.process.engine.begin() as conn:
-            pending = billing.pending_for(conn, self.op)
-        if not pending or not self.config.ask_before_replay:
+            pending = self.config.replay.to_ask(billing.pending_for(conn, self.op))
+        if not pending:
             return None
         recorded = jobs._recorded_response(self.process, self.url, self.op)
         with self.process.engine.begin() as conn:
@@ -165,15 +191,16 @@ class _Run:
             return self._defer(time.time() + grant.wait_seconds, f"limiter: {grant.reason}")
         with self.process.engine.begin() as conn:
             call_id = billing.reserve(conn, self.op, number, self.config.cost_per_call)
+        answer = _Answer()
         try:
-            status, body, retry_after, sent = self._post(card)
-            if not self.config.honor_retry_after:
-                retry_after = 0.0
-            if status == 429 and retry_after:  # pause everyone before this slot frees up for another call
-                limiter.pause(retry_after, f"429 for {self.op}")
+            answer = self._post(card)
+            if answer.status == 429 and answer.retry_after:  # pause everyone before this slot frees up
+                limiter.pause(answer.retry_after, f"429 for {self.op}")
         finally:
-            limiter.release(token)
-        kind = classify(status, sent)
+            # From the provider's arrival when it said (its window counts from there), else from now.
+            limiter.release(token, answer.received_at)
+        status, body, retry_after = answer.status, answer.body, answer.retry_after
+        kind = classify(status, answer.sent)
         if kind == "ok":
             with self.process.engine.begin() as conn:
                 self._settle_earlier(conn, call_id)
@@ -204,21 +231,21 @@ class _Run:
             for other in self.earlier:
                 billing.release(conn, other, "a fresh effect under the key: this earlier call never took effect")
 
-    def _post(self, card: dict[str, Any]) -> tuple[int | None, dict[str, Any], float, bool]:
+    def _post(self, card: dict[str, Any]) -> _Answer:
         import httpx
 
         request = {"operation_id": self.op, "attempt_id": card["attempt_id"],
                    "score": card["score"], "position": card["position"]}
-        headers = {"Idempotency-Key": self.op} if self.config.ask_before_replay else {}
         try:
-            response = jobs._http(self.process).post(self.url, json=request, headers=headers)
+            response = jobs._http(self.process).post(self.url, json=request, headers=self.config.replay.headers(self.op))
         except httpx.ConnectError:
-            return None, {}, 0.0, False
+            return _Answer(sent=False)
         except httpx.HTTPError:  # a timeout after sending, a reset, a broken body
-            return None, {}, 0.0, True
+            return _Answer()
         self.replayed = response.headers.get("Idempotent-Replayed") == "true"
         body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
-        return response.status_code, body, float(body.get("retry_after_seconds") or 0.0), True
+        return _Answer(response.status_code, body, self.config.retry_after.wait_seconds(body),
+                       received_at=_received_at(response.headers.get(RECEIVED_AT_HEADER)))
 
     def _finish(self, card: dict[str, Any], body: dict[str, Any]) -> None:
         payload = {"text": body["text"], "narrative_id": body["narrative_id"],

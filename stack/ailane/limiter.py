@@ -2,10 +2,26 @@
 ``cap`` calls in flight, kept in Valkey and timed by Valkey's own clock (``TIME``).
 
 A slot is held from ``acquire`` until ``release`` and then counts for one more window
-from the release: the provider saw the call somewhere between the two, so the next
-call that reuses the slot reaches the provider more than a window after it, however
-slow the network or the worker was. A call whose worker died is never released; its
-slot counts until its lease ends (longer than any HTTP timeout) plus a window.
+from the moment the provider received the call, which is the moment the provider's own
+window (and the ``provider_limit`` checker) counts from. The fake provider says it on
+every answer (``X-Received-At``, stack/providers/__init__.py); ``release`` takes it,
+clamped between the acquire and Valkey's now (a call cannot reach the provider before
+its slot was granted, nor after its answer came back). The next call that reuses the
+slot is granted at least a window after that arrival and reaches the provider later
+still, so the provider never sees more than ``limit`` arrivals in a window. Without an
+arrival time (a timeout, a reset, a lost body: no answer was read) the slot counts from
+the release, which is never earlier than the arrival: the conservative bound. A call
+whose worker died is never released; its slot counts until its lease ends (longer than
+any HTTP timeout) plus a window.
+
+Dating from the arrival assumes the provider's clock is Valkey's: true in both
+deployments here (the embedded stack and compose run the provider and Valkey on one
+host, one kernel clock). A provider on another host has its own clock, and a skew of
+``s`` seconds would let the limiter free a slot ``s`` early. A real metered API sends no
+``X-Received-At``, so against a remote provider the lane falls back to the release time
+by itself (the floor of a drain is then (window + call time) / window); a user whose
+remote provider does send an arrival time must not feed it to ``release`` unless the two
+clocks are synchronised to well under a call's duration.
 
 Why not a library: ``limits`` 5.8 (a dependency already) stamps moving-window entries
 with the client's ``time.time()`` and takes windows in whole seconds
@@ -53,8 +69,15 @@ return {1, tostring(now), 'granted'}
 _RELEASE = """
 local t = redis.call('TIME')
 local now = t[1] * 1000 + t[2] / 1000
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then redis.call('ZADD', KEYS[1], 'XX', now, ARGV[1]) end
-return tostring(now)
+local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not held then return tostring(now) end
+local at = now
+if ARGV[2] ~= '' then
+  local acquired = tonumber(held) - tonumber(ARGV[3])
+  at = math.max(acquired, math.min(now, tonumber(ARGV[2])))
+end
+redis.call('ZADD', KEYS[1], 'XX', at, ARGV[1])
+return tostring(at)
 """
 
 _PAUSE = """
@@ -99,9 +122,12 @@ class SharedLimiter:
         reason = reason.decode() if isinstance(reason, bytes) else reason
         return Grant(bool(granted), 0.0 if granted else float(value) / 1000, reason)
 
-    def release(self, token: str) -> None:
-        """The call is over (answered, refused or failed): its slot counts one more window from now."""
-        self._release(keys=[self.calls_key], args=[token])
+    def release(self, token: str, received_at: float | None = None) -> float:
+        """The call is over (answered, refused or failed): its slot counts one more window from
+        ``received_at`` (epoch seconds, when the provider received it; clamped between the
+        acquire and Valkey's now), or from now when the answer did not say. Returns that time."""
+        arrival = "" if received_at is None else repr(received_at * 1000)
+        return float(self._release(keys=[self.calls_key], args=[token, arrival, self.lease_ms])) / 1000
 
     def pause(self, seconds: float, reason: str) -> float:
         """Stop every worker's calls for ``seconds`` (a provider's Retry-After); returns the pause left."""

@@ -38,6 +38,8 @@ from stack.embedded.ports import HOST, free_port
 __all__ = [
     "COMPONENT",
     "FIXED_LINKS",
+    "LINKS_OF_ROLE",
+    "UPSTREAM_OF",
     "WEB_WILDCARD",
     "Link",
     "LinkManager",
@@ -59,14 +61,16 @@ FIXED_LINKS: dict[str, str] = {
 WEB_WILDCARD = "web_*"
 """HAProxy -> every web node, including the ones added by scale()."""
 _WEB_LINK = re.compile(r"^web_([1-9][0-9]*)$")
-_UPSTREAM_OF = {"valkey_web": "valkey", "valkey_workers": "valkey", "valkey_relay": "valkey",
-                "ai_provider": "ai_provider", "sms_gateway": "sms_gateway"}
-_LINKS_OF_ROLE: dict[str, dict[str, str]] = {
+UPSTREAM_OF = {"valkey_web": "valkey", "valkey_workers": "valkey", "valkey_relay": "valkey",
+               "ai_provider": "ai_provider", "sms_gateway": "sms_gateway"}
+LINKS_OF_ROLE: dict[str, dict[str, str]] = {
     "web": {"PROCTOR_VALKEY_URL": "valkey_web"},
     "relay": {"PROCTOR_VALKEY_URL": "valkey_relay"},
     "worker": {"PROCTOR_VALKEY_URL": "valkey_workers", "PROCTOR_AI_URL": "ai_provider", "PROCTOR_SMS_URL": "sms_gateway"},
 }
-"""Which consumer role reaches which service through which link (the variable it reads)."""
+"""Which consumer role reaches which service through which link (the variable it reads).
+The compose target points its containers at the proxy from this same table
+(chaos/deployment/compose_links.py)."""
 _API_TIMEOUT = 5.0
 
 
@@ -150,7 +154,7 @@ class LinkManager:
 
     def plan_services(self, ports: Mapping[str, int]) -> None:
         """Proxies for the fixed links (Valkey, providers), from the real service ports."""
-        for name, service in _UPSTREAM_OF.items():
+        for name, service in UPSTREAM_OF.items():
             if self.wants(name):
                 self.add(name, ports[service], push=False)
         if self.supervised and self.api_port is None:
@@ -195,7 +199,7 @@ class LinkManager:
         """Environment overrides for a component of ``role`` (stack.components): the proxied
         addresses of its links."""
         env = {}
-        for var, link_name in _LINKS_OF_ROLE.get(role, {}).items():
+        for var, link_name in LINKS_OF_ROLE.get(role, {}).items():
             port = self.listen_port(link_name)
             if port is None:
                 continue

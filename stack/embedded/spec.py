@@ -21,11 +21,13 @@ from stack.embedded.links import validate_links
 from stack import paths
 from stack.embedded.ports import HOST
 from stack.embedded.secrets import HAPROXY_SOURCE, run_secrets
+from stack.priority import niceness
 
 __all__ = [
     "COMPONENT_MODULES",
     "DEFAULT_COMMANDS",
     "LANES",
+    "PROVIDER_KINDS",
     "READY_DIR",
     "SCALABLE",
     "StackSpec",
@@ -63,6 +65,9 @@ COMPONENT_MODULES: dict[str, str] = {
     "relay": "stack.relay",
     "worker": "stack.lanes.worker",
 }
+
+PROVIDER_KINDS = ("ai_provider", "sms_gateway")
+"""The fake providers: run niced (stack.priority "provider")."""
 
 READY_DIR = "ready"
 """<run_dir>/ready/<worker>: the worker's pid, written once it can take a job ($PROCTOR_READY_FILE)."""
@@ -135,7 +140,18 @@ def web_component(spec: StackSpec, run_dir: Path, index: int, port: int, admin_p
 def python_component(spec: StackSpec, run_dir: Path, role: str, port: int | None = None) -> Component:
     """A provider (HTTP health on ``port``) or the relay (alive)."""
     health = HealthProbe("http", f"http://{HOST}:{port}/healthz") if port else HealthProbe("alive")
-    return Component(role, role, argv=component_argv(spec, role, role, run_dir, port), health=health, port=port)
+    argv = component_argv(spec, role, role, run_dir, port)
+    return Component(role, role, argv=_provider_niced(spec, role, argv), health=health, port=port)
+
+
+def _provider_niced(spec: StackSpec, role: str, argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The fake providers under ``nice``: in production they run on other machines, here they
+    would take the exam's CPU at nice 0 (stack.priority; measured in docs/lane-isolation.md).
+    A caller's own command (StackSpec.commands) runs as given. ``nice`` execs: the pid stays."""
+    level = niceness("provider")
+    if role not in PROVIDER_KINDS or role in spec.commands or level == 0:
+        return argv
+    return ("nice", "-n", str(level), *argv)
 
 
 def worker_component(spec: StackSpec, run_dir: Path, lane: str, index: int) -> Component:

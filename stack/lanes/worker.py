@@ -29,13 +29,18 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-LANE_NICENESS = {"merit": 5, "ai": 10, "sms": 10}
-"""Workers yield the CPU to web nodes: accepting answers is the promise (p99 <= 1 s under
-worker kills), and on 2 loaded cores a restarting worker's imports (~1 CPU-second) or a
-horse would otherwise take its turn. The urgent merit lane stays ahead of ai and sms."""
+from stack.priority import NICENESS, apply_niceness  # stdlib only: cheap before the heavy imports
+
+LANE_NICENESS = {lane: NICENESS[lane] for lane in ("merit", "ai", "sms")}
+"""The default levels (stack.priority; ``$PROCTOR_NICENESS`` overrides them). Workers of
+ai and sms yield the CPU to web nodes (accepting answers is the promise: p99 <= 1 s under
+worker kills; on 2 loaded cores a restarting worker's imports, ~1 CPU-second, or a horse
+would otherwise take its turn) and to the urgent merit lane, which runs at the web nodes'
+level (with merit 5 vs ai/sms 10 the card's p99 under a 2,000-job backlog was 2.71x the p99
+without it on a quiet machine; docs/lane-isolation.md "Figures")."""
 
 if __name__ == "__main__":  # before the heavy imports below, so a restart's imports run niced too
-    os.nice(LANE_NICENESS.get(sys.argv[1] if len(sys.argv) > 1 else "", 0))
+    apply_niceness(sys.argv[1] if len(sys.argv) > 1 else "")
 
 from redis import Redis  # noqa: E402
 from redis.exceptions import RedisError  # noqa: E402

@@ -21,9 +21,14 @@ from stack.config import Settings
 from stack.providers.faults import Admission, FaultState, Faults, Refusal
 from stack.providers.ledger import EffectLedger, IdempotencyConflict, Recorded
 
-__all__ = ["Provider", "ResponseLost", "admin_router", "health_router", "is_loopback", "lookup", "perform"]
+__all__ = ["RECEIVED_AT_HEADER", "Provider", "ResponseLost", "admin_router", "health_router", "is_loopback",
+           "lookup", "perform"]
 
 IDEMPOTENCY_KEY_MAX = 255
+RECEIVED_AT_HEADER = "X-Received-At"
+"""The fake's extension: when the provider received the call (epoch seconds, the ``started_at``
+its own limit and the effect ledger count from), on every answer after the arrival, refusals
+included. A caller's limiter dates its slot from it (stack/ailane/limiter.py ``release``)."""
 
 
 @dataclass
@@ -48,7 +53,11 @@ class ResponseLost(ConnectionError):
     """Raised mid-response on purpose: the effect is recorded, the caller hears nothing whole."""
 
 
-def _lost_response() -> StreamingResponse:
+def _received(arrived: float) -> dict[str, str]:
+    return {RECEIVED_AT_HEADER: f"{arrived:.6f}"}
+
+
+def _lost_response(headers: dict[str, str]) -> StreamingResponse:
     """Headers and a first chunk go out, then the body breaks off: uvicorn closes the
     connection and the caller sees an incomplete response, as after a reset."""
 
@@ -56,7 +65,7 @@ def _lost_response() -> StreamingResponse:
         yield b'{"narrative'
         raise ResponseLost("response lost after the effect was recorded (lose_response_next)")
 
-    return StreamingResponse(broken_body(), status_code=201, media_type="application/json")
+    return StreamingResponse(broken_body(), status_code=201, media_type="application/json", headers=headers)
 
 
 def is_loopback(request: Request) -> bool:
@@ -84,17 +93,19 @@ def perform(
     if isinstance(admitted, Refusal):
         provider.refusals.append({"operation_id": operation_id, "at": arrived, "status": admitted.status,
                                   "retry_after_seconds": admitted.body.get("retry_after_seconds")})
-        return JSONResponse(admitted.body, status_code=admitted.status, headers=admitted.headers)
+        return JSONResponse(admitted.body, status_code=admitted.status,
+                            headers={**admitted.headers, **_received(arrived)})
     time.sleep(provider.work_seconds)
     recorded = _record(provider, operation_id, idempotency_key, request_body, respond, admitted)
+    headers = _received(arrived)
     if recorded.replayed:
         provider.faults.refund(admitted)
+        headers["Idempotent-Replayed"] = "true"
     else:
         # The effect is committed; the caller has not heard yet (unknown outcome window).
         time.sleep(provider.faults.current().delay_after_effect_seconds)
         if provider.faults.take_lost_response():
-            return _lost_response()
-    headers = {"Idempotent-Replayed": "true"} if recorded.replayed else {}
+            return _lost_response(headers)
     return JSONResponse(recorded.effect.response, status_code=recorded.effect.status_code, headers=headers)
 
 
@@ -113,7 +124,8 @@ def _record(
         )
     except IdempotencyConflict:
         provider.faults.refund(admitted)
-        raise HTTPException(409, "Idempotency-Key reused with a different request body") from None
+        raise HTTPException(409, "Idempotency-Key reused with a different request body",
+                            headers=_received(admitted.started_at)) from None
 
 
 def lookup(provider: Provider, operation_id: str) -> dict[str, Any]:

@@ -5,8 +5,8 @@ loopback peers), so `proctor lane|review|alerts|audit` work against any deployme
   (resume sends rows past their deadline to review first);
 - ``GET /admin/review``, ``POST /admin/review/{operation_id}/replay`` (audited, once);
 - ``GET /admin/alerts``;
-- ``GET /admin/audit/billing``: the stack's reservations and the AI provider's own
-  ledger (read from the provider's admin API) side by side; ``proctor audit billing``
+- ``GET /admin/audit/billing``: the stack's reservations, the AI provider's own ledger
+  (read from the provider's admin API) and the reservations read again after it; ``proctor audit billing``
   judges them with chaos/checkers/billing.py (the stack imports no analysis code).
 """
 
@@ -85,6 +85,14 @@ def _provider_effects(state: Any) -> list[dict[str, Any]]:
 
 @router.get("/audit/billing")
 def audit_billing(state: StateDep) -> dict[str, Any]:
+    """Reservations, the provider's invoice, reservations again: the run's final read does the
+    same (chaos/snapshot.py), so the command and the run's billing checker cannot disagree. A
+    lane calling during the read reserves before it calls, so every charge on the invoice has
+    its reservation in the later read (chaos/checkers/billing.py)."""
     with state.read_engine.connect() as conn:
-        reservations, summary = billing.rows(conn), billing.summary(conn)
-    return {"summary": summary, "reservations": reservations, "provider_effects": _provider_effects(state)}
+        reservations = billing.rows(conn)
+    effects = _provider_effects(state)
+    with state.read_engine.connect() as conn:
+        reservations_after, summary = billing.rows(conn), billing.summary(conn)
+    return {"summary": summary, "reservations": reservations, "provider_effects": effects,
+            "reservations_after": reservations_after}

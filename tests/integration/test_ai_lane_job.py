@@ -14,8 +14,9 @@ from redis import Redis
 
 from netsupport import ServedApp, free_port
 from stack.ailane import billing, lanestate
+from stack.ailane.controls import BLIND_REPLAY, IGNORE_RETRY_AFTER
 from stack.ailane.job import LaneConfig, Step, check_startup, run_narrative
-from stack.ailane.limiter import SharedLimiter
+from stack.ailane.limiter import CALLS_KEY, SharedLimiter
 from stack.ailane.review import list_review, replay, resume_lane
 from stack.config import Settings, SettingsError
 from stack.lanes import jobs
@@ -84,6 +85,25 @@ def test_ok_call_is_reserved_completed_and_written(lane: Settings, redis: Redis)
     assert ledger_summary(lane)["completed"] == 1 == ledger_summary(lane)["reservations"]
 
 
+def slot_dated(redis: Redis, call_id: str) -> float:
+    return float(redis.zscore(CALLS_KEY, call_id) or 0.0) / 1000
+
+
+def test_the_slot_counts_from_the_providers_arrival_when_the_answer_says_it(lane: Settings, redis: Redis) -> None:
+    knobs(lane, delay_after_effect_seconds=0.2)  # the answer comes back well after the arrival
+    assert run(lane, redis, 1).action == "done"
+    [effect] = EffectLedger(lane.run_dir / "ai_effects.db").all()
+    assert slot_dated(redis, f"{OP}#1") == pytest.approx(effect.started_at, abs=1e-3)
+
+
+def test_a_lost_answer_dates_the_slot_from_the_release(lane: Settings, redis: Redis) -> None:
+    """The contrast: no answer was read, so no arrival; the slot counts from after the effect."""
+    knobs(lane, delay_after_effect_seconds=0.2, lose_response_next=1)
+    assert run(lane, redis, 1).action == "deferred"
+    [effect] = EffectLedger(lane.run_dir / "ai_effects.db").all()
+    assert slot_dated(redis, f"{OP}#1") >= effect.created_at + 0.2
+
+
 def test_full_limiter_defers_the_row_with_a_not_before_and_calls_nothing(lane: Settings, redis: Redis) -> None:
     config = LaneConfig(calls_per_minute=1)
     assert config.limiter(redis, lane).acquire("someone-else").granted
@@ -113,7 +133,7 @@ def test_429_releases_the_reservation_pauses_every_worker_and_waits_past_retry_a
 def test_negative_control_ignoring_retry_after_retries_on_backoff_alone(lane: Settings, redis: Redis) -> None:
     knobs(lane, status=429, retry_after_seconds=5.0)
     before = time.time()
-    step = run(lane, redis, 1, LaneConfig(honor_retry_after=False))
+    step = run(lane, redis, 1, LaneConfig(retry_after=IGNORE_RETRY_AFTER))
     assert step.action == "deferred"
     assert row(lane)["not_before"] < before + 5.0  # the backoff alone: far earlier than the provider asked
     assert LaneConfig().limiter(redis, lane).acquire("another-worker").granted  # nobody else was paused
@@ -124,7 +144,7 @@ def test_the_lane_config_follows_the_start_up_switches(lane: Settings) -> None:
     blind = LaneConfig.from_settings(lane.with_overrides(ai_shared_limiter=False, ai_retry_after=False,
                                                          ai_ask_before_replay=False, component="worker_ai_2"))
     assert blind.limiter_keys == ("proctor:ai:calls:worker_ai_2", "proctor:ai:pause:worker_ai_2")
-    assert (blind.honor_retry_after, blind.ask_before_replay) == (False, False)
+    assert (blind.retry_after, blind.replay) == (IGNORE_RETRY_AFTER, BLIND_REPLAY)
 
 
 def test_credit_exhausted_pauses_the_lane_alerts_and_resume_releases_the_row(lane: Settings, redis: Redis) -> None:
@@ -215,7 +235,7 @@ def test_a_replayed_answer_completes_the_earlier_reservation_not_the_new_one(lan
 
 
 def test_negative_control_replay_without_asking_charges_twice(lane: Settings, redis: Redis) -> None:
-    blind = LaneConfig(ask_before_replay=False)
+    blind = LaneConfig(replay=BLIND_REPLAY)
     knobs(lane, lose_response_next=1)
     assert run(lane, redis, 1, blind).action == "deferred"
     time.sleep(0.2)  # past the shared limiter's window for this one call
@@ -296,3 +316,11 @@ def test_a_real_rq_worker_runs_the_lane_job_from_the_relay(lane: Settings, redis
     assert worker.wait(timeout=120) == 0, worker_log(settings, "ai")
     assert row(lane)["status"] == "done" and effects(lane) == [OP]
     assert ledger_summary(lane)["completed"] == 1
+
+
+@pytest.mark.parametrize("header", [None, "", "soon", "nan", "inf"])
+def test_an_absent_or_unreadable_arrival_header_falls_back_to_the_release(header: str | None) -> None:
+    from stack.ailane.job import _received_at
+
+    assert _received_at(header) is None
+    assert _received_at("1764510000.250000") == 1764510000.25  # the contrast: a readable one is taken

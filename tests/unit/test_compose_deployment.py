@@ -62,12 +62,14 @@ def test_the_provider_forward_admits_only_the_gateway() -> None:
 def test_what_compose_cannot_run_says_why() -> None:
     assert ComposeSpec("x", Path("r")).unsupported() is None
     assert "wants {'web': 3" in ComposeSpec("x", Path("r"), shape={**COMPOSE_SHAPE, "web": 3}).unsupported()
-    assert "fault proxy" in ComposeSpec("x", Path("r"), links=("valkey_web",)).unsupported()
-    assert "maxclients" in ComposeSpec("x", Path("r"), valkey_maxclients=12).unsupported()
-    with pytest.raises(ComposeUnsupported, match="fault proxy"):
-        ComposeDeployment(ComposeSpec("x", Path("r"), links=("valkey_web",)))
-    assert unsupported_on("embedded", SCENARIOS["tls_churn"]) is None
-    assert unsupported_on("compose", SCENARIOS["worker_kill"]) is None
+    assert ComposeSpec("x", Path("r"), links=("valkey_web", "sms_gateway"), valkey_maxclients=12).unsupported() is None
+    reason = ComposeSpec("x", Path("r"), links=("valkey_web", "web_2")).unsupported()
+    assert reason.startswith("links ['web_2']: HAProxy -> web node links are not built on compose"), reason
+    with pytest.raises(ComposeUnsupported, match=r"links \['web_\*'\]"):
+        ComposeDeployment(ComposeSpec("x", Path("r"), links=("web_*",)))
+    assert unsupported_on("embedded", SCENARIOS["answer_revisions"]) is None
+    for runnable in ("worker_kill", "tls_churn", "tls_churn_fresh_connections"):
+        assert unsupported_on("compose", SCENARIOS[runnable]) is None, runnable
     with pytest.raises(ValueError, match="target must be one of"):
         unsupported_on("k8s", SCENARIOS["worker_kill"])
 
@@ -200,8 +202,8 @@ def test_a_pause_the_runtime_could_not_freeze_is_tried_again_a_bounded_number_of
 def test_proctor_run_names_why_a_scenario_does_not_run_on_compose(capsys: pytest.CaptureFixture[str]) -> None:
     from chaos.run_cmd import main
 
-    assert main(["tls_churn", "--target", "compose"]) == 2  # before any engine or stack is touched
-    assert "tls_churn does not run on compose: links" in capsys.readouterr().err
+    assert main(["answer_revisions", "--target", "compose"]) == 2  # before any engine or stack is touched
+    assert "answer_revisions does not run on compose: links ['web_1', 'web_2']" in capsys.readouterr().err
 
 
 def test_the_reproduce_command_names_the_target_only_when_it_is_not_the_default() -> None:
@@ -219,3 +221,30 @@ def test_a_worker_restarted_with_the_same_pid_gets_a_new_rq_name() -> None:
     first, second = worker_name("worker_sms_1", 7), worker_name("worker_sms_1", 7)  # pid 7 again, in a new container
     assert first != second and first.startswith("worker_sms_1.7.")
     assert component_of(first) == "worker_sms_1"  # connection stats still group it by component
+
+
+def test_published_ports_are_drawn_after_the_long_set_up_right_before_up(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port drawn before a minute-long image build was once taken by another process by the time
+    `up` bound it: start() runs set-up, then draws, then writes the override and runs `--up`."""
+    import chaos.deployment.compose as compose_module
+
+    draws = iter(range(20000, 20100))
+    monkeypatch.setattr(compose_module, "free_ports", lambda n: [next(draws) for _ in range(n)])
+    deployment = ComposeDeployment(ComposeSpec("ports", tmp_path / "run"))
+    at_build = dict(deployment._ports)
+    seen: list[tuple[list[str], dict[str, int]]] = []
+
+    def fake_script(argv: list[str], log_name: str) -> None:
+        seen.append((argv, dict(deployment._ports)))
+        if "--up" in argv:
+            raise EngineError("stop here: no engine in a unit test")
+
+    monkeypatch.setattr(deployment, "_script", fake_script)
+    monkeypatch.setattr(deployment, "stop", lambda: None)
+    with pytest.raises(EngineError):
+        deployment.start()
+    assert [argv for argv, _ in seen] == [["scripts/compose-setup.sh"], ["scripts/compose-setup.sh", "--up"]]
+    assert seen[0][1] == at_build and seen[1][1] != at_build  # control: the first call still saw the old draw
+    override = json.loads((tmp_path / "run" / "compose" / "override.json").read_text())
+    assert f"127.0.0.1:{seen[1][1]['valkey']}:6380" in json.dumps(override)

@@ -144,3 +144,41 @@ def test_the_image_installs_the_stack_extra() -> None:
     setup = (root / "scripts" / "compose-setup.sh").read_text()
     assert 'extras["stack"]' in setup and 'extras["postgres"]' in setup  # the wheelhouse holds what the image installs
     assert _installed_extras('pip install "/src[postgres]"') == {"postgres"}  # control: the walk sees the old line
+
+
+NICE_WEIGHT = dict(enumerate((1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
+                              110, 87, 70, 56, 45, 36, 29, 23, 18, 15)))
+"""The kernel's CFS weight of nice 0..19 (kernel/sched/core.c, sched_prio_to_weight)."""
+
+
+def weights_unlike_embedded(doc: dict[str, Any]) -> list[str]:
+    """Workers and fake providers whose cgroup weight is not the CFS weight of their embedded niceness:
+    nice inside a container ranks only its own processes, so the compose stack carries it in cpu_shares."""
+    from stack.priority import NICENESS
+
+    wrong = []
+    for name, service in doc["services"].items():
+        command = service.get("command") or []
+        role = (command[3] if command[:3] == ["python", "-m", "stack.lanes.worker"]
+                else "provider" if name in ("ai-provider", "sms-gateway") else None)
+        if role is None:
+            continue
+        want, has = NICE_WEIGHT[NICENESS[role]], service.get("cpu_shares", 1024)
+        if has != want:
+            wrong.append(f"{name}: cpu_shares {has}, nice {NICENESS[role]} weighs {want}")
+    return wrong
+
+
+def test_workers_and_providers_weigh_as_their_embedded_niceness() -> None:
+    doc = load()
+    assert weights_unlike_embedded(doc) == []
+    assert {s.get("cpu_shares", 1024) for n, s in doc["services"].items() if n.startswith("web-")} == {1024}
+    assert doc["services"]["worker-ai-1"]["cpu_shares"] < doc["services"]["worker-merit-1"]["cpu_shares"]
+
+
+def test_negative_control_a_worker_at_the_default_weight_is_caught() -> None:
+    doc = load()
+    doc["services"]["worker-ai-1"].pop("cpu_shares")
+    doc["services"]["sms-gateway"]["cpu_shares"] = 1024
+    assert weights_unlike_embedded(doc) == ["sms-gateway: cpu_shares 1024, nice 10 weighs 110",
+                                            "worker-ai-1: cpu_shares 1024, nice 15 weighs 36"]

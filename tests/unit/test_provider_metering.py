@@ -109,6 +109,26 @@ def test_the_ledger_export_lists_each_refusal_with_its_exact_retry_after(ai_url:
     assert body["refusals"][0]["at"] > body["effects"][0]["started_at"]  # arrival times, in order
 
 
+def received_at(response: httpx.Response) -> float:
+    return float(response.headers["X-Received-At"])
+
+
+def test_every_answer_says_when_the_provider_received_the_call(ai_url: str) -> None:
+    """X-Received-At (the fake's extension) is the arrival its own ledger counts from: the
+    effect's started_at, the refusal's at, and a replay's own arrival (not the first call's)."""
+    first, replay = call(ai_url, "n1"), call(ai_url, "n1")
+    set_knobs(ai_url, fail_next=1, fail_next_status=429, retry_after_seconds=0.25)
+    throttled = call(ai_url, "n2")
+    set_knobs(ai_url, key_revoked=True)
+    revoked = call(ai_url, "n3")
+    body = httpx.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
+    assert received_at(first) == pytest.approx(body["effects"][0]["started_at"], abs=1e-6)
+    assert replay.headers["Idempotent-Replayed"] == "true" and received_at(replay) > received_at(first)
+    assert [received_at(r) for r in (throttled, revoked)] == pytest.approx(
+        [r["at"] for r in body["refusals"]], abs=1e-6)
+    assert received_at(throttled) < received_at(revoked)
+
+
 def test_revoked_key_over_http_is_401_and_no_effect(ai_url: str) -> None:
     set_knobs(ai_url, key_revoked=True)
     assert call(ai_url, "n1").status_code == 401

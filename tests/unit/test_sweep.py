@@ -162,8 +162,8 @@ def test_seeds_count_up_from_the_first() -> None:
     (["--first-seed", "1.5"], "argument --first-seed: expected a whole number, got '1.5'"),
     (["--time-scale", "0"], "argument --time-scale: must be greater than 0, got 0"),
     (["--target", "k8s"], "argument --target: invalid choice: 'k8s'"),
-    (["--target", "compose", "--scenario", "worker_kill", "--scenario", "tls_churn"],
-     "argument --target: compose cannot run tls_churn: links"),
+    (["--target", "compose", "--scenario", "worker_kill", "--scenario", "answer_revisions"],
+     "argument --target: compose cannot run answer_revisions: links ['web_1', 'web_2']"),
 ])
 def test_bad_options_name_the_option(argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
                                      tmp_path: Path) -> None:

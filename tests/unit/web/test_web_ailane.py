@@ -107,6 +107,38 @@ def test_audit_billing_passes_then_fails_on_a_charge_nobody_reserved(admin_url: 
     assert code == 1 and shown["verdict"]["violations"] == ["unreserved_charge"]
 
 
+def test_audit_billing_reads_reservations_around_the_invoice_like_the_run_checker(
+    admin_url: str, ledger: Engine, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lane call lands while the invoice is read: reserved before it was charged, so the later
+    read covers it. The negative control judges the earlier read alone and sees an unreserved charge."""
+    from chaos.checkers.billing import check_billing
+    from chaos.ledgers import EffectRow
+    from stack.web import routes_ailane
+
+    read_invoice, calls = routes_ailane._provider_effects, iter(range(1, 10))
+
+    def lane_calls_during_the_read(state: Any) -> list[dict[str, Any]]:
+        op = f"narrative-r{next(calls)}"
+        with ledger.begin() as conn:
+            call_id = billing.reserve(conn, op, 1, 1.0)
+        body = {"operation_id": op, "attempt_id": "a1", "score": 1, "position": 1}
+        assert httpx.post(f"{settings.ai_url}/v1/narratives", json=body).status_code == 201
+        effects = read_invoice(state)
+        with ledger.begin() as conn:
+            billing.complete(conn, call_id)
+        return effects
+
+    monkeypatch.setattr(routes_ailane, "_provider_effects", lane_calls_during_the_read)
+    code, shown = command(ops_cmd.audit_main, "billing", url=admin_url)
+    assert code == 0 and shown["verdict"]["valid"] is True and shown["summary"]["completed"] == 1
+    data = httpx.get(f"{admin_url}/admin/audit/billing", headers={"X-Admin-Token": ADMIN}).json()
+    effects = [EffectRow(**effect) for effect in data["provider_effects"]]
+    assert check_billing(data["reservations"], effects, data["reservations_after"]).valid is True
+    single_read = check_billing(data["reservations"], effects)  # the command before: one read, before the invoice
+    assert single_read.valid is False and single_read.violations == ["unreserved_charge"]
+
+
 def test_commands_name_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
     assert ops_cmd.alerts_main(["--token", ADMIN, "--url", ""]) == 2
     assert "--url" in capsys.readouterr().err
