@@ -15,11 +15,10 @@ demo: setup
 
 # The compose parity pass (issue #13): the same scenario tests against docker-compose.yml. Skipped with
 # one line when no engine answers and none can be installed; --timeout is a hang guard for a cold
-# machine (engine, base and image are built inside the first test), not a verdict.
-# worker_kill itself is not in the pass yet: on compose it keeps every answer and job but misses
-# its fixed answer p99 <= 1 s (1.43-2.58 s measured, 0.30 s embedded in the same hour): an open
-# finding, docs/compose.md. `make test-compose-all` runs it and every other scenario on compose.
-COMPOSE_PARITY := chaos/test_worker_kill.py::test_without_reconciler_a_killed_job_is_reported_lost \
+# machine (engine, base and image are built inside the first test), not a verdict. The issue's three
+# scenarios, each with its negative control; `make test-compose-all` runs every scenario on compose.
+COMPOSE_PARITY := chaos/test_worker_kill.py::test_worker_kills_lose_nothing_and_duplicate_nothing \
+	chaos/test_worker_kill.py::test_without_reconciler_a_killed_job_is_reported_lost \
 	chaos/test_web_node_kill.py chaos/test_tls_churn.py
 
 test: setup
