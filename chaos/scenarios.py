@@ -47,14 +47,28 @@ def _one_busy_kill(target: str, **params: object):
     return schedule
 
 
-def _delay_sms_after_effect(stack) -> None:  # noqa: ANN001 - chaos.deployment.Deployment
-    """The gateway records the SMS, then answers late: a kill then hides a completed send."""
-    import httpx
+def _provider_faults(provider: str, knobs: dict[str, float]):  # noqa: ANN202 - a Scenario.prepare
+    """Set a fake provider's fault knobs before the load (its loopback admin API)."""
 
-    response = httpx.put(f"{stack.urls['sms_gateway']}/admin/faults",
-                         headers={"X-Admin-Token": stack.settings.admin_token},
-                         json={"delay_after_effect_seconds": 1.5}, timeout=5)
-    response.raise_for_status()
+    def prepare(stack) -> None:  # noqa: ANN001 - chaos.deployment.Deployment
+        import httpx
+
+        response = httpx.put(f"{stack.urls[provider]}/admin/faults",
+                             headers={"X-Admin-Token": stack.settings.admin_token}, json=knobs, timeout=5)
+        response.raise_for_status()
+
+    return prepare
+
+
+_delay_sms_after_effect = _provider_faults("sms_gateway", {"delay_after_effect_seconds": 1.5})
+"""The gateway records the SMS, then answers late: a kill then hides a completed send."""
+
+_slow_ai_calls = _provider_faults("ai_provider", {"latency_seconds": 0.5})
+"""Each AI call waits 0.5 s at the provider before its work, so a busy AI worker's horse is still
+running when the kill lands. Without it a 0.1 s call often ended between the nemesis seeing
+the horse and the kill: on compose the kill itself takes about 0.4 s (the engine's kill),
+and the control was then missed (the CI rehearsal of 30 November: a mid-job kill of a worker
+whose tree was down to 1 pid at the kill, nothing lost, reported valid)."""
 
 
 def _sms_kill_after_accept(name: str, idempotency: bool) -> Scenario:
@@ -187,6 +201,7 @@ SCENARIOS: dict[str, Scenario] = {
             description="negative control: reconciler off; an AI job killed mid-run must be reported lost",
             workload=WorkloadSpec(arrival_rate=2.0, duration=5.0, questions=2),
             settings={"reconciler_enabled": False},
+            prepare=_slow_ai_calls,
             faults=_one_busy_kill("worker_ai_1"),
             options=_WORKER_KILL_OPTIONS,
             quiet_timeout=8.0,

@@ -47,6 +47,8 @@ def test_stalls_no_kill_explains_break_the_derived_bounds(run_chaos):
 def test_without_reconciler_a_killed_job_is_reported_lost(run_chaos):
     run = run_chaos("worker_kill_no_reconciler")
     assert _mid_job_kills(run), "the kill did not land mid-job, so this control proves nothing"
+    # the tree read right before the kill still had the horse: the job was in flight when it died
+    assert any(len(f["pids"]) > 1 for f in _mid_job_kills(run)), run.faults()
     assert run.valid is False, run.summary()
     assert run.checker("jobs")["valid"] is False
     assert run.checker("jobs")["counts"]["stuck"] >= 1, run.summary()
