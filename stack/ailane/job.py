@@ -217,13 +217,14 @@ class _Run:
         return self._review(row, f"permanent: provider answered {status}", permanent=True)
 
     def _settle_earlier(self, conn: Any, call_id: str) -> None:
-        """One effect per Idempotency-Key: a replayed answer is the earlier call's effect (that
-        reservation completes, this one is released); a fresh one proves the earlier call never
-        took effect (released; if it lands later, the provider replays it: no second charge)."""
-        if not self.earlier:
-            billing.complete(conn, call_id)
-        elif self.replayed:
-            billing.complete(conn, self.earlier[0], "the provider replayed this call's effect under the key")
+        """One effect per Idempotency-Key: a replayed answer is an earlier call's effect (the first
+        pending earlier reservation completes; this one is released, and so is this one when that
+        earlier call was already completed, e.g. answered before its worker died and the job ran
+        again); a fresh one proves the earlier calls never took effect (released; if one lands
+        later, the provider replays it: no second charge)."""
+        if self.replayed:
+            for paid in self.earlier[:1]:
+                billing.complete(conn, paid, "the provider replayed this call's effect under the key")
             for other in [*self.earlier[1:], call_id]:
                 billing.release(conn, other, "provider replayed an earlier call's effect: no new charge")
         else:

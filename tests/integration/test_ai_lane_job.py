@@ -23,6 +23,7 @@ from stack.lanes import jobs
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.schema import outbox as outbox_table
+from stack.ledger.schema import outcomes as outcomes_table
 from stack.providers import ai
 from stack.providers.ledger import EffectLedger
 from test_jobs import all_correct, ready_card, seed_attempt, use
@@ -232,6 +233,23 @@ def test_a_replayed_answer_completes_the_earlier_reservation_not_the_new_one(lan
     with make_engine(lane).begin() as conn:
         assert [(r["call_id"], r["state"]) for r in billing.rows(conn)] == [(f"{OP}#1", "completed"), (f"{OP}#2", "released")]
     assert _billing_verdict(lane).valid is True and effects(lane) == [OP]
+
+
+def test_a_run_again_after_a_completed_call_releases_its_replayed_reservation(lane: Settings, redis: Redis) -> None:
+    """The CI rehearsal of 30 November: a worker killed after the provider answered and the
+    reservation completed, before the outcome was written; the job ran again, the provider
+    replayed under the key, and the new reservation was completed too (completed_without_charge)."""
+    assert run(lane, redis, 1).action == "done"  # call 1 answered and its reservation completed
+    with make_engine(lane).begin() as conn:  # as if the worker died before writing the outcome
+        conn.execute(outcomes_table.delete().where(outcomes_table.c.operation_id == OP))
+        conn.execute(outbox_table.update().where(outbox_table.c.operation_id == OP).values(status="pending"))
+    time.sleep(0.2)  # past the shared limiter's window for the one call
+    assert run(lane, redis, 2).action == "done"
+    with make_engine(lane).begin() as conn:
+        assert [(r["call_id"], r["state"]) for r in billing.rows(conn)] == [(f"{OP}#1", "completed"), (f"{OP}#2", "released")]
+    verdict = _billing_verdict(lane)
+    assert verdict.valid is True, verdict.to_dict()
+    assert effects(lane) == [OP]
 
 
 def test_negative_control_replay_without_asking_charges_twice(lane: Settings, redis: Redis) -> None:
