@@ -13,7 +13,7 @@ from dataclasses import replace
 from chaos.ailane_scenarios import AI_LANE_SCENARIOS
 from chaos.churn import ChurnSpec, churn_generator
 from chaos.isolation_scenarios import ISOLATION_SCENARIOS
-from chaos.nemesis import FaultSpec, periodic_schedule
+from chaos.nemesis import FaultSpec, ProviderNemesis, periodic_schedule
 from chaos.runner import Scenario
 from chaos.scenarios_scale import SCALE_SCENARIOS
 from chaos.revision_scenarios import REVISION_SCENARIOS
@@ -48,14 +48,12 @@ def _one_busy_kill(target: str, **params: object):
 
 
 def _provider_faults(provider: str, knobs: dict[str, float]):  # noqa: ANN202 - a Scenario.prepare
-    """Set a fake provider's fault knobs before the load (its loopback admin API)."""
+    """Set a fake provider's fault knobs before the load, for the whole run: the provider
+    nemesis's own start (merged into the current knobs through the loopback admin API), never ended."""
 
     def prepare(stack) -> None:  # noqa: ANN001 - chaos.deployment.Deployment
-        import httpx
-
-        response = httpx.put(f"{stack.urls[provider]}/admin/faults",
-                             headers={"X-Admin-Token": stack.settings.admin_token}, json=knobs, timeout=5)
-        response.raise_for_status()
+        nemesis = ProviderNemesis(stack.urls, stack.settings.admin_token)
+        nemesis.start(FaultSpec(at=0.0, kind="provider", target=provider, duration=0.0, params=knobs))
 
     return prepare
 

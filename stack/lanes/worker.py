@@ -29,16 +29,12 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from stack.priority import NICENESS, apply_niceness  # stdlib only: cheap before the heavy imports
+from stack.priority import apply_niceness  # stdlib only: cheap before the heavy imports
 
-LANE_NICENESS = {lane: NICENESS[lane] for lane in ("merit", "ai", "sms")}
-"""The default levels (stack.priority; ``$PROCTOR_NICENESS`` overrides them). Workers of
-ai and sms yield the CPU to web nodes (accepting answers is the promise: p99 <= 1 s under
-worker kills; on 2 loaded cores a restarting worker's imports, ~1 CPU-second, or a horse
-would otherwise take its turn) and to the urgent merit lane, which runs at the web nodes'
-level (with merit 5 vs ai/sms 10 the card's p99 under a 2,000-job backlog was 2.71x the p99
-without it on a quiet machine; docs/lane-isolation.md "Figures")."""
-
+# Workers of ai and sms yield the CPU to web nodes (accepting answers is the promise: p99 <= 1 s
+# under worker kills; on 2 loaded cores a restarting worker's imports, ~1 CPU-second, or a horse
+# would otherwise take its turn) and to the urgent merit lane, which runs at the web nodes' level
+# (stack.priority.NICENESS; docs/lane-isolation.md "Figures" has what each level measured).
 if __name__ == "__main__":  # before the heavy imports below, so a restart's imports run niced too
     apply_niceness(sys.argv[1] if len(sys.argv) > 1 else "")
 
@@ -53,7 +49,6 @@ from stack.lanes.jobs import prepare_worker  # noqa: E402 - in the parent, so ea
 from stack.lanes.queues import LANES  # noqa: E402
 
 __all__ = [
-    "LANE_NICENESS",
     "LIVENESS_PREFIX",
     "MAINTENANCE_INTERVAL",
     "WORKER_TTL",
