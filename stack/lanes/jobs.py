@@ -36,7 +36,7 @@ from sqlalchemy.pool import NullPool
 
 from stack.config import CASE_AI_CALL_SECONDS, CASE_MERIT_COMPUTE_SECONDS, CASE_SMS_CALL_SECONDS, Settings, load_settings
 from stack.ledger import outbox, outcomes, ranking
-from stack.ledger.engine import make_engine
+from stack.ledger.engine import make_engine, make_reader
 from stack.ledger.grading import OPTIONS, answer_key
 from stack.ledger.schema import attempts, exams
 
@@ -99,9 +99,7 @@ def _current() -> _Process:
     if _process is None:
         settings = load_settings()
         engine = make_engine(settings)
-        # PostgreSQL readers take no write lock: one pool there, so a horse opens one connection.
-        reader = make_engine(settings, read_only=True) if engine.dialect.name == "sqlite" else engine
-        _process = _Process(os.getpid(), settings, engine, reader)
+        _process = _Process(os.getpid(), settings, engine, make_reader(settings, engine))
     elif _process.pid != os.getpid():  # a forked horse: the parent's engines, never its connections
         _drop_pools(_process, close=False)  # SQLAlchemy's after-fork recipe: the parent's sockets stay its own
         _process = _Process(os.getpid(), _process.settings, _process.engine, _process.reader)

@@ -11,7 +11,7 @@ from sqlalchemy.pool import NullPool
 from stack.config import Settings
 from stack.ledger.schema import exams, metadata
 
-__all__ = ["make_engine", "init_ledger"]
+__all__ = ["make_engine", "make_reader", "init_ledger"]
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -76,6 +76,14 @@ def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int =
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+def make_reader(settings: Settings, engine: Engine) -> Engine:
+    """The read-only twin of ``engine`` for a process's scans: on SQLite a WAL snapshot that
+    never takes the write lock (a scan of thousands of rows under BEGIN IMMEDIATE made every
+    answer and merit card queue behind it); PostgreSQL readers take no write lock, so there it
+    is ``engine`` itself and a process keeps one pool."""
+    return make_engine(settings, read_only=True) if engine.dialect.name == "sqlite" else engine
 
 
 def init_ledger(engine: Engine, settings: Settings) -> None:
