@@ -72,14 +72,14 @@ class Lease:
     """One holding of the lock; ``release`` and ``update`` act only while it is still ours."""
 
     def __init__(self, lock: "CapacityLock", value: str, holder: dict[str, Any]) -> None:
-        self._lock, self._value, self.holder = lock, value, holder
+        self._owner, self._value, self.holder = lock, value, holder
 
     def update(self, **fields: Any) -> bool:
         """Add what became known under the lock (a scale's ``from``); False if no longer ours."""
         holder = {**self.holder, **fields}
         value = json.dumps({**holder, "token": json.loads(self._value)["token"]}, sort_keys=True)
-        with self._lock.client() as client:
-            replaced = client.eval(_REPLACE, 1, self._lock.key, self._value, value)
+        with self._owner.client() as client:
+            replaced = client.eval(_REPLACE, 1, self._owner.key, self._value, value)
         if replaced is None:
             return False
         self._value, self.holder = value, holder
@@ -87,8 +87,8 @@ class Lease:
 
     def release(self) -> bool:
         """Free the lock if it is still ours; False if it had expired (the TTL freed it)."""
-        with self._lock.client() as client:
-            return bool(client.eval(_RELEASE, 1, self._lock.key, self._value))
+        with self._owner.client() as client:
+            return bool(client.eval(_RELEASE, 1, self._owner.key, self._value))
 
 
 class CapacityLock:

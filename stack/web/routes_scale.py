@@ -179,7 +179,7 @@ def _release(state: WebState, lease: Lease) -> None:
 
 
 def _lock_held(held: LockHeld) -> HTTPException:
-    scale_holds = bool(held.holder) and held.holder.get("what") == "scale"  # type: ignore[union-attr]
+    scale_holds = (held.holder or {}).get("what") == "scale"
     expires = f"; it expires in {math.ceil(held.expires_in)} s at the latest" if held.expires_in else ""
     return HTTPException(status_code=409, detail=f"capacity lock held by {describe_holder(held.holder)}{expires}; retry later",
                          headers={"Retry-After": str(RETRY_AFTER_SCALE if scale_holds else RETRY_AFTER_WINDOW)})

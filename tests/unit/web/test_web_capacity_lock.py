@@ -12,12 +12,13 @@ from typing import Any, Iterator
 import httpx
 import pytest
 from redis import Redis
-from web_support import ADMIN, TestClient, closed_port
+from web_support import ADMIN, LOOPBACK, RecordingDispatcher, TestClient, closed_port
 
 from stack.config import Settings
 from stack.embedded import StackError
 from stack.embedded.control import ControlServer
 from stack.web.capacity_lock import CAPACITY_LOCK_KEY, CapacityLock
+from stack.web.app import create_admin_app, create_app
 from stack.web.dispatch import ValkeyClients
 from stack.web.routes_scale import CAPACITY_LOCK_TTL, EXECUTOR_TIMEOUT, POOLS_TIMEOUT
 
@@ -68,6 +69,14 @@ def valkey(valkey_server: str) -> Iterator[Redis]:
     client.close()
 
 
+@pytest.fixture
+def other_node(settings: Settings, admin_client: TestClient) -> Iterator[TestClient]:
+    """A second web node's admin listener: same ledger and Valkey, its own process state."""
+    app = create_app(settings.with_overrides(node_name="web_other"), dispatcher=RecordingDispatcher())
+    with TestClient(app, client=LOOPBACK), TestClient(create_admin_app(app), client=LOOPBACK) as admin:
+        yield admin
+
+
 def _open_window(admin: TestClient, min_web: int = 3) -> httpx.Response:
     now = time.time()
     return admin.put("/admin/exams/NOVA-101/window", headers=H,
@@ -113,6 +122,18 @@ def test_a_window_opened_while_a_scale_waits_for_its_executor_is_refused(
         "held": False, "holder": None, "description": None}
     assert admin_client.get("/admin/lock", headers=H).json()["windows"] == []  # the refused window was not stored
     assert _open_window(admin_client).status_code == 200  # the scale released the lock
+
+
+def test_the_lock_spans_nodes_a_window_put_on_another_node_is_refused_too(
+        admin_client: TestClient, other_node: TestClient, executor: GatedExecutor) -> None:
+    thread, answers = _scale_in_background(admin_client, 1)
+    _wait_until_inside_executor(executor, thread, answers)
+    opened = _open_window(other_node)  # the admin asked another node: only Valkey knows of the scale
+    executor.gate.set()
+    thread.join(HANG_GUARD)
+    assert opened.status_code == 409 and "on web_test" in opened.json()["detail"], opened.text
+    assert answers[0].status_code == 200
+    assert _open_window(other_node).status_code == 200
 
 
 def test_a_scale_is_refused_while_a_window_write_holds_the_lock(
