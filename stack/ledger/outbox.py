@@ -239,7 +239,9 @@ def unfinished_summary(conn: Connection) -> tuple[int, float | None]:
 
 def latency_histogram(conn: Connection, bounds: tuple[float, ...]) -> dict[str, tuple[list[int], int, float]]:
     """Per kind, finish -> outcome (``done_at - created_at``) of the done rows: (cumulative count
-    at or below each bound, count, sum of seconds). One grouped scan, nothing kept between calls."""
+    at or below each bound, count, sum of seconds). One grouped scan of every done row: what each
+    /metrics scrape ran before stack/web/lane_latency.py, now the reference its tests and
+    loadtests/bench_metrics_scrape.py compare against."""
     latency = outbox.c.done_at - outbox.c.created_at
     buckets = [func.sum(case((latency <= bound, 1), else_=0)) for bound in bounds]
     rows = conn.execute(
