@@ -22,7 +22,7 @@ from chaos.deployment import Deployment
 from chaos.deployment.targets import DEFAULT_TARGET, build_deployment
 from chaos.history import History
 from chaos.monitor import run_monitor
-from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, run_schedule
+from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderNemesis, run_schedule
 from chaos.workload import WorkloadSpec, WorkloadStats, run_workload
 import stack.config as stack_config
 from stack.config import Settings
@@ -160,7 +160,10 @@ def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Pr
 
 
 def _nemesis_for(stack: Deployment, scenario: Scenario) -> CompositeNemesis:
-    members: list[Any] = [ProcessNemesis(stack)]
+    """Every nemesis a scheduled fault may name: processes (kill, pause, restart, scale), the fake
+    providers' knobs (``provider``: targets are the deployment's URL names, e.g. ``ai_provider``)
+    and, with links behind the fault proxy, the network (``toxic``)."""
+    members: list[Any] = [ProcessNemesis(stack), ProviderNemesis(stack.urls, stack.settings.admin_token)]
     if scenario.links:
         from chaos.nemesis.network import NetworkNemesis
 

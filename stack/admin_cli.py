@@ -146,6 +146,9 @@ def lock_main(argv: Sequence[str] | None = None) -> int:
         for window in (state or {}).get("windows", []):
             print(f"{window['exam_code']}: {'OPEN' if window['open'] else 'closed'} {window['opens_at']:.0f}.."
                   f"{window['closes_at']:.0f} min web {window['min_web']} workers {window['min_workers']}")
+        capacity = (state or {}).get("capacity_lock") or {}
+        if capacity.get("held"):
+            print(f"capacity lock: held by {capacity['description']}")
         return code
     if args.opens is None or args.closes is None:
         p.error("--opens and --closes are required with an exam code")

@@ -5,6 +5,8 @@ writes after a timeout (an INCR can run twice). We choose per purpose instead:
 - ``queue``: RQ enqueue/dequeue. Job ids are unique per outbox attempt, so a
   re-sent enqueue cannot create a second job for the same attempt: a few retries.
 - ``probe``: metrics and health reads; no retries, short timeouts, never blocks a request.
+- ``lock``: the capacity lock (stack/web/capacity_lock.py); no retries: a ``SET NX`` re-sent
+  after a timeout would find its own key and read as "held by someone else".
 
 Every connection names itself (``CLIENT SETNAME <component>/<purpose>``) so a
 ``CLIENT LIST`` shows which component holds which connection, and a reconnect shows
@@ -58,7 +60,7 @@ __all__ = [
 CONNECT_TIMEOUT = 2.0
 SOCKET_TIMEOUT = 5.0
 
-_RETRIES = {"queue": 3, "probe": 0}
+_RETRIES = {"queue": 3, "probe": 0, "lock": 0}
 
 
 def client_name(settings: Settings | None, purpose: str) -> str:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool
+from sqlalchemy.schema import CreateIndex
 
 from stack.config import Settings
-from stack.ledger.schema import exams, metadata
+from stack.ledger.schema import IX_OUTBOX_DONE_AT, exams, metadata
 
 __all__ = ["make_engine", "make_reader", "init_ledger"]
 
@@ -90,6 +91,8 @@ def init_ledger(engine: Engine, settings: Settings) -> None:
     """Create tables and the configured exams; safe to run from every process at start."""
     metadata.create_all(engine)
     with engine.begin() as conn:
+        # create_all adds indexes only with their table: a ledger made before this index gets it here
+        conn.execute(CreateIndex(IX_OUTBOX_DONE_AT, if_not_exists=True))
         existing = {row.code for row in conn.execute(exams.select())}
         for code, count in settings.exams.items():
             if code not in existing:

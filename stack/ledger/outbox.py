@@ -15,8 +15,9 @@ jobs read score and position from the card and nowhere else. If the merit row is
 from __future__ import annotations
 
 import time
+from typing import Iterator
 
-from sqlalchemy import ColumnElement, Connection, and_, case, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Select, and_, case, exists, func, or_, select, update
 
 from stack.lanes.queues import operation_id
 from stack.ledger.schema import OUTBOX_KINDS, lane_state, outbox
@@ -39,6 +40,8 @@ __all__ = [
     "pending_for_attempt",
     "unfinished_summary",
     "latency_histogram",
+    "done_since",
+    "done_since_query",
     "NON_FINAL_STATUSES",
 ]
 
@@ -236,7 +239,9 @@ def unfinished_summary(conn: Connection) -> tuple[int, float | None]:
 
 def latency_histogram(conn: Connection, bounds: tuple[float, ...]) -> dict[str, tuple[list[int], int, float]]:
     """Per kind, finish -> outcome (``done_at - created_at``) of the done rows: (cumulative count
-    at or below each bound, count, sum of seconds). One grouped scan, nothing kept between calls."""
+    at or below each bound, count, sum of seconds). One grouped scan of every done row: what each
+    /metrics scrape ran before stack/web/lane_latency.py, now the reference its tests and
+    loadtests/bench_metrics_scrape.py compare against."""
     latency = outbox.c.done_at - outbox.c.created_at
     buckets = [func.sum(case((latency <= bound, 1), else_=0)) for bound in bounds]
     rows = conn.execute(
@@ -244,3 +249,17 @@ def latency_histogram(conn: Connection, bounds: tuple[float, ...]) -> dict[str, 
         .where(outbox.c.status == "done", outbox.c.done_at.is_not(None)).group_by(outbox.c.kind)
     )
     return {kind: ([int(c or 0) for c in counts], int(count), float(total)) for kind, count, total, *counts in rows}
+
+
+def done_since_query(since: float | None) -> Select:
+    """The done rows with ``done_at >= since`` (all of them for None); ``ix_outbox_done_at``
+    (status, done_at) makes a recent ``since`` an index range, whatever the table's size."""
+    query = select(outbox.c.operation_id, outbox.c.kind, outbox.c.created_at, outbox.c.done_at).where(
+        outbox.c.status == "done", outbox.c.done_at.is_not(None))
+    return query if since is None else query.where(outbox.c.done_at >= since)
+
+
+def done_since(conn: Connection, since: float | None, batch: int = 5000) -> Iterator[tuple[str, str, float, float]]:
+    """(operation_id, kind, created_at, done_at) of ``done_since_query(since)``, streamed in batches."""
+    for row in conn.execution_options(yield_per=batch).execute(done_since_query(since)):
+        yield row.operation_id, row.kind, float(row.created_at), float(row.done_at)

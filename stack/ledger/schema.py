@@ -28,6 +28,7 @@ __all__ = [
     "answers",
     "answer_revisions",
     "outbox",
+    "IX_OUTBOX_DONE_AT",
     "outcomes",
     "audit_log",
     "exam_windows",
@@ -153,6 +154,10 @@ outbox = Table(
     UniqueConstraint("attempt_id", "kind", name="uq_outbox_per_kind"),
 )
 Index("ix_outbox_status", outbox.c.status)
+# The lane-latency scrape reads only rows done since its previous high-water mark (stack/web/lane_latency.py);
+# with status first, SQLite's planner takes it for ``status = 'done' AND done_at >= ?`` (it picked
+# ix_outbox_status, every done row, when this index was on done_at alone).
+IX_OUTBOX_DONE_AT = Index("ix_outbox_done_at", outbox.c.status, outbox.c.done_at)
 
 outcomes = Table(
     "outcomes",

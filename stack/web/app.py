@@ -34,6 +34,7 @@ from stack.web import (
     routes_sessions,
 )
 from stack.web.answer_sink import AnswerSink, DurableAnswers
+from stack.web.capacity_lock import CapacityLock
 from stack.web.dispatch import Dispatcher, ValkeyClients, ValkeyDispatcher
 from stack.web.guards import ledger_busy_handler, unparsable_body_handler
 from limits import parse as parse_rate
@@ -81,7 +82,8 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
     state = WebState(settings=settings, engine=engine, read_engine=read_engine, clients=clients, dispatcher=dispatcher,
                      answers=_answer_sink(settings, engine),
                      limiter=RequestLimiter(clients, enabled=settings.rate_limits,
-                                            login_network=parse_rate(settings.login_network_limit)))
+                                            login_network=parse_rate(settings.login_network_limit)),
+                     capacity_lock=CapacityLock(clients, routes_scale.CAPACITY_LOCK_TTL, settings.node_name))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -35,6 +35,7 @@ from stack.connection_stats import ERROR_KINDS, process_stats
 from stack.lanes.queues import LANE_OF_KIND, LANES
 from stack.ledger import outbox
 from stack.web.dispatch import ValkeyClients
+from stack.web.lane_latency import Histograms, LaneLatency
 
 __all__ = ["LANE_LATENCY_BOUNDS", "LaneSample", "LedgerSample", "RequestCounters", "lane_samples", "ledger_sample", "render_metrics"]
 
@@ -52,6 +53,7 @@ class RequestCounters:
         self.registry = CollectorRegistry(auto_describe=True)
         self.latency = Histogram("proctor_http_request_duration_seconds", "Request latency by route template.",
                                  ["node", "route", "method"], registry=self.registry)
+        self.lane_latency = LaneLatency(LANE_LATENCY_BOUNDS)  # from the ledger, read incrementally per scrape
 
     def record(self, status: int, node: str = "", route: str = "unmatched", method: str = "", seconds: float | None = None) -> None:
         with self._lock:
@@ -111,15 +113,15 @@ class LedgerSample:
     up: bool
     pending_outcomes: int = 0
     outbox_lag: float = 0.0  # age of the oldest non-final outbox row
-    latency: dict[str, tuple[list[int], int, float]] | None = None  # outbox.latency_histogram per kind
+    latency: Histograms | None = None  # per kind, cumulative since the ledger began (stack/web/lane_latency.py)
 
 
-def ledger_sample(engine: Engine, now: float | None = None) -> LedgerSample:
+def ledger_sample(engine: Engine, lane_latency: LaneLatency, now: float | None = None) -> LedgerSample:
     now = time.time() if now is None else now
     try:
         with engine.connect() as conn:
             count, oldest = outbox.unfinished_summary(conn)
-            latency = outbox.latency_histogram(conn, LANE_LATENCY_BOUNDS)
+            latency = lane_latency.update(conn)
     except Exception as exc:  # noqa: BLE001 - a scrape reports the ledger down, it does not fail
         log.warning("metrics: ledger unreadable: %s", exc)
         return LedgerSample(up=False)
@@ -140,10 +142,10 @@ class _Families:
             family.add_metric(list(values), value)
         self.families.append(family)
 
-    def lane_latency(self, latency: dict[str, tuple[list[int], int, float]]) -> None:
+    def lane_latency(self, latency: Histograms) -> None:
         family = HistogramMetricFamily(
             "proctor_lane_latency_seconds", "Finish to outcome written, per lane and kind (from the ledger; "
-            "every node reports the same rows).", labels=["lane", "kind"])
+            "every node reports the same rows: aggregate nodes with max).", labels=["lane", "kind"])
         for kind, (cumulative, count, total) in sorted(latency.items()):
             buckets = [(f"{bound:g}", n) for bound, n in zip(LANE_LATENCY_BOUNDS, cumulative)] + [("+Inf", count)]
             family.add_metric([LANE_OF_KIND.get(kind, kind), kind], buckets, total)
@@ -181,7 +183,7 @@ def _alert_families(out: _Families, engine: Engine) -> None:
 def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients, engine: Engine, draining: bool) -> str:
     requests, errors = counters.snapshot()
     lanes = _valkey_lanes(clients)
-    ledger = ledger_sample(engine)
+    ledger = ledger_sample(engine, counters.lane_latency)
     out = _Families()
     out.metric("proctor_http_requests_total", "counter", "HTTP requests served by this node.", ["node"], [((node,), requests)])
     out.metric("proctor_http_5xx_total", "counter", "HTTP 5xx responses of this node.", ["node"], [((node,), errors)])

@@ -23,6 +23,7 @@ from stack.config import Settings
 from stack.ledger.attempts import Attempt, get_attempt, question_count
 from stack.web.answer_sink import AnswerSink
 from stack.web.auth import Principal, bearer_principal
+from stack.web.capacity_lock import CapacityLock
 from stack.web.dispatch import Dispatcher, ValkeyClients
 from stack.web.metrics import RequestCounters
 from stack.web.ratelimit import RequestLimiter
@@ -58,6 +59,7 @@ class WebState:
     counters: RequestCounters = field(default_factory=RequestCounters)
     draining: threading.Event = field(default_factory=threading.Event)
     limiter: RequestLimiter = field(default_factory=lambda: RequestLimiter(None, enabled=False))
+    capacity_lock: CapacityLock | None = None  # held by POST /admin/scale and PUT .../window (routes_scale)
     _exams: dict[str, int] = field(default_factory=dict)
 
     def question_count(self, exam_code: str) -> int | None:

@@ -42,10 +42,12 @@ def executor() -> Iterator[RecordingExecutor]:
 
 @pytest.fixture
 def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
-    """The node learns the executor's URL from its settings (PROCTOR_CONTROL_URL), when a test has one."""
+    """The node learns the executor's URL from its settings (PROCTOR_CONTROL_URL), when a test has one,
+    and then gets a real Valkey too: a scale and a window write hold the capacity lock there."""
     if "executor" not in request.fixturenames:
         return settings
-    return settings.with_overrides(control_url=request.getfixturevalue("executor").url)
+    return settings.with_overrides(control_url=request.getfixturevalue("executor").url,
+                                   valkey_url=request.getfixturevalue("valkey_server"))
 
 
 def _window(admin: TestClient, opens: float, closes: float, min_web: int = 3, **workers: int) -> Any:
