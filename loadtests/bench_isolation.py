@@ -40,9 +40,11 @@ TARGET_RATIO = 1.5
 VARIANTS = {
     "before": "merit=5,ai=10,sms=10,provider=0",  # the levels before #12's measurements
     "providers": "merit=5,ai=10,sms=10,provider=10",  # only the fake providers niced
-    "now": "",  # stack.priority.NICENESS: merit 0, ai/sms 15, providers 10
+    "now": "",  # stack.priority.NICENESS
     "ai19": "merit=0,ai=19,sms=19,provider=10",
     "relay5": "relay=5",  # the relay's reconcile pass over the backlog's enqueued rows yields to merit
+    "nice15": "ai=15,sms=15",  # the bulk lanes at nice 15 (the defaults before SCHED_IDLE)
+    "idle": "ai=idle,sms=idle",  # the bulk lanes under SCHED_IDLE
 }
 """Variant name -> ``$PROCTOR_NICENESS`` for every component of both runs ("" = the defaults)."""
 

@@ -21,7 +21,7 @@ from stack.embedded.links import validate_links
 from stack import paths
 from stack.embedded.ports import HOST
 from stack.embedded.secrets import HAPROXY_SOURCE, run_secrets
-from stack.priority import niceness
+from stack.priority import IDLE, niceness
 
 __all__ = [
     "COMPONENT_MODULES",
@@ -151,6 +151,8 @@ def _provider_niced(spec: StackSpec, role: str, argv: tuple[str, ...]) -> tuple[
     level = niceness("provider")
     if role not in PROVIDER_KINDS or role in spec.commands or level == 0:
         return argv
+    if level == IDLE:  # util-linux's chrt, which execs like nice
+        return ("chrt", "--idle", "0", *argv)
     return ("nice", "-n", str(level), *argv)
 
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import time
 from typing import Any, Iterator, Literal
-
-import logging
 
 import httpx
 from fastapi import APIRouter, Depends, HTTPException
