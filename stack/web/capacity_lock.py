@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import secrets
 import time
 from datetime import datetime, timezone
@@ -31,8 +30,6 @@ from redis.exceptions import RedisError
 from stack.web.dispatch import ValkeyClients
 
 __all__ = ["CAPACITY_LOCK_KEY", "CapacityLock", "Lease", "LockHeld", "LockUnavailable", "describe_holder"]
-
-log = logging.getLogger(__name__)
 
 CAPACITY_LOCK_KEY = "proctor:capacity-lock"
 
@@ -115,20 +112,6 @@ class CapacityLock:
                 return Lease(self, value, holder)
             current, pttl = client.get(self.key), client.pttl(self.key)
         raise LockHeld(_public(current), pttl / 1000 if pttl and pttl > 0 else None)
-
-    @contextlib.contextmanager
-    def held(self, **holder: Any) -> Iterator[Lease]:
-        """The lock for the block; freed on the way out, errors included (a failed release is logged:
-        the TTL frees it)."""
-        lease = self.acquire(**holder)
-        try:
-            yield lease
-        finally:
-            try:
-                if not lease.release():
-                    log.warning("capacity lock of %s had expired before its release", describe_holder(lease.holder))
-            except LockUnavailable as exc:
-                log.warning("capacity lock release failed (its TTL frees it): %s", exc)
 
     def holder(self) -> dict[str, Any] | None:
         """Who holds the lock now (None: free); raises LockUnavailable."""
