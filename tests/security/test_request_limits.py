@@ -41,14 +41,16 @@ def test_500_students_behind_one_address_are_never_limited_as_one(app_client: Te
 
 @pytest.fixture
 def frozen_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The in-memory limiter's clock held still: 605 polls on a slow machine could straddle the
-    minute boundary, where the sliding window counter weighs the previous minute's polls by the
-    part of it still in the window and lets one more through (a fresh CI clone saw 4 x 429, not 5)."""
+    """The in-memory limiter's clock held still, for tests that count 429s against a limit.
+    Requests that straddle a window boundary meet the sliding window counter's weighting of the
+    previous window (its count times the part of it still in the window), which lets a few more
+    through: 605 polls on a fresh CI clone got 4 x 429, not 5."""
     now = time.time()
     monkeypatch.setattr("limits.storage.memory.time", SimpleNamespace(time=lambda: now))
 
 
-def test_one_abusive_account_is_limited_alone(app_client: TestClient, frozen_window: None) -> None:
+@pytest.mark.usefixtures("frozen_window")
+def test_one_abusive_account_is_limited_alone(app_client: TestClient) -> None:
     abuser, bystander = token_for(app_client, "s-1"), token_for(app_client, "s-2")
     attempt = start(app_client, abuser)
     path = f"/v1/attempts/{attempt}/merit-card"
@@ -71,6 +73,7 @@ def _login(client: TestClient, student: str, code: str, forwarded: str | None = 
                        headers=headers)
 
 
+@pytest.mark.usefixtures("frozen_window")
 def test_a_spoofed_forwarded_for_from_outside_the_proxies_changes_nothing(settings: Settings, ledger: Engine) -> None:
     tight_network_limit = 5
     app = create_app(settings.with_overrides(trusted_proxies=("127.0.0.2",), login_network_limit="5/minute"),
@@ -85,6 +88,7 @@ def test_a_spoofed_forwarded_for_from_outside_the_proxies_changes_nothing(settin
     assert via_proxy == [201] * 8
 
 
+@pytest.mark.usefixtures("frozen_window")
 def test_guessing_one_accounts_code_is_limited_even_for_the_right_code(app_client: TestClient) -> None:
     code = ROSTER["NOVA-101"]["s-3"]
     failures = [_login(app_client, "s-3", f"guess-{i}").status_code for i in range(routes_sessions.LOGIN_FAILURES.amount)]
@@ -111,6 +115,7 @@ def test_nodes_share_the_count_through_valkey(two_nodes_on_valkey: tuple[TestCli
     assert one.app.state.proctor.limiter.fallbacks == 0  # type: ignore[attr-defined]
 
 
+@pytest.mark.usefixtures("frozen_window")
 def test_with_valkey_down_answers_are_accepted_and_limits_count_per_node(app_client: TestClient) -> None:
     # app_client's Valkey is a closed port: the limiter falls back to this node's memory.
     token = token_for(app_client)
