@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from chaos.history import HistoryFormatError, Op, read_history, write_history
+from chaos.wellformed import first_malformed
 
 __all__ = ["HISTORIES_DIR", "MergedHistory", "merge_histories"]
 
@@ -54,6 +55,9 @@ def merge_histories(run_dir: Path, dest_name: str = "history.jsonl") -> MergedHi
         except (OSError, HistoryFormatError) as exc:
             result.problems.append(f"{path.name}: {exc}")
             continue
+        malformed = first_malformed(read.file_order)  # a merge by wall clock would hide a misplaced line
+        if malformed is not None:
+            result.problems.append(f"{path.name}: {malformed.describe()}")
         if read.torn is not None:
             result.problems.append(f"{path.name}: {read.torn.describe()}")
         streams.append(list(_tagged(read.ops, number)))
