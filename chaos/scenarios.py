@@ -202,7 +202,6 @@ SCENARIOS: dict[str, Scenario] = {
             prepare=_slow_ai_calls,
             faults=_one_busy_kill("worker_ai_1"),
             options=_WORKER_KILL_OPTIONS,
-            quiet_timeout=8.0,
             expect_valid=False,
         ),
         _sms_kill_after_accept("sms_no_idempotency", idempotency=False),
@@ -229,7 +228,6 @@ SCENARIOS: dict[str, Scenario] = {
             valkey_maxclients=FRESH_MAXCLIENTS,
             background=_tls_background(FRESH_CHURN),
             options={**_TLS_OPTIONS, "max_component_connection_errors": 0},
-            quiet_timeout=5.0,
             expect_valid=False,
         ),
         Scenario(

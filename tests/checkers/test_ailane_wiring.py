@@ -170,6 +170,7 @@ def test_a_deployment_without_the_ai_exports_leaves_them_unread(tmp_path: Path, 
         return {"table": table, "exported_at": 1.0, "rows": []}
 
     monkeypatch.setattr(snapshot, "fetch_table", fetch)
+    monkeypatch.setattr(snapshot, "fetch_queues", lambda url, token: (_ for _ in ()).throw(_status_error(404)))
     if not excused:  # a failing export is a failed final read, never a quietly missing table
         with pytest.raises(Exception, match=str(code)):
             snapshot.snapshot_ledgers("http://127.0.0.1:1", {}, "t", tmp_path)
