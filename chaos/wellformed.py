@@ -39,7 +39,7 @@ from chaos.history import COMPLETION_TYPES, FAULT_END, FAULT_START, MONITOR, NEM
 __all__ = ["CLIENT_FUNCTIONS", "Malformed", "first_malformed"]
 
 CLIENT_FUNCTIONS = frozenset({"session", "start", "answer", "finish", "merit_card", "revise", "read_answers"})
-"""Every request a workload sends (chaos/workload.py, chaos/revision_ops.py, loadtests/ramp_student.py);
+"""Every request a workload sends (chaos/load/exam.py, chaos/ops/revisions.py, loadtests/ramp_student.py);
 tests/unit/test_wellformed.py keeps this set equal to the names those files use."""
 
 

@@ -166,9 +166,9 @@ def _call_names(path: Path) -> set[str]:
 
 
 def test_client_functions_are_the_requests_the_workloads_send() -> None:
-    from chaos.revision_ops import READ_ANSWERS, REVISE
+    from chaos.ops.revisions import READ_ANSWERS, REVISE
 
-    chaos_names = _call_names(ROOT / "chaos" / "workload.py") | _call_names(ROOT / "chaos" / "revision_ops.py")
+    chaos_names = _call_names(ROOT / "chaos" / "load" / "exam.py") | _call_names(ROOT / "chaos" / "ops" / "revisions.py")
     assert {REVISE, READ_ANSWERS} <= chaos_names
     ramp = ast.parse((ROOT / "loadtests" / "ramp_student.py").read_text())
     [next_call] = [n for n in ast.walk(ramp) if isinstance(n, ast.FunctionDef) and n.name == "_next_call"]
