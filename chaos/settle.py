@@ -51,7 +51,7 @@ from typing import Any, Callable, Mapping, Sequence
 from chaos.bounds import service_time
 from chaos.ledgers import LANE_OF_KIND, OutboxRow
 
-__all__ = ["CAP_MULTIPLE", "SettlePlan", "SettleResult", "SettleTerms", "plan_settle", "settle_markdown", "wait_to_settle"]
+__all__ = ["CAP_MULTIPLE", "FORMULA", "UNREADABLE_FOR", "SettlePlan", "SettleResult", "SettleTerms", "plan_settle", "settle_markdown", "wait_to_settle"]
 
 CAP_MULTIPLE = 3.0
 """The wait never exceeds this multiple of the derived expected drain (see the module doc)."""
