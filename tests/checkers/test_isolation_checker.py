@@ -154,3 +154,12 @@ def test_one_merit_worker_is_a_valid_spec(tmp_path: Path) -> None:
     (tmp_path / LANE_JOBS_FILE).write_text(json.dumps({"table": "lane_jobs", "exported_at": 30.0, "rows": rows}))
     assert isolation_from_run(tmp_path, {"merit_workers": 1}).valid is True
     assert isolation_from_run(tmp_path, {"merit_workers": 0}).valid == "unknown"
+
+
+def test_pickups_go_past_a_merit_job_not_started_and_one_still_running() -> None:
+    """Listed first: one merit job never started, one still running (no end yet on its worker);
+    the pickups of the ten after them are still measured, from ends that exist."""
+    waiting = merit(90, 9.0, None, None)
+    running = merit(91, 9.0, 9.5, None, worker="worker_merit_1.1")
+    bound = merit_wait_bound([waiting, running, *[j for j in isolated() if j.kind == "merit"]], 2)
+    assert bound["terms"]["measured_jobs"] == 10 and bound["terms"]["pickup"] == 0.01
