@@ -27,11 +27,11 @@ from sqlalchemy import func, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stack.config import Settings  # noqa: E402
-from stack.ledger.backlog import seed_backlog  # noqa: E402
-from stack.ledger.engine import init_ledger, make_engine  # noqa: E402
-from stack.ledger.schema import outbox  # noqa: E402
-from stack.relay import Relay  # noqa: E402
+from stack.config import Settings
+from stack.ledger.backlog import seed_backlog
+from stack.ledger.engine import init_ledger, make_engine
+from stack.ledger.schema import outbox
+from stack.relay import Relay
 
 
 def free_port() -> int:
@@ -52,13 +52,13 @@ def _start_valkey(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
         try:
             if client.ping():
                 break
-        except Exception:
+        except Exception:  # noqa: BLE001 - not up yet: any failure means retry
             time.sleep(0.05)
     client.close()
     return server, port
 
 
-def _pending(engine) -> int:  # noqa: ANN001
+def _pending(engine) -> int:
     with engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(outbox).where(outbox.c.status == "pending")).scalar_one()
 

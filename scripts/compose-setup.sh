@@ -127,7 +127,7 @@ build_base() {
 }
 
 source_hash() {
-  git ls-files -z -- docker pyproject.toml stack chaos | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12
+  git ls-files -z -- docker pyproject.toml setup.py stack chaos | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12
 }
 
 build_wheelhouse() {

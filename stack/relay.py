@@ -48,7 +48,7 @@ from stack.config import Settings, load_settings
 from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client
 from stack.lanes.enqueue import enqueue_operation, enqueue_operations
-from stack.lanes.queues import job_id, lane_routes
+from stack.lanes.queues import lane_routes
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine, make_reader

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import re
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -47,11 +47,11 @@ def _one_busy_kill(target: str, **params: object):
     return schedule
 
 
-def _provider_faults(provider: str, knobs: dict[str, float]):  # noqa: ANN202 - a Scenario.prepare
+def _provider_faults(provider: str, knobs: dict[str, float]):  # a Scenario.prepare
     """Set a fake provider's fault knobs before the load, for the whole run: the provider
     nemesis's own start (merged into the current knobs through the loopback admin API), never ended."""
 
-    def prepare(stack) -> None:  # noqa: ANN001 - chaos.deployment.Deployment
+    def prepare(stack) -> None:  # chaos.deployment.Deployment
         nemesis = ProviderNemesis(stack.urls, stack.settings.admin_token)
         nemesis.start(FaultSpec(at=0.0, kind="provider", target=provider, duration=0.0, params=knobs))
 

@@ -22,7 +22,6 @@ from chaos.ramp.gate import completions, error_split, gate, step_rates, time_ser
 from chaos.ramp.merge import merge_histories
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "loadtests"))
 
 from ramp_plan import RampPlan, parse_steps  # noqa: E402
 from ramp_student import HistoryWriter, Student, classify  # noqa: E402
@@ -71,7 +70,7 @@ class FakeClient:
         self.script, self.sent = script, []
 
     @contextlib.contextmanager
-    def request(self, method, path, json=None, headers=None, name=None, catch_response=True):  # noqa: A002
+    def request(self, method, path, json=None, headers=None, name=None, catch_response=True):
         self.sent.append((method, path, json, dict(headers or {})))
         yield self.script.pop(0)
 
