@@ -26,7 +26,7 @@ from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderN
 from chaos.load.exam import WorkloadSpec, WorkloadStats, run_workload
 import stack.config as stack_config
 from stack.config import Settings
-from stack.embedded.secrets import read_roster
+from stack.deploy.secrets import read_roster
 from stack.paths import runs_dir
 
 __all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir"]

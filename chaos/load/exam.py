@@ -175,7 +175,7 @@ async def run_workload(
     roster: Mapping[str, str] | None = None,
 ) -> WorkloadStats:
     """Drive students at ``spec.arrival_rate`` for ``spec.duration`` seconds, then wait for them.
-    ``roster``: {student_id: access code} of ``spec.exam_code`` (stack.embedded.secrets.read_roster)."""
+    ``roster``: {student_id: access code} of ``spec.exam_code`` (stack.deploy.secrets.read_roster)."""
     students = sorted((roster or {}).items())
     wanted = int(spec.arrival_rate * spec.duration)
     if len(students) < wanted:

@@ -19,8 +19,8 @@ from stack.embedded import StackError
 from stack.embedded import valkey as vk
 from stack.embedded.links import validate_links
 from stack import paths
-from stack.embedded.ports import HOST
-from stack.embedded.secrets import HAPROXY_SOURCE, run_secrets
+from stack.deploy.ports import HOST
+from stack.deploy.secrets import HAPROXY_SOURCE, run_secrets
 from stack.priority import IDLE, niceness
 
 __all__ = [

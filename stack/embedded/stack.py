@@ -34,8 +34,8 @@ from stack.embedded.control import CONTROL_ENV, ControlServer
 from stack.embedded.drain import DrainReport, admit_server, drain_server_idle, retire_server
 from stack.embedded.links import LinkManager
 from stack.embedded.manifest import package_versions, update_latest_link, write_manifest
-from stack.embedded.secrets import HAPROXY_SOURCE, ROSTER_NAME, roster_student_ids, write_private_json
-from stack.embedded.ports import free_port
+from stack.deploy.secrets import HAPROXY_SOURCE, ROSTER_NAME, roster_student_ids, write_private_json
+from stack.deploy.ports import free_port
 from stack.embedded.spec import (
     COMPONENT_MODULES,
     DEFAULT_COMMANDS,

@@ -1,6 +1,6 @@
 """Import boundaries between the parts of Proctor, as a test (issue #8, item 9).
 
-A small AST walk rather than import-linter: four rules need about sixty lines and no
+A small AST walk rather than import-linter: the rules need about sixty lines and no
 extra dependency, "only the standard library" is a predicate (``sys.stdlib_module_names``)
 rather than a list of forbidden packages, and the walk counts every import: inside
 functions, in ``TYPE_CHECKING`` blocks, and ``importlib.import_module`` with a literal
@@ -74,10 +74,11 @@ class Rule:
     name: str
     folder: str
     forbidden: Callable[[str], bool]
+    files: str = "*.py"  # which files under ``folder`` the rule holds for
 
     def violations(self, root: Path) -> list[str]:
         found = []
-        for path in sorted((root / self.folder).rglob("*.py")):
+        for path in sorted((root / self.folder).rglob(self.files)):
             for line, name in imports_of(path, root):
                 if self.forbidden(name):
                     found.append(f"{path.relative_to(root)}:{line} imports {name}")
@@ -94,6 +95,11 @@ RULES = [
                            or _within(name, "chaos.faultproxy"))),
     Rule("the harness never imports locust (gevent patches the process)", "chaos",
          lambda name: _top(name) == "locust"),
+    Rule("the ledger never imports the lanes, rq or redis", "stack/ledger",
+         lambda name: _within(name, "stack.lanes") or _top(name) in ("rq", "redis")),
+    Rule("the compose deployment never imports the embedded deployment", "chaos/deployment",
+         lambda name: _within(name, "stack.embedded") or _within(name, "chaos.deployment.embedded"),
+         files="compose*.py"),
 ]
 _IDS = [rule.folder for rule in RULES]
 
@@ -114,6 +120,11 @@ _PLANTED = {
                          "chaos/faultproxy/bad.py:2 imports chaos.history"),
     "chaos": ("chaos/bad.py", "import importlib\nimportlib.import_module('locust.env')\n",
               "chaos/bad.py:2 imports locust.env"),
+    "stack/ledger": ("stack/ledger/bad.py", "from stack.ledger import outbox\nfrom stack.lanes.queues import job_id\n",
+                     "stack/ledger/bad.py:2 imports stack.lanes.queues"),
+    "chaos/deployment": ("chaos/deployment/compose_bad.py", "from stack.deploy.links import UPSTREAM_OF\n"
+                         "def later():\n    from stack.embedded.links import LinkManager\n",
+                         "chaos/deployment/compose_bad.py:3 imports stack.embedded.links"),
 }
 
 
@@ -133,6 +144,9 @@ _CLEAN = {  # allowed imports only: every rule must report nothing on this tree
     "chaos/faultproxy/ok.py": "from __future__ import annotations\nimport asyncio\n"
                               "from .link import Link\nfrom . import stage\n",
     "chaos/ok.py": "import subprocess\nsubprocess.run(['locust', '-f', 'x.py'])\n",
+    "stack/ledger/ok.py": "from sqlalchemy import select\nfrom stack.ledger.outbox import operation_id\n",
+    "chaos/deployment/compose_ok.py": "from stack.deploy.ports import free_ports\nfrom .final_read import final_read\n",
+    "chaos/deployment/embedded_ok.py": "from stack.embedded.stack import EmbeddedStack\n",  # not a compose file
 }
 
 
