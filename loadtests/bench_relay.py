@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,16 +27,11 @@ from sqlalchemy import func, select
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stack.config import Settings
+from stack.deploy.ports import free_port
 from stack.ledger.backlog import seed_backlog
 from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.schema import outbox
 from stack.relay import Relay
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _start_valkey(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:

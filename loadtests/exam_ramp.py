@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from locust import FastHttpUser, LoadTestShape, events, task
@@ -31,7 +30,7 @@ from locust.user.wait_time import constant_throughput
 from ramp_plan import DEFAULT_STEPS, RampPlan, parse_steps
 from ramp_stack import PROJECT_ROOT, EmbeddedRampStack, StackStartError, read_manifest
 from ramp_student import QUESTIONS, Student, StudentCursor, history_for
-from stack.paths import runs_dir
+from stack.paths import new_run_dir
 
 _state: dict[str, object] = {}  # the master's stack and run folder (module state: one Locust process)
 
@@ -88,7 +87,7 @@ def _on_init(environment, **_kwargs) -> None:
         return  # workers get host, roster and run folder from the master with the spawn message
     options = environment.parsed_options
     _validate(options)
-    run_dir = Path(options.ramp_run_dir or runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp").resolve()
+    run_dir = Path(options.ramp_run_dir or new_run_dir("ramp")).resolve()
     _state["run_dir"] = run_dir
     targets = _targets(environment, options, run_dir)
     options.ramp_run_dir = str(run_dir)

@@ -23,9 +23,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from stack.ledger.grading import OPTIONS
+
 __all__ = ["QUESTIONS", "HistoryWriter", "Student", "StudentCursor", "classify", "history_for"]
 
-OPTIONS = "ABCD"
 QUESTIONS = 20  # the embedded stack's exam (PROCTOR_EXAMS NOVA-101:20): q1 .. q20
 _writers: dict[str, "HistoryWriter"] = {}
 _cursors: dict[tuple[str, str], "StudentCursor"] = {}

@@ -60,9 +60,9 @@ def parse_when(text: str, now: float | None = None) -> float:
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
-    from stack.paths import runs_dir
+    from stack.paths import latest_run_dir
 
-    p.add_argument("--run-dir", type=Path, default=runs_dir() / "latest",
+    p.add_argument("--run-dir", type=Path, default=latest_run_dir(),
                    help="run folder whose manifest names the admin URL and token (default <results>/runs/latest)")
     p.add_argument("--admin-url", default=None, help="a web node's admin listener; the token then comes from "
                                                      "PROCTOR_ADMIN_TOKEN")

@@ -45,6 +45,7 @@ from stack.components import POOLS, Component
 from stack.config import Settings, load_settings
 from stack.deploy.links import UPSTREAM_OF
 from stack.deploy.ports import free_ports
+from stack.paths import update_latest_link
 
 __all__ = ["COMPOSE_SHAPE", "ComposeDeployment", "ComposeSpec", "ComposeUnsupported", "REPO"]
 
@@ -109,6 +110,7 @@ class ComposeDeployment:
 
     def start(self) -> None:
         self.spec.run_dir.mkdir(parents=True, exist_ok=True)
+        update_latest_link(self.spec.run_dir)  # as the embedded stack does: `proctor status` finds it
         (self.compose_dir / "roster").mkdir(parents=True, exist_ok=True)
         self.compose_dir.chmod(0o700)
         self._write_secrets()

@@ -22,10 +22,9 @@ import httpx
 from chaos.load.client import Call, ExamClient
 from chaos.history import History
 from chaos.load.revisions import RevisionSpec, revise_answers
+from stack.ledger.grading import OPTIONS
 
 __all__ = ["WorkloadSpec", "WorkloadStats", "run_workload", "student_flow"]
-
-OPTIONS = "ABCD"
 
 
 @dataclass(frozen=True)
