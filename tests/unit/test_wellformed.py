@@ -153,6 +153,17 @@ def test_proctor_check_calls_a_malformed_history_unknown_naming_the_line(tmp_pat
     assert list(report["checkers"]) == ["history"]  # no checker judged it
 
 
+CONSTANTS = {"REVISE": "revise", "READ_ANSWERS": "read_answers", "ANSWER": "answer"}
+"""The op-name constants a workload may pass to Call (chaos/ops/); test_op_name_constants checks their values."""
+
+
+def test_op_name_constants() -> None:
+    from chaos.ops.answers import ANSWER
+    from chaos.ops.revisions import READ_ANSWERS, REVISE
+
+    assert CONSTANTS == {"REVISE": REVISE, "READ_ANSWERS": READ_ANSWERS, "ANSWER": ANSWER}
+
+
 def _call_names(path: Path) -> set[str]:
     """The first argument of every Call(...) in a workload file."""
     tree = ast.parse(path.read_text())
@@ -160,8 +171,7 @@ def _call_names(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Call" and node.args:
             first = node.args[0]
-            names.add(first.value if isinstance(first, ast.Constant) else {"REVISE": "revise",
-                                                                            "READ_ANSWERS": "read_answers"}[first.id])
+            names.add(first.value if isinstance(first, ast.Constant) else CONSTANTS[first.id])
     return names
 
 
@@ -172,6 +182,7 @@ def test_client_functions_are_the_requests_the_workloads_send() -> None:
     assert {REVISE, READ_ANSWERS} <= chaos_names
     ramp = ast.parse((ROOT / "loadtests" / "ramp_student.py").read_text())
     [next_call] = [n for n in ast.walk(ramp) if isinstance(n, ast.FunctionDef) and n.name == "_next_call"]
-    ramp_names = {ret.value.elts[0].value for ret in ast.walk(next_call) if isinstance(ret, ast.Return)
-                  and isinstance(ret.value, ast.Tuple)}
+    firsts = [ret.value.elts[0] for ret in ast.walk(next_call) if isinstance(ret, ast.Return)
+              and isinstance(ret.value, ast.Tuple)]
+    ramp_names = {f.value if isinstance(f, ast.Constant) else CONSTANTS[f.id] for f in firsts}
     assert chaos_names | ramp_names == CLIENT_FUNCTIONS
