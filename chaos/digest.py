@@ -127,7 +127,8 @@ def _manifest(run_dir: Path | None) -> dict | None:
 
 
 def _node_urls(manifest: dict) -> list[str]:
-    return [url for name, url in sorted(manifest.get("urls", {}).items()) if re.fullmatch(r"web_\d+", name)]
+    # /metrics is on the admin listeners only (never the public ones, never through HAProxy)
+    return [url for name, url in sorted(manifest.get("urls", {}).items()) if re.fullmatch(r"web_\d+_admin", name)]
 
 
 def _admin(manifest: dict | None, admin_url: str | None) -> tuple[str, str] | None:

@@ -74,16 +74,16 @@ def _login(client: TestClient, student: str, code: str, forwarded: str | None = 
 
 
 @pytest.mark.usefixtures("frozen_window")
-def test_a_spoofed_forwarded_for_from_outside_the_proxies_changes_nothing(settings: Settings, ledger: Engine) -> None:
+def test_a_spoofed_forwarded_for_without_the_proxy_secret_changes_nothing(settings: Settings, ledger: Engine) -> None:
     tight_network_limit = 5
-    app = create_app(settings.with_overrides(trusted_proxies=("127.0.0.2",), login_network_limit="5/minute"),
+    app = create_app(settings.with_overrides(proxy_secret="the-proxys-secret", login_network_limit="5/minute"),
                      dispatcher=RecordingDispatcher())
     code = ROSTER["NOVA-101"]["s-1"]
-    with TestClient(app, client=("127.0.0.1", 5000)) as direct:
+    with TestClient(app, client=("127.0.0.2", 5000)) as direct:  # HAProxy's source address, but not HAProxy
         spoofed = [_login(direct, "s-1", code, forwarded=f"198.51.100.{i}").status_code for i in range(8)]
     assert spoofed == [201] * tight_network_limit + [429] * 3  # one address, whatever the header says
-    # Control: through the configured proxy, each forwarded address is its own network.
-    with TestClient(app, client=("127.0.0.2", 5000)) as proxy:
+    # Control: with HAProxy's secret, each forwarded address is its own network.
+    with TestClient(app, client=("127.0.0.2", 5000), headers={"X-Proctor-Proxy": "the-proxys-secret"}) as proxy:
         via_proxy = [_login(proxy, "s-1", code, forwarded=f"203.0.113.{i}").status_code for i in range(8)]
     assert via_proxy == [201] * 8
 
