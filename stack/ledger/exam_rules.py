@@ -134,6 +134,11 @@ class RuleCache:
         self._rules: dict[str, tuple[float, ExamRules]] = {}
         self._lock = threading.Lock()
 
+    def forget(self) -> None:
+        """Re-read on next use: this node just changed a window (PUT /admin/exams/{code}/window)."""
+        with self._lock:
+            self._rules.clear()
+
     def get(self, exam_code: str) -> ExamRules:
         now = time.monotonic()
         cached = self._rules.get(exam_code)

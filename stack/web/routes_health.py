@@ -50,7 +50,8 @@ def readyz(state: StateDep) -> JSONResponse:
 
 @metrics_router.get("/metrics", responses=documented(), response_class=PlainTextResponse)
 def metrics(state: StateDep) -> PlainTextResponse:
-    text = render_metrics(state.settings.node_name, state.counters, state.clients, state.read_engine, state.draining.is_set())
+    text = render_metrics(state.settings.node_name, state.counters, state.clients, state.read_engine, state.draining.is_set(),
+                          state.limiter.fallbacks)
     return PlainTextResponse(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
 
