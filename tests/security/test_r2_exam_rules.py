@@ -19,8 +19,8 @@ from r2_node import EXAM, Node, node_settings, running_node
 from sqlalchemy import func, select, text
 from web_support import auth
 
-from stack.ledger import exam_rules
-from stack.ledger.attempts import ExamRuleRefused, ensure_student, start_attempt
+from stack.ledger import attempts as ledger_attempts
+from stack.ledger.attempts import ensure_student, start_attempt
 from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.exam_lock import ExamWindow, set_window
 from stack.ledger.schema import attempts
@@ -32,7 +32,9 @@ def _set_window(node: Node, opens_at: float, closes_at: float) -> None:
     """What PUT /admin/exams/{code}/window writes (that route needs the capacity lock's Valkey)."""
     with node.engine.begin() as conn:
         set_window(conn, ExamWindow(EXAM, opens_at, closes_at, min_web=1))
-    node.client.app.state.proctor.rules.forget()  # type: ignore[attr-defined]  # as the route does
+    rules = getattr(node.client.app.state.proctor, "rules", None)  # type: ignore[attr-defined]
+    if rules is not None:  # (the parent commit, where this test must fail, has no rules to forget)
+        rules.forget()  # as the route does
 
 
 def _answer(node: Node, token: str, attempt: str, key: str):  # type: ignore[no-untyped-def]
@@ -41,12 +43,12 @@ def _answer(node: Node, token: str, attempt: str, key: str):  # type: ignore[no-
 
 
 def test_after_the_close_start_and_answer_are_refused_and_finish_only_within_grace(tmp_path: Path) -> None:
-    with running_node(tmp_path, exam_grace_seconds=600.0) as node:
+    with running_node(tmp_path) as node:  # the default grace: 300 s
         token, late = node.token("r2-01"), node.token("r2-02")
         attempt = node.client.post("/v1/attempts", headers=auth(token)).json()["attempt_id"]
         assert _answer(node, token, attempt, "k1").status_code == 201  # open: valid ops first
         now = time.time()
-        _set_window(node, now - 2 * HOUR, now - 60)  # closed a minute ago: within the 600 s grace
+        _set_window(node, now - 2 * HOUR, now - 60)  # closed a minute ago: within the grace period
         started = node.client.post("/v1/attempts", headers=auth(late))
         assert started.status_code == 409 and "closed at" in started.json()["detail"]
         answered = _answer(node, token, attempt, "k2")
@@ -55,7 +57,7 @@ def test_after_the_close_start_and_answer_are_refused_and_finish_only_within_gra
 
 
 def test_after_the_grace_period_an_open_attempt_cannot_finish(tmp_path: Path) -> None:
-    with running_node(tmp_path, exam_grace_seconds=600.0) as node:
+    with running_node(tmp_path) as node:  # the default grace: 300 s
         token = node.token("r2-01")
         attempt = node.client.post("/v1/attempts", headers=auth(token)).json()["attempt_id"]
         now = time.time()
@@ -111,7 +113,7 @@ def test_an_exam_without_a_window_or_policy_is_closed(tmp_path: Path) -> None:
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM exam_policies"))  # an exam that was never provisioned
     ensure_student(engine, "r2-01")
-    with pytest.raises(ExamRuleRefused, match="no window"):
+    with pytest.raises(ledger_attempts.ExamRuleRefused, match="no window"):
         start_attempt(engine, "r2-01", EXAM, None)
     engine.dispose()
 
@@ -130,6 +132,8 @@ def postgres() -> Iterator[object]:
 def _race_two_starts(tmp_path: Path, server: object, monkeypatch: pytest.MonkeyPatch, drop_key: bool) -> int:
     """Two starts of one student that have both counted 0 used slots before either inserts:
     the race the attempt limit must survive under read committed. Returns attempts created."""
+    from stack.ledger import exam_rules
+    from stack.ledger.exam_rules import ExamRuleRefused
     settings = node_settings(tmp_path, database_url=server.url)  # type: ignore[attr-defined]
     engine = make_engine(settings)
     with engine.begin() as conn:  # a clean schema per test: the module shares one cluster
