@@ -25,12 +25,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from locust import FastHttpUser, LoadTestShape, events, task
+from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 from locust.user.wait_time import constant_throughput
 
 from ramp_plan import DEFAULT_STEPS, RampPlan, parse_steps
 from ramp_stack import PROJECT_ROOT, EmbeddedRampStack, StackStartError, read_manifest
-from ramp_student import QUESTIONS, Student, StudentCursor, history_for
+from ramp_student import QUESTIONS, RosterExhausted, Student, StudentCursor, history_for, students_needed
 from stack.paths import runs_dir
 
 _state: dict[str, object] = {}  # the master's stack and run folder (module state: one Locust process)
@@ -91,10 +92,39 @@ def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
     run_dir = Path(options.ramp_run_dir or runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp").resolve()
     _state["run_dir"] = run_dir
     targets = _targets(environment, options, run_dir)
+    _check_roster(targets["roster"], options)
     options.ramp_run_dir = str(run_dir)
     options.ramp_roster = targets["roster"]
     environment.host = targets["api"]
     _write_config(run_dir, options, targets)
+
+
+def _students_needed(options) -> int:  # noqa: ANN001
+    plan = plan_of(options)
+    return students_needed(sum(rate * plan.step_seconds for rate in plan.steps), options.ramp_questions)
+
+
+def _check_roster(roster_path: str, options) -> None:  # noqa: ANN001
+    """Refuse a plan the roster cannot serve: each student sits the exam once (one attempt)."""
+    try:
+        enrolled = len(json.loads(Path(roster_path).read_text()).get("exams", {}).get(options.ramp_exam, {}))
+    except (OSError, ValueError) as exc:
+        sys.exit(f"exam_ramp: --ramp-roster {roster_path}: {exc}")
+    needed = _students_needed(options)
+    if enrolled < needed:
+        sys.exit(f"exam_ramp: the roster has {enrolled} students of {options.ramp_exam}; this plan needs up to "
+                 f"{needed} (one attempt each, {options.ramp_questions + 3} requests a student at least): "
+                 "enrol more (PROCTOR_ROSTER_SIZE) or shorten the plan")
+
+
+def _roster_exhausted(environment, exc: RosterExhausted) -> None:  # noqa: ANN001
+    """A student cannot be reused: stop the whole run, loudly, with a failing exit code."""
+    if not _state.get("roster_exhausted"):
+        _state["roster_exhausted"] = True
+        print(f"exam_ramp: {exc}", file=sys.stderr)
+        environment.process_exit_code = 2
+        environment.runner.quit()
+    raise StopUser()
 
 
 def _targets(environment, options, run_dir: Path) -> dict[str, str]:  # noqa: ANN001
@@ -113,7 +143,7 @@ def _targets(environment, options, run_dir: Path) -> dict[str, str]:  # noqa: AN
         manifest, mode = read_manifest(stack_dir), "stack-dir"
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     else:
-        stack = EmbeddedRampStack(run_dir, web=options.ramp_web)
+        stack = EmbeddedRampStack(run_dir, web=options.ramp_web, roster_size=2 * _students_needed(options))
         try:
             manifest = stack.start()
         except StackStartError as exc:
@@ -174,7 +204,9 @@ class ExamStudent(FastHttpUser):
         options = self.environment.parsed_options
         self._pace = constant_throughput(options.ramp_per_user_rate)
         self.history = history_for(Path(options.ramp_run_dir), _role(self.environment))
-        self.cursor = StudentCursor.shared(options.ramp_roster, options.ramp_exam, _worker_index(self.environment))
+        processes = getattr(options, "processes", None)
+        stride = processes if isinstance(processes, int) and processes > 0 else 1
+        self.cursor = StudentCursor.shared(options.ramp_roster, options.ramp_exam, _worker_index(self.environment), stride)
         self.student: Student | None = None
 
     def wait_time(self) -> float:
@@ -183,7 +215,10 @@ class ExamStudent(FastHttpUser):
     @task
     def step(self) -> None:
         if self.student is None or self.student.done:
-            self.student = self.cursor.next_student(self.environment.parsed_options, self.history)
+            try:
+                self.student = self.cursor.next_student(self.environment.parsed_options, self.history)
+            except RosterExhausted as exc:
+                _roster_exhausted(self.environment, exc)
         self.student.step(self.client)
 
 
