@@ -20,7 +20,10 @@ router = APIRouter(dependencies=[Depends(account_limit)])
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)]
 
 
-@router.post("/v1/attempts", status_code=201, responses=documented(401, 404, 409, 422, 429))
+_REPLAYED = {200: {"description": "a replay: the attempt this Idempotency-Key already started (replayed=true)"}}
+
+
+@router.post("/v1/attempts", status_code=201, responses={**documented(401, 404, 409, 422, 429), **_REPLAYED})
 def create_attempt(principal: PrincipalDep, state: StateDep, response: Response, key: IdempotencyKey = None) -> dict:
     questions = state.question_count(principal.exam_code)
     if questions is None:
