@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
-from stack.lanes.queues import operation_id
 from stack.ledger import exam_rules, outbox, outcomes, ranking
 from stack.ledger.exam_rules import ExamRuleRefused
+from stack.ledger.outbox import operation_id
 from stack.ledger.schema import attempt_slots, attempts, exams, students
 
 __all__ = [

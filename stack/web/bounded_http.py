@@ -11,7 +11,7 @@ is over its limit, before the parser has buffered the rest.
   ``BoundedHttpToolsProtocol`` below, chosen by ``http_protocol``;
 - h11 (when httptools is missing): uvicorn's ``h11_max_incomplete_event_size`` bounds the
   head's bytes (h11 answers 400); the field count is then checked by the request guard
-  (stack.web.routes_common.RequestGuard), on a head already bounded in bytes.
+  (stack.web.routes.common.RequestGuard), on a head already bounded in bytes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""chaos.monitor: /metrics read from the admin listeners, and a run with 0 samples fails loudly."""
+"""chaos.observe.monitor: /metrics read from the admin listeners, and a run with 0 samples fails loudly."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Iterator
 import pytest
 
 from chaos.history import History
-from chaos.monitor import NoSamples, admin_urls, require_samples, run_monitor
+from chaos.observe.monitor import NoSamples, admin_urls, require_samples, run_monitor
 
 METRICS = b'proctor_lane_depth{lane="merit"} 3.0\nproctor_http_requests_total{node="web_1"} 7.0\n'
 
