@@ -142,7 +142,7 @@ def _admin(manifest: dict | None, admin_url: str | None) -> tuple[str, str] | No
 def digest_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="proctor digest", description="The exam digest from each node's /metrics.")
     parser.add_argument("run_dir", nargs="?", type=Path, help="a running stack's run folder (its manifest.json names the nodes)")
-    parser.add_argument("--url", action="append", default=[], help="a web node's base URL (repeatable); instead of run_dir")
+    parser.add_argument("--url", action="append", default=[], help="a web node's admin listener, where /metrics is (repeatable); instead of run_dir")
     parser.add_argument("--admin-url", default=None, help="a node's admin listener for the exam lock "
                                                          "(token from PROCTOR_ADMIN_TOKEN); default the manifest's")
     parser.add_argument("--watch", type=float, default=None, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
