@@ -43,7 +43,7 @@ SECRET = "proxy-secret-of-this-run"
 
 def _request(peer: str, forwarded: str | None, proof: str | None) -> Request:
     class _App:
-        class state:  # noqa: N801 - mimics FastAPI's app.state
+        class state:  # mimics FastAPI's app.state
             proctor = type("S", (), {"settings": Settings(proxy_secret=SECRET)})()
 
     headers = [(b"x-forwarded-for", forwarded.encode())] if forwarded is not None else []

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from stack.embedded.secrets import read_roster
+from stack.deploy.secrets import read_roster
 from stack.embedded.stack import EmbeddedStack, StackSpec
 
 pytestmark = pytest.mark.integration
