@@ -12,7 +12,7 @@ from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateIndex
 
 from stack.config import Settings
-from stack.ledger import exam_rules, grading
+from stack.ledger import answer_keys, exam_rules
 from stack.ledger.schema import IX_OUTBOX_DONE_AT, exams, metadata
 
 __all__ = ["make_engine", "make_reader", "init_ledger"]
@@ -104,7 +104,7 @@ def init_ledger(engine: Engine, settings: Settings) -> None:
     for code, count in settings.exams.items():
         try:
             with engine.begin() as conn:
-                grading.provision_key(conn, code, count)
+                answer_keys.provision_key(conn, code, count)
                 exam_rules.provision_policy(conn, code, settings.exam_window, settings.max_attempts,
                                             settings.exam_grace_seconds, time.time())
         except IntegrityError:

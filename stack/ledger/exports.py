@@ -7,7 +7,7 @@ from typing import Callable
 
 from sqlalchemy import Connection, select
 
-from stack.ledger.grading import exam_key
+from stack.ledger.answer_keys import exam_key
 from stack.ledger.schema import (
     ai_reservations,
     alerts,

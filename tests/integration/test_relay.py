@@ -28,7 +28,7 @@ from sqlalchemy import select
 from netsupport import REPO, free_port
 from stack.config import Settings
 from stack.valkey_client import valkey_client
-from stack.ledger.grading import exam_key
+from stack.ledger.answer_keys import exam_key
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import init_ledger, make_engine

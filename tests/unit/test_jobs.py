@@ -25,7 +25,7 @@ from stack.config import Settings
 from stack.lanes import jobs
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import init_ledger, make_engine
-from stack.ledger.grading import exam_key
+from stack.ledger.answer_keys import exam_key
 from stack.ledger.schema import answers, attempts, students
 from stack.ledger.schema import outcomes as outcome_rows
 from stack.providers import ai, sms

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from web_support import ADMIN, TestClient, answer, auth, start, token_for
 
 from stack.config import Settings
-from stack.ledger.grading import exam_key
+from stack.ledger.answer_keys import exam_key
 from stack.ledger.schema import outcomes
 from stack.web.app import create_admin_app, create_app
 

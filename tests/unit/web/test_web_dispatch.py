@@ -94,6 +94,7 @@ MODULES = [
     "stack.ledger.attempts", "stack.ledger.revisions", "stack.ledger.exports", "stack.ledger.grading", "stack.ledger.outbox",
     "stack.web.guards", "stack.web.inputs", "stack.web.ratelimit", "stack.web.serve", "stack.ledger.roster",
     "stack.web.answer_sink", "stack.web.write_behind", "stack.valkey_client", "stack.connection_stats",
+    "stack.ledger.answer_keys", "stack.ledger.exam_rules", "stack.web.bounded_http",
 ]
 
 

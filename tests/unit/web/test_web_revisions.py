@@ -11,7 +11,7 @@ from web_support import TestClient, auth, start, token_for
 
 from stack.config import SettingsError, load_settings
 from stack.ledger.ranking import merit_of
-from stack.ledger.grading import exam_key
+from stack.ledger.answer_keys import exam_key
 from stack.ledger.schema import answer_revisions, answers
 from stack.web.app import create_app
 
