@@ -31,7 +31,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from locust.user.wait_time import constant_throughput
 
 from ramp_arrivals import ARRIVAL_MODES, DISTRIBUTIONS, ArrivalSchedule, GeneratorMeter, OpenArrivals, default_slots
-from ramp_distributed import MasterSide, WorkerSide, is_loopback, require_token
+from ramp_distributed import DRAIN_LIMIT, SCHEDULE_GRACE, MasterSide, WorkerSide, is_loopback, require_token
 from ramp_plan import DEFAULT_STEPS, RampPlan, parse_steps
 from ramp_stack import PROJECT_ROOT, EmbeddedRampStack, StackStartError, read_manifest
 from ramp_student import QUESTIONS, Student, StudentCursor, StudentPool, history_for
@@ -39,6 +39,7 @@ from ramp_wire import TOKEN_ENV
 from stack.paths import runs_dir
 
 _state: dict[str, object] = {}  # the master's stack and run folder (module state: one Locust process)
+_in_flight = [0]  # this process's requests between claim (or task start) and completion
 _TOKEN_GIVEN = bool(os.environ.get(TOKEN_ENV))
 _TOKEN = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
 """The run's worker token: drawn at import, before ``--processes`` forks, so forked workers share it."""
@@ -137,7 +138,7 @@ def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
     if isinstance(environment.runner, WorkerRunner):
         require_token(environment, _TOKEN_GIVEN)  # then plan, roster and target come from the master
         _state["worker"] = WorkerSide(environment, _TOKEN, environment.parsed_options.ramp_master_timeout,
-                                      _generator_summary)
+                                      _generator_summary, _schedule_over, lambda: _in_flight[0])
         return
     if environment.parsed_options is None:
         return
@@ -145,6 +146,7 @@ def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
     _validate(options)
     if isinstance(environment.runner, MasterRunner):
         _check_bind(options)
+        _state["master"] = MasterSide(environment, _TOKEN, options.expect_workers)
     run_dir = Path(options.ramp_run_dir or runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp").resolve()
     _state["run_dir"] = run_dir
     targets = _targets(environment, options, run_dir)
@@ -153,7 +155,7 @@ def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
     environment.host = targets["api"]
     _write_config(run_dir, options, targets, distributed=isinstance(environment.runner, MasterRunner))
     if isinstance(environment.runner, MasterRunner):
-        _state["master"] = MasterSide(environment, run_dir, _TOKEN, targets["roster"], options.expect_workers)
+        _state["master"].configure(run_dir, targets["roster"])
         _announce_token(run_dir)
 
 
@@ -272,6 +274,15 @@ def _generator(options, cursor: StudentCursor, history) -> dict[str, object]:  #
     return _state["generator"]  # type: ignore[return-value]
 
 
+def _schedule_over() -> bool:
+    """This process sent (or gave up) every arrival of its schedule; always true in the closed model."""
+    generator = _state.get("generator")
+    arrivals = generator.get("arrivals") if isinstance(generator, dict) else None
+    if not isinstance(arrivals, OpenArrivals):
+        return True
+    return arrivals.finished or time.monotonic() - arrivals.origin >= arrivals.schedule.duration + 0.5
+
+
 def _generator_summary() -> dict[str, object] | None:
     generator = _state.get("generator")
     if not isinstance(generator, dict):
@@ -321,16 +332,27 @@ class ExamStudent(FastHttpUser):
         if isinstance(worker, WorkerSide) and worker.draining:
             time.sleep(0.5)  # the master asked for the end of the history: nothing new is sent
             return
+        if self.arrivals is not None and self.arrivals.finished:
+            time.sleep(0.5)  # this process's schedule is over; the shape ends the run
+            return
+        _in_flight[0] += 1  # from the claim on: a drain waits for a slot sleeping toward its arrival too
+        try:
+            self._next_request(worker)
+        finally:
+            _in_flight[0] -= 1
+
+    def _next_request(self, worker: WorkerSide | None) -> None:
         if self.arrivals is None:
             self._send(None)
             return
         claimed = self.arrivals.claim()
         if claimed is None:
-            time.sleep(0.5)  # this process's schedule is over; the shape ends the run
-            return
+            return  # the schedule is over (finished is set)
         arrival, queued = claimed
         intended = self.arrivals.origin + arrival.offset
         time.sleep(max(0.0, intended - time.monotonic()))
+        if isinstance(worker, WorkerSide) and worker.draining:
+            return  # claimed, never sent: the ramp ended first
         now = time.monotonic()
         self.arrivals.sent(arrival, queued, now - intended)
         self._send((time.time() - (now - intended), intended))
@@ -342,14 +364,9 @@ class ExamStudent(FastHttpUser):
             if self.student is None or self.student.done:  # closed model: this user's own student
                 self.student = self.cursor.next_student(self.environment.parsed_options, self.history)
             student = self.student
-        worker = _state.get("worker")
-        if isinstance(worker, WorkerSide):
-            worker.in_flight += 1
         try:
             student.step(self.client, intended)
         finally:
-            if isinstance(worker, WorkerSide):
-                worker.in_flight -= 1
             if self.students is not None:
                 self.students.release(student)
             self.meter.completed()
@@ -395,13 +412,17 @@ class ExamRamp(LoadTestShape):
         return self._last
 
     def _after_last_step(self, master, options, overtime: float):  # noqa: ANN001, ANN202
+        """Local: the process's own schedule (begun with its first user) may have arrivals left,
+        and requests in flight; wait for both (bounded). Distributed: every worker's end."""
         if not isinstance(master, MasterSide):
-            return None
+            if options.ramp_arrivals == "closed":
+                return None  # closed users have no schedule to finish
+            done = _schedule_over() and _in_flight[0] == 0
+            return None if done or overtime > SCHEDULE_GRACE else self._last
         master.drain()
-        limit = 30.0  # a worker's drain waits <= 20 s for requests in flight; then its last batches travel
-        if master.drained() or overtime > limit:
+        if master.drained() or overtime > DRAIN_LIMIT:
             if not master.drained():
-                print(f"exam_ramp: workers still draining after {limit:g}s: their histories are incomplete",
+                print(f"exam_ramp: workers still draining after {DRAIN_LIMIT:g}s: their histories are incomplete",
                       file=sys.stderr, flush=True)
             return None
         return self._last

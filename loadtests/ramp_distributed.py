@@ -26,7 +26,7 @@ from locust.rpc import Message
 from ramp_student import HistoryWriter
 from ramp_wire import BATCH_LINES, TOKEN_ENV, LineBuffer, StreamReceiver, partition_roster, token_matches
 
-__all__ = ["PLAN_OPTIONS", "MasterSide", "WorkerSide", "is_loopback"]
+__all__ = ["DRAIN_LIMIT", "PLAN_OPTIONS", "MasterSide", "WorkerSide", "is_loopback"]
 
 log = logging.getLogger("exam_ramp")
 PLAN_OPTIONS = ("ramp_steps", "ramp_step_seconds", "ramp_per_user_rate", "ramp_questions", "ramp_exam",
@@ -34,6 +34,13 @@ PLAN_OPTIONS = ("ramp_steps", "ramp_step_seconds", "ramp_per_user_rate", "ramp_q
                 "ramp_max_send_lag", "ramp_max_queue", "ramp_max_in_flight")
 """What a worker needs of the plan; the master's values win over the worker's command line."""
 _FLUSH_SECONDS = 0.5
+SCHEDULE_GRACE = 10.0
+"""How long past the master's end a worker may still send its own schedule's arrivals (its
+clock started when its first slot did, after the master's: the spawn took that long)."""
+IN_FLIGHT_GRACE = 20.0
+"""How long a draining worker waits for requests in flight: > the user's network + connection
+timeouts (10 + 5 s). The master waits for both and the last batches: DRAIN_LIMIT."""
+DRAIN_LIMIT = SCHEDULE_GRACE + IN_FLIGHT_GRACE + 10.0
 
 
 def is_loopback(host: str) -> bool:
@@ -41,21 +48,37 @@ def is_loopback(host: str) -> bool:
 
 
 class MasterSide:
-    def __init__(self, environment: Any, run_dir: Path, token: str, roster_path: str, expected: int) -> None:
+    """Made first thing at the master's init, so no worker message is ever unknown to it; hellos
+    that come before ``configure`` (the stack still starting) get no answer, and the worker
+    says hello again."""
+
+    def __init__(self, environment: Any, token: str, expected: int) -> None:
         self.environment, self.token, self.expected = environment, token, expected
-        self.receiver = StreamReceiver(run_dir, expected)
-        self.roster_path = roster_path
+        self.receiver: StreamReceiver | None = None
+        self.roster_path = ""
         self.ready: set[str] = set()
         self.rejected = 0
         self.draining = False
         runner = environment.runner
         runner.register_message("proctor_hello", self._on_hello)
         runner.register_message("proctor_ready", self._on_ready)
-        runner.register_message("proctor_history", lambda msg, **_: self.receiver.batch(msg.node_id, msg.data))
-        runner.register_message("proctor_history_end", lambda msg, **_: self.receiver.finish(msg.node_id, msg.data))
+        runner.register_message("proctor_history", lambda msg, **_: self.receiver and
+                                self.receiver.batch(msg.node_id, msg.data))
+        runner.register_message("proctor_history_end", lambda msg, **_: self.receiver and
+                                self.receiver.finish(msg.node_id, msg.data))
+
+    def configure(self, run_dir: Path, roster_path: str) -> None:
+        self.roster_path = roster_path
+        self.receiver = StreamReceiver(run_dir, self.expected)
 
     def _on_hello(self, msg: Any, **_kwargs: Any) -> None:
         data = msg.data if isinstance(msg.data, dict) else {}
+        if self.receiver is None:
+            return  # not configured yet: the worker says hello again
+        if msg.node_id in self.receiver.streams:  # a repeated hello of an accepted worker: its setup again
+            worker = self.receiver.streams[msg.node_id].worker
+            self.environment.runner.send_message("proctor_setup", self._setup(worker), client_id=msg.node_id)
+            return
         if not token_matches(data.get("token"), self.token) or len(self.receiver.streams) >= self.expected:
             self.rejected += 1
             log.warning("exam_ramp: worker %s refused (wrong token, or more workers than --expect-workers)",
@@ -86,31 +109,34 @@ class MasterSide:
         if self.draining:
             return
         self.draining = True
-        for client_id in self.receiver.streams:
+        for client_id in (self.receiver.streams if self.receiver else {}):
             self.environment.runner.send_message("proctor_drain", {}, client_id=client_id)
 
     def drained(self) -> bool:
         """Every accepted worker reported its end, or is gone (killed: Locust lost its heartbeat)."""
+        if self.receiver is None:
+            return True
         clients = self.environment.runner.clients
         return all(self.receiver.ended(cid) or cid not in clients or clients[cid].state == "missing"
                    for cid in self.receiver.streams)
 
     def close(self) -> None:
-        self.receiver.write_manifest()
+        if self.receiver is not None:
+            self.receiver.write_manifest()
 
 
 class WorkerSide:
     """A worker's state: its setup from the master, its history buffer, its in-flight count."""
 
     def __init__(self, environment: Any, token: str, master_timeout: float,
-                 generator_summary: Callable[[], dict[str, Any] | None]) -> None:
+                 generator_summary: Callable[[], dict[str, Any] | None], schedule_over: Callable[[], bool],
+                 in_flight: Callable[[], int]) -> None:
         self.environment, self.token, self.master_timeout = environment, token, master_timeout
-        self.generator_summary = generator_summary
+        self.generator_summary, self.schedule_over, self.in_flight = generator_summary, schedule_over, in_flight
         self.setup: dict[str, Any] | None = None
         self.ready = Event()
         self.buffer = LineBuffer()
         self.history = HistoryWriter(sink=self.buffer)
-        self.in_flight = 0
         self.draining = False
         self.ended = False
         self._last_heartbeat = time.monotonic()
@@ -118,9 +144,16 @@ class WorkerSide:
         runner.register_message("proctor_setup", self._on_setup)
         runner.register_message("proctor_drain", self._on_drain, concurrent=True)
         environment.events.heartbeat_received.add_listener(self._on_heartbeat)
-        runner.send_message("proctor_hello", {"token": token, "pid": os.getpid(), "host": socket.gethostname()})
+        gevent.spawn(self._hello)
         gevent.spawn(self._stream)
         gevent.spawn(self._watch_master)
+
+    def _hello(self) -> None:
+        """Until the master answers: it may still be starting its stack, or not yet listening."""
+        while self.setup is None:
+            self.environment.runner.send_message("proctor_hello", {"token": self.token, "pid": os.getpid(),
+                                                                   "host": socket.gethostname()})
+            gevent.sleep(2.0)
 
     def _on_setup(self, msg: Any, **_kwargs: Any) -> None:
         if self.setup is not None or not isinstance(msg.data, dict):
@@ -156,11 +189,12 @@ class WorkerSide:
             self.environment.runner.send_message("proctor_history", self.buffer.take(BATCH_LINES))
 
     def _on_drain(self, **_kwargs: Any) -> None:
-        """No new request; wait (bounded) for those in flight, then the last batches and the end."""
+        """The master's ramp is over. This worker's own schedule began when its first slot
+        started (after the master's clock), so it may have arrivals left: send them (bounded),
+        then no new request; wait (bounded) for those in flight, then the last batches and the end."""
+        _wait_until(self.schedule_over, SCHEDULE_GRACE)
         self.draining = True
-        deadline = time.monotonic() + 20.0  # > the user's network + connection timeouts (10 + 5 s)
-        while self.in_flight and time.monotonic() < deadline:
-            gevent.sleep(0.1)
+        _wait_until(lambda: not self.in_flight(), IN_FLIGHT_GRACE)
         self.send_end()
 
     def send_end(self) -> None:
@@ -171,7 +205,13 @@ class WorkerSide:
         self.environment.runner.send_message("proctor_history_end", {
             "batches": self.buffer.batches, "lines": self.buffer.lines,
             "counts": dict(sorted(self.history.counts.items())),
-            "in_flight_left": self.in_flight, "generator": self.generator_summary()})
+            "in_flight_left": self.in_flight(), "generator": self.generator_summary()})
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        gevent.sleep(0.1)
 
 
 def require_token(environment: Any, token_given: bool) -> None:
