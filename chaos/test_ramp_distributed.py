@@ -140,3 +140,38 @@ def test_a_sigkilled_worker_makes_the_verdict_unknown_and_is_named(tmp_path):
     named = [note for note in report["notes"] if f"pid {killed_pid} " in note]
     assert named and "no end of history" in named[0], report["notes"]
     assert workers[0].returncode == 0
+
+
+def test_a_worker_quits_when_the_master_goes_away_and_a_wrong_token_gets_nothing(tmp_path):
+    """No stack needed: the master drives a closed port on loopback (every request refused at
+    once) and is SIGKILLed once the ramp began; its worker must leave by itself (exit 2), and a
+    worker with another token must be refused before it is sent anything (exit 2)."""
+    token, port = secrets.token_urlsafe(16), _free_port()
+    roster = tmp_path / "roster.json"
+    roster.write_text(json.dumps({"exams": {"NOVA-101": {"s1": "code-1", "s2": "code-2"}}}))
+    run_dir = tmp_path / "run"
+    closed = f"http://127.0.0.1:{_free_port()}"
+    master = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--master", "--master-bind-host",
+         "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "1", "--host", closed,
+         "--ramp-roster", str(roster), "--ramp-admin-url", closed, "--ramp-run-dir", str(run_dir),
+         "--ramp-steps", "2", "--ramp-step-seconds", "120", "--ramp-max-tries", "1", "--loglevel", "WARNING"],
+        cwd=ROOT, env={**os.environ, "PROCTOR_RAMP_TOKEN": token}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    stranger = _worker(tmp_path / "stranger", port, "not-the-token", None, tmp_path / "stranger.log")
+    worker = _worker(tmp_path / "w0", port, token, None, tmp_path / "w0.log")
+    try:
+        _wait_for_ticks(run_dir, master)
+        assert stranger.wait(timeout=60) == 2
+        streams = json.loads((run_dir / "histories" / "streams.json").read_text())
+        assert [w["pid"] for w in streams["workers"]] == [worker.pid]  # the stranger was never accepted
+        master.send_signal(signal.SIGKILL)
+        master.wait()
+        assert worker.wait(timeout=90) == 2  # --ramp-master-timeout (10 s) after the master's last heartbeat
+    finally:
+        for process in (master, stranger, worker):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert "never accepted" in (tmp_path / "stranger.log").read_text()
+    assert "no heartbeat from the master" in (tmp_path / "w0.log").read_text()
