@@ -29,7 +29,7 @@ import pytest
 
 from chaos.analyze import EXIT_UNKNOWN
 from chaos.history import read_history
-from chaos.ramp_gate import completions, corrected_latency
+from chaos.ramp.gate import completions, corrected_latency
 from stack.embedded.watchdog import is_alive
 from stack.paths import runs_dir
 

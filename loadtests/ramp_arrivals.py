@@ -13,7 +13,7 @@ Per step the process counts what it scheduled, sent, queued (no slot was free at
 intended start), delayed (sent more than the stated lag bound after its intended start),
 late (delayed although a slot was free: the generator's CPU) and
 dropped (never sent: waited longer than the queue bound, or the ramp ended first), plus its
-own CPU seconds: ``chaos.ramp_gate`` turns those into the generator-capacity rows and the
+own CPU seconds: ``chaos.ramp.generator`` turns those into the generator-capacity rows and the
 "generator was short" verdict.
 """
 

@@ -17,7 +17,7 @@ roster's access codes, not an eavesdropper; keep the traffic on a trusted networ
 
 The master writes ``histories/history-worker<N>-<pid>.jsonl`` as batches arrive and
 ``histories/streams.json``: per worker what it said it sent and what arrived.
-``chaos.ramp_history`` turns a missing end, a gap or a count that differs into a problem
+``chaos.ramp.merge`` turns a missing end, a gap or a count that differs into a problem
 (verdict unknown) naming the worker.
 """
 

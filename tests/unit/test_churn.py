@@ -7,8 +7,8 @@ import json
 import socket
 from pathlib import Path
 
-from chaos.churn import ChurnSpec, run_churn
-from chaos.valkey_stats import component_of, read_process_counters
+from chaos.load.churn import ChurnSpec, run_churn
+from chaos.observe.valkey_stats import component_of, read_process_counters
 from stack.config import Settings
 from stack.connection_stats import ConnectionStats
 from stack.valkey_client import classify_error, client_name

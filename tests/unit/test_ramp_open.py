@@ -13,10 +13,10 @@ import pytest
 
 from chaos.analyze import EXIT_UNKNOWN, EXIT_VALID
 from chaos.history import Op
-from chaos.ramp import EXIT_LOAD_GATE, verdict_code
-from chaos.ramp_gate import corrected_latency, gate, latency_quantiles
-from chaos.ramp_generator import generator_gate, generator_steps, read_generators
-from chaos.ramp_history import merge_histories, stream_problems
+from chaos.ramp.command import EXIT_LOAD_GATE, verdict_code
+from chaos.ramp.gate import corrected_latency, gate, latency_quantiles
+from chaos.ramp.generator import generator_gate, generator_steps, read_generators
+from chaos.ramp.merge import merge_histories, stream_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "loadtests"))
