@@ -151,23 +151,26 @@ def test_a_worker_quits_when_the_master_goes_away_and_a_wrong_token_gets_nothing
     roster.write_text(json.dumps({"exams": {"NOVA-101": {"s1": "code-1", "s2": "code-2"}}}))
     run_dir = tmp_path / "run"
     closed = f"http://127.0.0.1:{_free_port()}"
+    master_log = (tmp_path / "master.log").open("wb")
     master = subprocess.Popen(
         [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--master", "--master-bind-host",
          "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "1", "--host", closed,
          "--ramp-roster", str(roster), "--ramp-admin-url", closed, "--ramp-run-dir", str(run_dir),
          "--ramp-steps", "2", "--ramp-step-seconds", "120", "--ramp-max-tries", "1", "--loglevel", "WARNING"],
-        cwd=ROOT, env={**os.environ, "PROCTOR_RAMP_TOKEN": token}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+        cwd=ROOT, env={**os.environ, "PROCTOR_RAMP_TOKEN": token}, stdout=master_log,
+        stderr=subprocess.STDOUT)
+    master_log.close()  # the child has its own descriptor
     stranger = _worker(tmp_path / "stranger", port, "not-the-token", None, tmp_path / "stranger.log")
     worker = _worker(tmp_path / "w0", port, token, None, tmp_path / "w0.log")
+    logs = lambda: "\n".join(f"{p.name}: {p.read_text()[-1500:]}" for p in sorted(tmp_path.glob("*.log")))  # noqa: E731
     try:
         _wait_for_ticks(run_dir, master)
-        assert stranger.wait(timeout=60) == 2
+        assert stranger.wait(timeout=60) == 2, logs()
         streams = json.loads((run_dir / "histories" / "streams.json").read_text())
-        assert [w["pid"] for w in streams["workers"]] == [worker.pid]  # the stranger was never accepted
+        assert [w["pid"] for w in streams["workers"]] == [worker.pid], logs()  # the stranger was never accepted
         master.send_signal(signal.SIGKILL)
         master.wait()
-        assert worker.wait(timeout=90) == 2  # --ramp-master-timeout (10 s) after the master's last heartbeat
+        assert worker.wait(timeout=90) == 2, logs()  # --ramp-master-timeout (10 s) after the master's last heartbeat
     finally:
         for process in (master, stranger, worker):
             if process.poll() is None:

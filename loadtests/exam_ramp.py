@@ -393,12 +393,14 @@ class ExamRamp(LoadTestShape):
         options = self.runner.environment.parsed_options
         master = _state.get("master")
         if isinstance(master, MasterSide) and not self._started:
-            if not master.all_ready():
+            # Wait here, not with a (0 users) tick: Locust would dispatch to whatever workers are
+            # connected, a refused one included, and its spawn could wait for it forever.
+            while not master.all_ready():
                 if self.get_run_time() > options.ramp_master_timeout * 6:
                     print(f"exam_ramp: {len(master.ready)} of {master.expected} workers set up after "
                           f"{self.get_run_time():.0f}s: the ramp does not start", file=sys.stderr, flush=True)
                     return None
-                return 0, 1.0
+                time.sleep(0.2)  # gevent-patched: the message handlers run meanwhile
             self.reset_time()
         self._started = True
         plan = plan_of(options)

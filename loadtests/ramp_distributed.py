@@ -83,11 +83,25 @@ class MasterSide:
             self.rejected += 1
             log.warning("exam_ramp: worker %s refused (wrong token, or more workers than --expect-workers)",
                         msg.node_id)
+            self._forget(msg.node_id)
             self.environment.runner.server.send_to_client(Message("quit", None, msg.node_id))
             return
         worker = len(self.receiver.streams)
         self.receiver.open(msg.node_id, worker, data.get("pid"), data.get("host"))
         self.environment.runner.send_message("proctor_setup", self._setup(worker), client_id=msg.node_id)
+
+    def _forget(self, client_id: str) -> None:
+        """Out of Locust's worker list at once, as Locust does on a worker's own quit: a refused
+        worker must not count toward --expect-workers, nor be handed users by the dispatcher
+        (whose spawn would then wait for a worker that is leaving)."""
+        runner = self.environment.runner
+        if client_id not in runner.clients:
+            return
+        client = runner.clients[client_id]
+        del runner.clients[client_id]
+        dispatcher = getattr(runner, "_users_dispatcher", None)  # Locust's own, private
+        if dispatcher is not None:
+            dispatcher.remove_worker(client)
 
     def _setup(self, worker: int) -> dict[str, Any]:
         options = self.environment.parsed_options

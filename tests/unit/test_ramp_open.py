@@ -248,3 +248,9 @@ def test_fewer_accepted_workers_than_expected_is_a_problem(tmp_path):
 
 def test_a_local_run_has_no_stream_to_judge(tmp_path):
     assert stream_problems(tmp_path) == []
+
+
+def test_proctor_ramp_finds_the_locustfile_from_its_package():
+    from chaos.ramp.command import LOCUSTFILE
+
+    assert LOCUSTFILE.is_file(), LOCUSTFILE  # chaos/ramp/command.py moved one folder down in #20
