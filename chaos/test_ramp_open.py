@@ -17,6 +17,7 @@ lag bound, so the verdict is unknown (exit 2), with the generator named as the r
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -104,11 +105,14 @@ def test_a_frozen_node_shows_in_the_corrected_latency_and_not_in_the_service_tim
     corrected = sum(1 for op in in_stall if corrected_latency(op) >= stall / 2)
     service = sum(1 for op in in_stall if op.latency is not None and op.latency >= stall / 2)
     expected = RATE * stall / NODES
+    # Uniform arrivals: a window of F seconds holds at most ceil(r*F) of them, and for N = 2 that is
+    # the top of the range (2 * r*F/N), reached when the backlog drains slowly (a loaded machine).
+    top = math.ceil(2 * expected)
     print(f"stall {stall:.3f}s at r={RATE:g} req/s, N={NODES}: expected r*F/N = {expected:.1f} requests with a "
-          f"corrected latency >= F/2 = {stall / 2:.3f}s (accepted {expected / 2:.1f}..{expected * 2:.1f}); measured "
+          f"corrected latency >= F/2 = {stall / 2:.3f}s (accepted {expected / 2:.1f}..{top}); measured "
           f"{corrected} of {len(in_stall)} arrivals in the stall; of the same, service time >= F/2: {service} "
           f"(slots {SLOTS})")
-    assert expected / 2 <= corrected <= expected * 2
+    assert expected / 2 <= corrected <= top
     assert service <= SLOTS
     report = json.loads((run_dir / "ramp.json").read_text())
     assert report["invariants"]["valid"] is True, report["invariants"]
