@@ -22,7 +22,6 @@ import secrets
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from locust import FastHttpUser, LoadTestShape, events, task
@@ -36,7 +35,7 @@ from ramp_plan import DEFAULT_STEPS, RampPlan, parse_steps
 from ramp_stack import PROJECT_ROOT, EmbeddedRampStack, StackStartError, read_manifest
 from ramp_student import QUESTIONS, Student, StudentCursor, StudentPool, history_for
 from ramp_wire import TOKEN_ENV
-from stack.paths import runs_dir
+from stack.paths import new_run_dir
 
 _state: dict[str, object] = {}  # the master's stack and run folder (module state: one Locust process)
 _in_flight = [0]  # this process's requests between claim (or task start) and completion
@@ -46,7 +45,7 @@ _TOKEN = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
 
 
 @events.init_command_line_parser.add_listener
-def _options(parser) -> None:  # noqa: ANN001 - Locust's parser
+def _options(parser) -> None:  # Locust's parser
     group = parser.add_argument_group("exam ramp (loadtests/exam_ramp.py)")
     group.add_argument("--ramp-steps", default=DEFAULT_STEPS, help="offered req/s per step, comma-separated")
     group.add_argument("--ramp-step-seconds", type=float, default=15.0, help="seconds per step")
@@ -92,22 +91,22 @@ def _options(parser) -> None:  # noqa: ANN001 - Locust's parser
                        help="a worker quits after this many seconds without the master's heartbeat")
 
 
-def plan_of(options) -> RampPlan:  # noqa: ANN001 - argparse namespace
+def plan_of(options) -> RampPlan:  # argparse namespace
     return RampPlan(parse_steps(options.ramp_steps), options.ramp_step_seconds, options.ramp_per_user_rate)
 
 
-def slots_of(options) -> int:  # noqa: ANN001
+def slots_of(options) -> int:
     """Open model: in-flight slots of the whole run (all workers together)."""
     return options.ramp_max_in_flight or default_slots(plan_of(options).steps)
 
 
-def send_lag_of(options) -> float:  # noqa: ANN001
+def send_lag_of(options) -> float:
     """The lag past which an arrival counts as delayed: given, or a tenth of the p99 limit (a lag
     that size cannot carry a request over the limit by itself)."""
     return options.ramp_max_send_lag or options.ramp_p99 / 10
 
 
-def _validate(options) -> None:  # noqa: ANN001
+def _validate(options) -> None:
     """Every bad option is named before any stack starts."""
     try:
         plan_of(options)
@@ -124,7 +123,7 @@ def _validate(options) -> None:  # noqa: ANN001
             sys.exit(f"exam_ramp: --ramp-{name.replace('_', '-')}={getattr(options, f'ramp_{name}')}: must be >= 0")
 
 
-def _check_bind(options) -> None:  # noqa: ANN001
+def _check_bind(options) -> None:
     """The master listens on loopback unless told otherwise: its channel is clear text."""
     host = options.master_bind_host
     if not is_loopback(host) and not options.ramp_allow_remote_workers:
@@ -134,7 +133,7 @@ def _check_bind(options) -> None:  # noqa: ANN001
 
 
 @events.init.add_listener
-def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
+def _on_init(environment, **_kwargs) -> None:
     if isinstance(environment.runner, WorkerRunner):
         require_token(environment, _TOKEN_GIVEN)  # then plan, roster and target come from the master
         _state["worker"] = WorkerSide(environment, _TOKEN, environment.parsed_options.ramp_master_timeout,
@@ -147,7 +146,7 @@ def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
     if isinstance(environment.runner, MasterRunner):
         _check_bind(options)
         _state["master"] = MasterSide(environment, _TOKEN, options.expect_workers)
-    run_dir = Path(options.ramp_run_dir or runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp").resolve()
+    run_dir = Path(options.ramp_run_dir or new_run_dir("ramp")).resolve()
     _state["run_dir"] = run_dir
     targets = _targets(environment, options, run_dir)
     options.ramp_run_dir = str(run_dir)
@@ -170,7 +169,7 @@ def _announce_token(run_dir: Path) -> None:
     print(f"exam_ramp: workers started by hand need {TOKEN_ENV}=$(cat {path})", flush=True)
 
 
-def _targets(environment, options, run_dir: Path) -> dict[str, str]:  # noqa: ANN001
+def _targets(environment, options, run_dir: Path) -> dict[str, str]:
     """Where the load goes and where the final read comes from: an embedded stack or flags."""
     if environment.host and not options.ramp_stack_dir:
         missing = [flag for flag, value in (("--ramp-roster", options.ramp_roster),
@@ -199,7 +198,7 @@ def _targets(environment, options, run_dir: Path) -> dict[str, str]:  # noqa: AN
             "haproxy_socket": urls.get("haproxy_socket", ""), "stack_dir": str(stack_dir)}
 
 
-def _write_config(run_dir: Path, options, targets: dict[str, str], distributed: bool) -> None:  # noqa: ANN001
+def _write_config(run_dir: Path, options, targets: dict[str, str], distributed: bool) -> None:
     """What chaos.ramp.command needs after Locust: the plan, the gate, the targets (no secret)."""
     config = {"plan": plan_of(options).to_dict(), "targets": targets, "exam_code": options.ramp_exam,
               "questions": options.ramp_questions, "polls": options.ramp_polls, "seed": options.ramp_seed,
@@ -218,7 +217,7 @@ def _write_config(run_dir: Path, options, targets: dict[str, str], distributed: 
 
 
 @events.quitting.add_listener
-def _on_quitting(environment, **_kwargs) -> None:  # noqa: ANN001
+def _on_quitting(environment, **_kwargs) -> None:
     if isinstance(environment.runner, WorkerRunner):
         worker = _state.get("worker")
         if isinstance(worker, WorkerSide) and worker.setup is None:
@@ -256,7 +255,7 @@ def _finalize(run_dir: Path) -> int:
 
 
 # ------------------------------------------------------------------ the generator of this process
-def _generator(options, cursor: StudentCursor, history) -> dict[str, object]:  # noqa: ANN001
+def _generator(options, cursor: StudentCursor, history) -> dict[str, object]:
     """This process's meter (CPU per step) and, in the open model, its arrival schedule: made
     when its first user starts, which is where its clock begins."""
     if "generator" not in _state:
@@ -378,7 +377,7 @@ def _worker_cursor(worker: WorkerSide, exam: str) -> StudentCursor:
     return _state["cursor"]  # type: ignore[return-value]
 
 
-def _role(environment) -> str:  # noqa: ANN001
+def _role(environment) -> str:
     return "master" if isinstance(environment.runner, MasterRunner) else "local"
 
 
@@ -389,7 +388,7 @@ class ExamRamp(LoadTestShape):
 
     _started = False
 
-    def tick(self):  # noqa: ANN201 - Locust's contract: (users, spawn_rate) or None
+    def tick(self):  # Locust's contract: (users, spawn_rate) or None
         options = self.runner.environment.parsed_options
         master = _state.get("master")
         if isinstance(master, MasterSide) and not self._started:
@@ -413,7 +412,7 @@ class ExamRamp(LoadTestShape):
         self._last = (users, float(max(users, 10)))
         return self._last
 
-    def _after_last_step(self, master, options, overtime: float):  # noqa: ANN001, ANN202
+    def _after_last_step(self, master, options, overtime: float):
         """Local: the process's own schedule (begun with its first user) may have arrivals left,
         and requests in flight; wait for both (bounded). Distributed: every worker's end."""
         if not isinstance(master, MasterSide):
@@ -429,7 +428,7 @@ class ExamRamp(LoadTestShape):
             return None
         return self._last
 
-    def _record(self, options, elapsed: float, step) -> None:  # noqa: ANN001
+    def _record(self, options, elapsed: float, step) -> None:
         total = self.runner.stats.total
         tick = {"wall": time.time(), "elapsed": round(elapsed, 3), "target": step.rate if step else 0.0,
                 "users_target": step.users if step else 0, "users": self.runner.user_count,
