@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -50,6 +51,7 @@ def _die_with_parent() -> None:
 class EmbeddedRampStack:
     run_dir: Path
     web: int = 2
+    roster_size: int = 0  # students enrolled (PROCTOR_ROSTER_SIZE); 0: the stack's default
     ready_timeout: float = 90.0
     process: subprocess.Popen | None = None
 
@@ -62,8 +64,9 @@ class EmbeddedRampStack:
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         log = self.run_dir / "logs" / "supervisor.log"
         with open(log, "ab") as out:
+            env = {**os.environ, **({"PROCTOR_ROSTER_SIZE": str(self.roster_size)} if self.roster_size else {})}
             self.process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                            cwd=PROJECT_ROOT, start_new_session=True, preexec_fn=_die_with_parent)
+                                            cwd=PROJECT_ROOT, start_new_session=True, preexec_fn=_die_with_parent, env=env)
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             manifest = self._manifest_if_ready()

@@ -26,7 +26,8 @@ from typing import Any
 from chaos.ops.answers import ANSWER, answer_body, answer_headers, answer_path, answer_value
 from stack.ledger.grading import OPTIONS
 
-__all__ = ["QUESTIONS", "HistoryWriter", "Student", "StudentCursor", "classify", "history_for"]
+__all__ = ["QUESTIONS", "HistoryWriter", "RosterExhausted", "Student", "StudentCursor", "StudentPool", "classify",
+           "history_for", "students_needed"]
 
 QUESTIONS = 20  # the embedded stack's exam (PROCTOR_EXAMS NOVA-101:20): q1 .. q20
 _writers: dict[str, "HistoryWriter"] = {}
@@ -41,16 +42,20 @@ def classify(status: int | None) -> str:
 
 
 class HistoryWriter:
-    """Append-only JSONL, 0600, line-buffered; one per Locust process (greenlets share it)."""
+    """Append-only JSONL, one per Locust process (greenlets share it). Lines go to a file
+    (0600, line-buffered) or, on a remote worker, to a ``sink`` that streams them to the master.
+    ``counts`` is how many ops of each ``f`` and ``type`` were written (what a worker says it sent)."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
+    def __init__(self, path: Path | None = None, sink: Any = None) -> None:
+        self.path, self._sink, self._file = path, sink, None
         self._origin = time.monotonic()
         self._index = itertools.count()
         self._processes = itertools.count()
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._file = open(fd, "a", encoding="utf-8", buffering=1)
+        self.counts: dict[str, int] = {}
+        if sink is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._file = open(fd, "a", encoding="utf-8", buffering=1)
 
     def new_process(self) -> int:
         return next(self._processes)
@@ -59,10 +64,25 @@ class HistoryWriter:
         op = {"index": next(self._index), "time": round(time.monotonic() - self._origin, 6), "process": process,
               "type": type_, "f": f, "value": value, "wall": time.time()}
         op.update({k: v for k, v in fields.items() if v is not None})
-        self._file.write(json.dumps(op, separators=(",", ":")) + "\n")  # one write per line: never interleaved
+        line = json.dumps(op, separators=(",", ":")) + "\n"
+        key = f"{f} {type_}"
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if self._file is not None:
+            self._file.write(line)  # one write per line: never interleaved
+        else:
+            self._sink.write(line)
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
+
+
+def students_needed(total_requests: float, questions: int) -> int:
+    """Students a plan of ``total_requests`` uses up at most when every student makes its whole
+    flow (session, start, ``questions`` answers, finish; polls only add requests, so fewer
+    students). One ending early on a definite failure uses fewer requests: the cursor then
+    stops the run with RosterExhausted instead of reusing a student."""
+    return -(-int(total_requests) // (questions + 3))
 
 
 def history_for(run_dir: Path, role: str) -> HistoryWriter:
@@ -72,32 +92,68 @@ def history_for(run_dir: Path, role: str) -> HistoryWriter:
     return _writers[str(path)]
 
 
-class StudentCursor:
-    """Hands out rostered students in turn; a student may sit the exam again (a new attempt)."""
+class RosterExhausted(RuntimeError):
+    """Every rostered student of this process has sat the exam: the roster is too small."""
 
-    def __init__(self, roster: dict[str, str], exam_code: str, offset: int) -> None:
+
+class StudentCursor:
+    """Hands out each rostered student once: the exam allows one attempt per student
+    (PROCTOR_MAX_ATTEMPTS, default 1), so a student who sat it cannot sit it again. Locust
+    process ``offset`` of ``stride`` takes every stride-th student, so processes never share one."""
+
+    def __init__(self, roster: dict[str, str], exam_code: str, offset: int, stride: int = 1) -> None:
         if not roster:
             raise ValueError(f"--ramp-roster: no student of exam {exam_code!r}")
-        self.students = sorted(roster.items())
+        self.students = sorted(roster.items())[offset % max(1, stride)::max(1, stride)]
         self.exam_code = exam_code
-        self._next = itertools.count(offset * 7919)  # workers start at different students
+        self._next = iter(self.students)
         self._numbers = itertools.count()
+        self._stride = max(1, stride)
 
     @classmethod
-    def shared(cls, roster_path: str, exam_code: str, offset: int) -> "StudentCursor":
+    def from_students(cls, students: dict[str, str], exam_code: str) -> "StudentCursor":
+        """A worker's own part of the roster, as the master sent it (no file, no offset)."""
+        return cls(students, exam_code, 0)
+
+    @classmethod
+    def shared(cls, roster_path: str, exam_code: str, offset: int, stride: int = 1) -> "StudentCursor":
         key = (roster_path, exam_code)
         if key not in _cursors:
             data = json.loads(Path(roster_path).read_text())
             exams = data.get("exams", {})
             if exam_code not in exams:
                 raise ValueError(f"--ramp-roster {roster_path}: no exam {exam_code!r} (has {sorted(exams)})")
-            _cursors[key] = cls(exams[exam_code], exam_code, offset)
+            _cursors[key] = cls(exams[exam_code], exam_code, offset, stride)
         return _cursors[key]
 
     def next_student(self, options: Any, history: HistoryWriter) -> "Student":
-        student_id, code = self.students[next(self._next) % len(self.students)]
+        try:
+            student_id, code = next(self._next)
+        except StopIteration:
+            raise RosterExhausted(
+                f"all {len(self.students)} students of this Locust process (1 in {self._stride} of the roster of "
+                f"{self.exam_code}) have sat the exam, which allows one attempt each: enrol more "
+                "(PROCTOR_ROSTER_SIZE) or shorten the plan") from None
         rng = random.Random(f"{options.ramp_seed}-{os.getpid()}-{next(self._numbers)}")
         return Student(student_id, code, self.exam_code, rng, history, options)
+
+
+class StudentPool:
+    """Open model: the students of one process, shared by its in-flight slots. An arrival takes
+    the idle student waiting longest (a new one only when every student is in flight), so the
+    students in progress are about as many as the requests in flight and each one finishes,
+    instead of one student per slot crawling through its exam at rate / slots."""
+
+    def __init__(self, cursor: StudentCursor, options: Any, history: HistoryWriter) -> None:
+        self.cursor, self.options, self.history = cursor, options, history
+        self._idle: list[Student] = []
+
+    def acquire(self) -> "Student":
+        return self._idle.pop(0) if self._idle else self.cursor.next_student(self.options, self.history)
+
+    def release(self, student: "Student") -> None:
+        if not student.done:
+            self._idle.append(student)
 
 
 class Student:
@@ -116,9 +172,13 @@ class Student:
         self.finished = self.done = False
         self.tries = 0
 
-    def step(self, client: Any) -> None:
+    def step(self, client: Any, intended: tuple[float, float] | None = None) -> None:
+        """One request. ``intended`` (open model): its scheduled start as (wall, monotonic); the
+        invoke and the completion then carry ``intended`` (epoch seconds) and the completion
+        ``corrected_latency`` (seconds from the intended start), beside ``latency`` (from the send)."""
         f, method, path, value, body, headers = self._next_call()
-        self.history.append(self.process, "invoke", f, value)
+        scheduled = {"intended": round(intended[0], 6)} if intended else {}
+        self.history.append(self.process, "invoke", f, value, **scheduled)
         started = time.monotonic()
         status = node = error = None
         data: dict[str, Any] = {}
@@ -135,7 +195,8 @@ class Student:
         if kind != "ok" and error is None:
             error = str(data.get("detail", data))[:300] if data else f"HTTP {status}"
         self.history.append(self.process, kind, f, value, status=status, node=node, receipt_id=data.get("receipt_id"),
-                            latency=round(time.monotonic() - started, 6), error=error)
+                            latency=round(time.monotonic() - started, 6), error=error, **scheduled,
+                            corrected_latency=round(time.monotonic() - intended[1], 6) if intended else None)
         self._advance(f, kind, data)
 
     def _next_call(self) -> tuple[str, str, str, dict[str, Any], dict[str, Any] | None, dict[str, str]]:
