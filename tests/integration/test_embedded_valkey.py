@@ -1,4 +1,4 @@
-"""The embedded Valkey: TLS only, verified with the run's CA, AOF on, noeviction."""
+"""The embedded Valkey: TLS only, verified with the run's CA, AOF on, noeviction, ACL users only."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Iterator
 import pytest
 from redis import Redis
 from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
@@ -16,20 +17,23 @@ from stack.embedded.certs import CertPaths, make_certs
 from stack.embedded.ports import free_port
 from stack.embedded.supervisor import ProcessSpec, Supervisor
 from stack.embedded.valkey import tls_ping, valkey_argv, valkey_url, write_valkey_config
+from stack.valkey_acl import draw_passwords
 
 pytestmark = pytest.mark.integration
 
 _NO_RETRY = Retry(NoBackoff(), 0)
+PASSWORDS = draw_passwords()
+HARNESS = {"username": "harness", "password": PASSWORDS["harness"]}
 
 
 @pytest.fixture
 def valkey(tmp_path: Path) -> Iterator[tuple[int, CertPaths]]:
     certs = make_certs(tmp_path / "tls")
     port = free_port()
-    conf = write_valkey_config(tmp_path, port, certs)
+    conf = write_valkey_config(tmp_path, port, certs, passwords=PASSWORDS)
     sup = Supervisor(tmp_path)
     try:
-        url = valkey_url(port)
+        url = valkey_url(port, user="harness", password=PASSWORDS["harness"])
         sup.start(ProcessSpec("valkey", valkey_argv(find_valkey().path, conf), ready=lambda: tls_ping(url, certs.ca_cert)))
         sup.wait_ready("valkey", 10)
         yield port, certs
@@ -43,9 +47,20 @@ def _client(port: int, **kwargs: object) -> Redis:
 
 def test_tls_with_the_run_ca_works(valkey: tuple[int, CertPaths]) -> None:
     port, certs = valkey
+    client = Redis.from_url(valkey_url(port), ssl_ca_certs=str(certs.ca_cert), retry=_NO_RETRY, **HARNESS)
+    try:
+        assert client.set("proctor:k", "v") and client.get("proctor:k") == b"v"
+    finally:
+        client.close()
+
+
+def test_a_client_without_a_credential_gets_nothing(valkey: tuple[int, CertPaths]) -> None:
+    port, certs = valkey
     client = Redis.from_url(valkey_url(port), ssl_ca_certs=str(certs.ca_cert), retry=_NO_RETRY)
     try:
-        assert client.set("k", "v") and client.get("k") == b"v"
+        with pytest.raises(AuthenticationError):
+            client.ping()
+        assert not tls_ping(valkey_url(port), certs.ca_cert)
     finally:
         client.close()
 
@@ -72,7 +87,7 @@ def test_a_client_without_the_ca_cannot_verify_the_server(valkey: tuple[int, Cer
 
 def test_aof_noeviction_and_no_plain_port(valkey: tuple[int, CertPaths]) -> None:
     port, certs = valkey
-    client = _client(port, ssl=True, ssl_ca_certs=str(certs.ca_cert))
+    client = _client(port, ssl=True, ssl_ca_certs=str(certs.ca_cert), **HARNESS)
     try:
         config = {key: client.config_get(key)[key] for key in
                   ("appendonly", "maxmemory-policy", "maxmemory", "port", "tls-auth-clients", "bind")}

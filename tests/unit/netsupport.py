@@ -12,7 +12,17 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-__all__ = ["REPO", "ServedApp", "free_port"]
+__all__ = ["LANE_TOKEN", "REPO", "ServedApp", "free_port", "lane_client"]
+
+LANE_TOKEN = "test-lane-token"
+"""The lanes' bearer token the fake providers of unit tests expect (Settings.ai/sms_client_token)."""
+
+
+def lane_client() -> "httpx.Client":
+    """An HTTP client that calls the fake providers as the lanes do (with their bearer token)."""
+    import httpx
+
+    return httpx.Client(headers={"Authorization": f"Bearer {LANE_TOKEN}"}, timeout=5.0, trust_env=False)
 
 REPO = Path(__file__).resolve().parents[2]
 
