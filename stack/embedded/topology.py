@@ -138,6 +138,8 @@ class Topology:
         alive_only = component.health.kind == "alive"
         own_env = component.role in ("valkey", "haproxy", "faultproxy")
         env = dict(os.environ) if own_env else self.env(component.name, settings)
+        if component.role == "faultproxy":
+            env = self.links.server_env(env)
         return ProcessSpec(component.name, component.argv, env=env, ready=self._readiness(component, pid_of),
                            settle=self.spec.worker_settle if alive_only else 0.0, stop_stage=component.stop_stage)
 

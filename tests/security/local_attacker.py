@@ -17,9 +17,20 @@ from typing import Any
 NOBODY = 65534
 
 _PRELUDE = f"""
-import json, os, ssl, sys
-import httpx, redis, rq, rq.job, rq.queue, rq.serializers
+import base64, datetime, hashlib, json, os, random, secrets, selectors, socket, ssl, sys, uuid, zlib
+import httpx, redis, redis.backoff, redis.retry, rq, rq.job, rq.queue, rq.serializers
 from redis.exceptions import RedisError
+# Warm every lazy import while the interpreter (in root's home) is still readable.
+_warm = redis.Redis(host="127.0.0.1", port=1, ssl=True, ssl_cert_reqs="none", retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))
+for _serializer in (None, rq.serializers.JSONSerializer):
+    rq.Queue("warm", connection=_warm, serializer=_serializer).create_job("os.getpid").to_dict()
+import encodings.idna, encodings.ascii, encodings.latin_1  # noqa: E401
+for _call in (_warm.ping, lambda: httpx.get("http://127.0.0.1:1/", timeout=1)):
+    try:
+        _call()  # a refused connection walks the code paths (getaddrinfo, codecs) once
+    except Exception:
+        pass
+ssl.create_default_context()
 os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})
 assert os.getuid() == {NOBODY} and os.geteuid() == {NOBODY}
 def emit(**fields):
