@@ -43,7 +43,7 @@ every worker INCRs and the web nodes export in /metrics."""
 LIMITER_USER = "limiter"
 
 # Categories every component's client needs: CLIENT SETNAME, PING, HELLO, pipelines.
-_BASE = ("+@connection", "+@transaction", "-@dangerous", "+info")
+_BASE = ("+@connection", "+@transaction", "-@dangerous", "+info", "+time")  # TIME: the AI limiter's Lua clock
 # What RQ (enqueue, dequeue, registries, results as streams) and our Lua scripts use.
 _DATA = ("+@read", "+@write", "+@keyspace", "+@list", "+@hash", "+@set", "+@sortedset", "+@string", "+@stream",
          "+@scripting", "-@dangerous")
