@@ -42,25 +42,30 @@ every worker INCRs and the web nodes export in /metrics."""
 
 LIMITER_USER = "limiter"
 
-# Categories every component's client needs: CLIENT SETNAME, PING, HELLO, pipelines.
-_BASE = ("+@connection", "+@transaction", "-@dangerous", "+info", "+time")  # TIME: the AI limiter's Lua clock
-# What RQ (enqueue, dequeue, registries, results as streams) and our Lua scripts use.
+# Categories every component's client needs: CLIENT SETNAME, PING, HELLO, pipelines; then what RQ
+# (enqueue, dequeue, registries, results as streams) and our Lua scripts use.
+_BASE = ("+@connection", "+@transaction")
 _DATA = ("+@read", "+@write", "+@keyspace", "+@list", "+@hash", "+@set", "+@sortedset", "+@string", "+@stream",
-         "+@scripting", "-@dangerous")
+         "+@scripting")
+_NEEDED = ("+info", "+time")
+"""Added after ``-@dangerous`` (which holds them), or they are gone again: RQ reads ``INFO server`` to
+choose its atomic BLMOVE dequeue (without it RQ silently falls back to BLPOP, and a worker killed after
+the pop loses the job), and the AI limiter's Lua script reads ``TIME``."""
 
 
 @dataclass(frozen=True)
 class AclUser:
     name: str
-    commands: tuple[str, ...]
+    categories: tuple[str, ...]  # granted first, then every @dangerous command is taken away again
     keys: tuple[str, ...]  # ACL key selectors: ~pattern (read+write), %R~pattern (read only)
     channels: tuple[str, ...] = ()  # &pattern (pub/sub); none = no channel at all
+    commands: tuple[str, ...] = _NEEDED  # single commands granted last (some of them are @dangerous)
 
     def rule(self, password: str) -> str:
         """The ``user`` line: on, only the SHA-256 of the password (the config never holds it), its rights."""
         digest = hashlib.sha256(password.encode()).hexdigest()
         parts = ["user", self.name, "reset", "on", f"#{digest}", *self.keys, "resetchannels", *self.channels,
-                 "-@all", *self.commands]
+                 "-@all", *self.categories, "-@dangerous", *self.commands]
         return " ".join(parts)
 
 
@@ -69,10 +74,10 @@ USERS: tuple[AclUser, ...] = (
     AclUser("relay", (*_BASE, *_DATA), ("~rq:*", "%R~proctor:alive:*")),
     AclUser("worker", (*_BASE, *_DATA, "+@pubsub"),
             ("~rq:*", "~proctor:alive:*", "~proctor:ai:*", f"~{REFUSED_JOBS_KEY}"), ("&rq:*",)),
-    AclUser(LIMITER_USER, (*_BASE, "+@read", "+@write", "+@string", "+@keyspace", "+@scripting", "-@dangerous"),
+    AclUser(LIMITER_USER, (*_BASE, "+@read", "+@write", "+@string", "+@keyspace", "+@scripting"),
             ("~proctor-limits:*",)),
-    AclUser("harness", (*_BASE, *_DATA, "+@pubsub", "+client|list", "+client|info", "+config|get", "+scan", "+keys"),
-            ("~rq:*", "~proctor:*", "%R~*"), ("&*",)),
+    AclUser("harness", (*_BASE, *_DATA, "+@pubsub"), ("~rq:*", "~proctor:*", "%R~*"), ("&*",),
+            (*_NEEDED, "+client|list", "+client|info", "+config|get", "+keys")),
 )
 
 _ROLE_USER = {"web": "web", "relay": "relay", "worker": "worker"}

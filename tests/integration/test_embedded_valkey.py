@@ -95,3 +95,33 @@ def test_aof_noeviction_and_no_plain_port(valkey: tuple[int, CertPaths]) -> None
         client.close()
     assert config == {"appendonly": "yes", "maxmemory-policy": "noeviction", "maxmemory": str(256 * 1024 * 1024),
                       "port": "0", "tls-auth-clients": "no", "bind": "127.0.0.1"}
+
+
+def _as(port: int, certs: CertPaths, user: str) -> Redis:
+    return Redis.from_url(valkey_url(port), ssl_ca_certs=str(certs.ca_cert), retry=_NO_RETRY,
+                          username=user, password=PASSWORDS[user])
+
+
+def test_each_user_can_do_what_rq_and_the_limiter_need(valkey: tuple[int, CertPaths]) -> None:
+    """The ACL table must not silently change behaviour: with INFO refused, RQ falls back from its
+    atomic BLMOVE reservation to BLPOP (a killed worker then loses the popped job), and the AI
+    limiter's Lua script needs TIME. So: as web, enqueue; as worker, RQ sees a BLMOVE-capable server
+    and its dequeue leaves the job reserved in the intermediate queue; TIME works in a script."""
+    from rq import Queue
+    from rq.utils import get_version
+
+    from stack.lanes.allowlist import JOB_SERIALIZER, NOOP_JOB
+
+    port, certs = valkey
+    web, worker = _as(port, certs, "web"), _as(port, certs, "worker")
+    try:
+        job = Queue("merit", connection=web, serializer=JOB_SERIALIZER).enqueue(NOOP_JOB, "x")
+        assert get_version(worker) >= (6, 2, 0)
+        queue = Queue("merit", connection=worker, serializer=JOB_SERIALIZER)
+        taken, _ = Queue.dequeue_any([queue], timeout=1, connection=worker, serializer=JOB_SERIALIZER)
+        assert taken.id == job.id and worker.lrange(queue.intermediate_queue_key, 0, -1) == [job.id.encode()]
+        assert worker.eval("return redis.call('TIME')[1]", 0)
+        assert _as(port, certs, "relay").info("server")["redis_version"]
+    finally:
+        web.close()
+        worker.close()
