@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from lane_stack import Student, export, lane_stack, port_of, run_folder, wait_for_outcome  # noqa: F401 - the fixture
+from lane_stack import Student, export, port_of, run_folder, wait_for_outcome
 from local_attacker import run_as_nobody
 from stack.embedded.stack import EmbeddedStack
 

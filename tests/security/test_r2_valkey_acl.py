@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from lane_stack import EXAM, HANG_GUARD, lane_stack, port_of, run_folder  # noqa: F401 - the fixture
+from lane_stack import EXAM, HANG_GUARD, port_of, run_folder
 from local_attacker import run_as_nobody
 from stack.embedded.stack import EmbeddedStack
 
