@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from chaos.ailane_plots import plot_ai_lane
+from chaos.plots.ai_lane import plot_ai_lane
 from chaos.bounds import apply_bounds, derive_bounds, underivable_notes
 from chaos.checkers import run_checkers
 from chaos.checkers import CheckOptions
@@ -27,7 +27,7 @@ from chaos.checkers.base import UNKNOWN, OptionsError, Result, compose
 from chaos.checkers.isolation import isolation_from_run
 from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, read_history
 from chaos.ledgers import load_ledgers
-from chaos.plots import plot_run
+from chaos.plots.run import plot_run
 from chaos.report import REPORT_MD, build_report, verdict_word, write_report
 
 __all__ = [

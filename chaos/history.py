@@ -66,9 +66,9 @@ FAULT_END = "fault-end"
 SAMPLE = "sample"
 """The monitor's /metrics sample: lane depths and oldest-job ages, pending outcomes, outbox lag."""
 CHURN_SAMPLE = "churn-sample"
-"""The fresh-connection generator's cumulative outcomes (chaos/churn.py)."""
+"""The fresh-connection generator's cumulative outcomes (chaos/load/churn.py)."""
 VALKEY_SAMPLE = "valkey-sample"
-"""Valkey's INFO and CLIENT LIST plus each component's own connection counters (chaos/valkey_stats.py)."""
+"""Valkey's INFO and CLIENT LIST plus each component's own connection counters (chaos/observe/valkey_stats.py)."""
 OP_KINDS: dict[str, str] = {
     FAULT_START: NEMESIS,
     FAULT_END: NEMESIS,

@@ -116,7 +116,7 @@ def chaos_seed(request: pytest.FixtureRequest) -> int:
 
 @pytest.fixture
 def run_chaos(request: pytest.FixtureRequest, chaos_seed: int) -> Callable[[str], ChaosRun]:
-    """Run a named scenario (chaos/scenarios.py) with the session's seed and time scale."""
+    """Run a named scenario (chaos/scenarios/__init__.py) with the session's seed and time scale."""
     from chaos.deployment.targets import unsupported_on
     from chaos.runner import run_scenario
     from chaos.scenarios import get_scenario

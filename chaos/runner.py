@@ -21,9 +21,9 @@ from chaos.analyze import analyze
 from chaos.deployment import Deployment
 from chaos.deployment.targets import DEFAULT_TARGET, build_deployment
 from chaos.history import History
-from chaos.monitor import run_monitor
+from chaos.observe.monitor import run_monitor
 from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderNemesis, run_schedule
-from chaos.workload import WorkloadSpec, WorkloadStats, run_workload
+from chaos.load.exam import WorkloadSpec, WorkloadStats, run_workload
 import stack.config as stack_config
 from stack.config import Settings
 from stack.embedded.secrets import read_roster

@@ -1,6 +1,6 @@
 """The AI lane's failure table on the real embedded stack (issue #11), each with its negative control.
 
-Relay, two RQ AI workers and the fake provider over HTTP (chaos/ailane_scenarios.py), at
+Relay, two RQ AI workers and the fake provider over HTTP (chaos/scenarios/ai_lane.py), at
 TIME_SCALE 0.05 (a case-minute is 3 s), where the shared limit, not the workers, holds the
 backlog back. Verdicts rest on the provider's ledger and the stack's exports: calls over
 the limit in any sliding case-minute, retries before Retry-After, calls while paused,

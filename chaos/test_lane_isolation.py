@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from chaos.isolation_scenarios import BACKLOG_JOBS, predicted_shared_wait
+from chaos.scenarios.isolation import BACKLOG_JOBS, predicted_shared_wait
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 

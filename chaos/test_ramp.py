@@ -22,7 +22,7 @@ import pytest
 
 from chaos.analyze import EXIT_INVALID, EXIT_VALID
 from chaos.history import read_history
-from chaos.ramp_gate import completions, gate, step_rates, read_ticks
+from chaos.ramp.gate import completions, gate, step_rates, read_ticks
 from stack.embedded.watchdog import is_alive
 from stack.paths import runs_dir
 

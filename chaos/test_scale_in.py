@@ -1,4 +1,4 @@
-"""Mid-exam scale-in, web 3 -> 1 under a steady chaos workload (chaos/scenarios_scale.py).
+"""Mid-exam scale-in, web 3 -> 1 under a steady chaos workload (chaos/scenarios/scale.py).
 
 Graceful (drain, in-flight requests finish, SIGTERM): 0 failed requests, counted from the
 history, and no request invoked after the scale reached a removed node. Negative control:
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from chaos.scenarios_scale import REMOVED_NODES
+from chaos.scenarios.scale import REMOVED_NODES
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 

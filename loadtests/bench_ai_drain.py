@@ -1,7 +1,7 @@
 """Benchmark the AI lane's drain on the real embedded stack: the ratio against N / 8 case-minutes.
 
 Run: ``.venv/bin/python loadtests/bench_ai_drain.py [--runs 1] [--scenario ai_storm] [--seed S]``
-(about a minute per run). Each run is the catalogue scenario (chaos/ailane_scenarios.py):
+(about a minute per run). Each run is the catalogue scenario (chaos/scenarios/ai_lane.py):
 a backlog of N >= 100 narratives behind a paused lane, resumed through the admin API into a
 429 storm, drained by 2 RQ AI workers through the shared limiter. The drain is measured
 on the ledger (resume -> last narrative ``done_at``) as three ratios:

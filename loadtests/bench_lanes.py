@@ -45,7 +45,7 @@ PHASES = ("_current", "_unless_ready", "_already_ready", "_merit_card", "merit_o
 """Functions of stack.lanes.jobs timed in the phase helper; those that exist are wrapped (older releases
 had ``_already_ready``, so one benchmark measures before and after). Nested calls are counted in both."""
 KIND_FUNCTION = {"merit": "compute_merit_card", "sms": "send_result_sms"}
-"""Kinds the phase helper times. The narrative job is stack.ailane.job (a shared limiter and
+"""Kinds the phase helper times. The narrative job is stack.lanes.ai.job (a shared limiter and
 billing in Valkey and the ledger), not a function of stack.lanes.jobs: its cost is in the
 lane-jobs section (RQ's own timestamps) and loadtests/bench_ai_drain.py."""
 LANE_OF_KIND = {"merit": "merit", "narrative": "ai", "sms": "sms"}

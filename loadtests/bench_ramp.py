@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "loadtests")]
 
 from chaos.history import read_history  # noqa: E402
-from chaos.ramp_gate import completions, latency_quantiles, read_ticks  # noqa: E402
+from chaos.ramp.gate import completions, latency_quantiles, read_ticks  # noqa: E402
 from proc_cpu import Sampler  # noqa: E402
 from profile_spy import start_profile, summarise  # noqa: E402
 from stack.paths import bench_dir, runs_dir  # noqa: E402

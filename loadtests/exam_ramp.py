@@ -127,7 +127,7 @@ def _targets(environment, options, run_dir: Path) -> dict[str, str]:  # noqa: AN
 
 
 def _write_config(run_dir: Path, options, targets: dict[str, str]) -> None:  # noqa: ANN001
-    """What chaos.ramp needs after Locust: the plan, the gate, the targets (no secret)."""
+    """What chaos.ramp.command needs after Locust: the plan, the gate, the targets (no secret)."""
     config = {"plan": plan_of(options).to_dict(), "targets": targets, "exam_code": options.ramp_exam,
               "questions": options.ramp_questions, "polls": options.ramp_polls, "seed": options.ramp_seed,
               "max_tries": options.ramp_max_tries, "settle": options.ramp_settle,

@@ -1,7 +1,7 @@
 """Where a merit card's finish-to-ready time goes, and who had the CPU meanwhile (#12 bench).
 
 ``merit_split(run_dir)`` joins the exam's merit outbox rows (``ledgers/outbox.json``) with the
-job records RQ kept (``lane_jobs.json``, chaos/lane_jobs.py) on the job id, and splits each
+job records RQ kept (``lane_jobs.json``, chaos/observe/lane_jobs.py) on the job id, and splits each
 card's ``done_at - created_at`` into four consecutive parts (all epoch seconds, one clock):
 
 - ``dispatch``: finish commit (outbox ``created_at``) -> job in the queue (RQ ``enqueued_at``),

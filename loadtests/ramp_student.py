@@ -4,7 +4,7 @@ Under gevent, so standard library only (no chaos/, no stack/). The history lines
 the chaos workload's format (docs/architecture.md, "History"): an ``invoke`` before each
 request and one completion after it (``ok`` 2xx, ``fail`` a 4xx, ``info`` a 5xx or no
 response: it may have happened), plus ``wall`` (epoch seconds) so that
-``chaos.ramp_history`` can merge the files of several Locust processes into one.
+``chaos.ramp.merge`` can merge the files of several Locust processes into one.
 
 Like the chaos workload, a student signs in with its roster access code, starts with an
 Idempotency-Key, answers each question with its own key, retries an unknown outcome under
@@ -32,7 +32,7 @@ _cursors: dict[tuple[str, str], "StudentCursor"] = {}
 
 
 def classify(status: int | None) -> str:
-    """The chaos client's outcome contract (chaos/client.py)."""
+    """The chaos client's outcome contract (chaos/load/client.py)."""
     if status is None or status >= 500:
         return "info"
     return "ok" if 200 <= status < 300 else "fail"

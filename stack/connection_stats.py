@@ -14,7 +14,7 @@ a worker that ran 900 jobs leaves one file, not 900. Appending, not rewriting, b
 a horse and its parent cannot share one counter without a lock across processes, and
 because a horse exits with ``os._exit`` right after its job: one small ``O_APPEND``
 write is its whole contribution, never torn by a concurrent writer. The reader
-(``chaos/valkey_stats.py``) keeps each pid's last line, so the per-pid view is the one
+(``chaos/observe/valkey_stats.py``) keeps each pid's last line, so the per-pid view is the one
 the old file-per-pid layout gave.
 """
 

@@ -37,7 +37,7 @@ def attempt_students(history: Sequence[Op]) -> dict[str, str]:
 
     The workload starts an attempt on the process that signed the student in, and
     the first call after an ``ok`` start, on that same process, names the new
-    attempt (chaos/workload.py): that pair links the two ids.
+    attempt (chaos/load/exam.py): that pair links the two ids.
     """
     started_for: dict[int | str, str] = {}
     students: dict[str, str] = {}

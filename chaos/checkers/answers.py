@@ -38,7 +38,7 @@ from chaos.checkers.acknowledged import attempt_students
 from chaos.checkers.base import Result, build_result, unknown_unless_invalid
 from chaos.history import Op, pair_ops
 from chaos.ledgers import AnswerRow, Ledgers
-from chaos.revision_ops import REVISE
+from chaos.ops.revisions import REVISE
 
 __all__ = ["NAME", "check_answers", "fingerprint", "fingerprints"]
 
@@ -115,7 +115,7 @@ def _tries_by_key(history: Sequence[Op]) -> tuple[dict[Key, _Tries], int]:
 
 
 def _revised(history: Sequence[Op]) -> set[Key]:
-    """Questions some ``revise`` op wrote (chaos/revision_ops.py)."""
+    """Questions some ``revise`` op wrote (chaos/ops/revisions.py)."""
     return {(str(op.value.get("attempt_id")), str(op.value.get("question")))
             for op in history if op.f == REVISE and op.type == "invoke" and isinstance(op.value, dict)}
 

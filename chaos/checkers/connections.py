@@ -3,10 +3,10 @@
 The seed's 6 October load test recorded 2,854 connection timeouts with fresh TLS
 connections to managed Valkey. This checker reads three kinds of monitor samples:
 
-- ``valkey-sample`` (chaos/valkey_stats.py): Valkey's INFO (``total_connections_received``,
+- ``valkey-sample`` (chaos/observe/valkey_stats.py): Valkey's INFO (``total_connections_received``,
   ``rejected_connections``, ``used_cpu_sys``/``used_cpu_user``), CLIENT LIST ids
   grouped by component, and each component's own counters (connects, errors by kind);
-- ``churn-sample`` (chaos/churn.py): the fresh-connection generator's outcomes.
+- ``churn-sample`` (chaos/load/churn.py): the fresh-connection generator's outcomes.
 
 | category | invalid? | meaning |
 |---|---|---|

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from chaos.checkers.base import Result, build_result, unknown_unless_invalid
 from chaos.history import Op
 from chaos.ledgers import AnswerRow, Ledgers
-from chaos.revision_ops import NOTHING_TO_CHECK, QuestionKey, RevisionWrite, read_revision_ops
+from chaos.ops.revisions import NOTHING_TO_CHECK, QuestionKey, RevisionWrite, read_revision_ops
 
 __all__ = ["NAME", "check_final_answers"]
 

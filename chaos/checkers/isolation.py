@@ -1,6 +1,6 @@
 """Lane isolation: no merit job waited behind an AI job, and merit's queue wait stayed bounded.
 
-Input: the lane job records RQ kept (``lane_jobs.json``, chaos/lane_jobs.py): per job its
+Input: the lane job records RQ kept (``lane_jobs.json``, chaos/observe/lane_jobs.py): per job its
 queue, worker, and enqueued/started/ended times; ``observed_at`` is when they were read, so
 a merit job still waiting then has waited at least ``observed_at - enqueued_at``.
 
@@ -40,7 +40,7 @@ __all__ = ["LANE_JOBS_FILE", "NAME", "LaneJob", "check_isolation", "isolation_fr
 
 NAME = "isolation"
 LANE_JOBS_FILE = "lane_jobs.json"
-"""Written by chaos/lane_jobs.py into the run folder."""
+"""Written by chaos/observe/lane_jobs.py into the run folder."""
 AI_KIND = "narrative"
 
 

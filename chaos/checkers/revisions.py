@@ -28,7 +28,7 @@ from chaos.checkers.answers import fingerprint
 from chaos.checkers.base import Result, build_result, summarize, unknown_unless_invalid
 from chaos.history import Op
 from chaos.ledgers import Ledgers, RevisionRow
-from chaos.revision_ops import NOTHING_TO_CHECK, AnswerRead, RevisionWrite, read_revision_ops
+from chaos.ops.revisions import NOTHING_TO_CHECK, AnswerRead, RevisionWrite, read_revision_ops
 
 __all__ = ["NAME", "check_revisions", "visibility_latencies"]
 

@@ -35,10 +35,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from stack.config import CASE_AI_CALL_SECONDS, CASE_MERIT_COMPUTE_SECONDS, CASE_SMS_CALL_SECONDS, Settings, load_settings
-from stack.ledger import outbox, outcomes, ranking
+from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine, make_reader
 from stack.ledger.grading import OPTIONS, answer_key
-from stack.ledger.schema import attempts, exams
+from stack.ledger.ranking import merit_of
 
 if TYPE_CHECKING:
     import httpx
@@ -187,30 +187,6 @@ class MeritCardNotReady(LookupError):
     The relay never enqueues one before the card, so this means something bypassed
     that rule; the job fails loudly (and is retried) instead of computing a position.
     """
-
-
-def merit_of(conn: Connection, attempt_id: str) -> dict[str, Any]:
-    """Score and position of an attempt among the finished attempts of its exam.
-
-    ``ranked_against`` names every attempt the position was computed against (its own
-    included), so a checker can recompute the position from the exports.
-    """
-    attempt = conn.execute(select(attempts).where(attempts.c.id == attempt_id)).first()
-    if attempt is None:
-        raise LookupError(f"no attempt {attempt_id}")
-    question_count = conn.execute(select(exams.c.question_count).where(exams.c.code == attempt.exam_code)).scalar_one()
-    scores = ranking.finished_scores(conn, attempt.exam_code, attempt_id)
-    own = scores[attempt_id]
-    return {
-        "attempt_id": attempt_id,
-        "student_id": attempt.student_id,
-        "exam_code": attempt.exam_code,
-        "score": own,
-        "max_score": question_count,
-        "position": 1 + sum(1 for other in scores.values() if other > own),
-        "ranked_against": sorted(scores),
-        "finished_attempts": len(scores),
-    }
 
 
 def _burn_cpu(seconds: float) -> None:

@@ -14,6 +14,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from stack.config import Settings
+from stack.ledger.outbox import operation_id
 
 __all__ = ["JOB_SERIALIZER", "LANES", "LANE_OF_KIND", "JOB_FUNCTION", "SHARED_LANE_ROUTES", "operation_id", "job_id", "lane_routes", "queue_for"]
 
@@ -32,15 +33,10 @@ SHARED_LANE_ROUTES = {"merit": "merit", "narrative": "merit", "sms": "sms"}
 
 JOB_FUNCTION = {
     "merit": "stack.lanes.jobs.compute_merit_card",
-    "narrative": "stack.ailane.job.write_narrative",  # limiter, retries by class, billing (docs/ai-lane.md)
+    "narrative": "stack.lanes.ai.job.write_narrative",  # limiter, retries by class, billing (docs/ai-lane.md)
     "sms": "stack.lanes.jobs.send_result_sms",
 }
 """Outbox kind -> importable job function (workers import jobs by dotted path)."""
-
-
-def operation_id(kind: str, attempt_id: str) -> str:
-    """The stable identity of one piece of work; provider idempotency keys use it."""
-    return f"{kind}-{attempt_id}"
 
 
 def job_id(operation: str, enqueue_number: int) -> str:

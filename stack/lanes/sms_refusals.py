@@ -1,7 +1,7 @@
 """The SMS lane's answer to a gateway refusal, by the AI lane's classes (issue #11).
 
 The gateway meters like the AI provider (429 with Retry-After, 402, 401), and the SMS job
-acts on the same classes (stack/ailane/policy.py):
+acts on the same classes (stack/lanes/ai/policy.py):
 
 - transient (429, 503): hand the row back with a not-before time (backoff 1-15 case-min,
   never before Retry-After), so the worker is free and the relay re-enqueues it later;
@@ -21,8 +21,8 @@ import random
 import time
 from typing import Any
 
-from stack.ailane import lanestate
-from stack.ailane.policy import RetryClock, classify
+from stack.lanes.ai import lanestate
+from stack.lanes.ai.policy import RetryClock, classify
 from stack.ledger import outbox, outcomes
 
 __all__ = ["LANE", "hold_if_paused", "on_refusal"]

@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings()
     warm_tls(settings)  # once here; every forked horse reuses it for its own Valkey connection
     if args.lane == "ai":
-        from stack.ailane.job import LaneConfig, check_startup
+        from stack.lanes.ai.job import LaneConfig, check_startup
 
         check_startup(settings, LaneConfig.from_settings(settings))  # a job timeout past the slot lease stops start-up here
     prepare_worker(args.lane)  # settings, engines, and for ai/sms the HTTP stack: once, not per horse

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
-from stack.lanes.queues import operation_id
 from stack.ledger import outbox, outcomes, ranking
+from stack.ledger.outbox import operation_id
 from stack.ledger.schema import attempts, exams, students
 
 __all__ = [

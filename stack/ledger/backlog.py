@@ -38,9 +38,9 @@ from typing import Sequence
 from sqlalchemy import Connection, Engine, insert, select
 
 from stack.config import load_settings
-from stack.lanes.jobs import merit_of
-from stack.lanes.queues import operation_id
 from stack.ledger import outbox, outcomes
+from stack.ledger.outbox import operation_id
+from stack.ledger.ranking import merit_of
 from stack.ledger.attempts import finish_in
 from stack.ledger.engine import make_engine
 from stack.ledger.schema import attempts, exams, students

@@ -2,7 +2,7 @@
 
 While an exam's window is open (``opens_at <= now < closes_at``) the stack refuses to
 scale web nodes below ``min_web`` or a lane's workers below ``min_workers[lane]``
-(``stack/web/routes_scale.py``). The rule used to be a runbook line ("do not scale in
+(``stack/web/routes/scale.py``). The rule used to be a runbook line ("do not scale in
 during exams"); lowering a pool minimum mid-exam then failed about 360 requests in two
 minutes. Here the window lives in the ledger, next to the exam, so every web node
 enforces the same lock and an override leaves an audit record.

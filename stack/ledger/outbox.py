@@ -19,10 +19,10 @@ from typing import Iterator
 
 from sqlalchemy import ColumnElement, Connection, Select, and_, case, exists, func, or_, select, update
 
-from stack.lanes.queues import operation_id
 from stack.ledger.schema import OUTBOX_KINDS, lane_state, outbox
 
 __all__ = [
+    "operation_id",
     "create_rows",
     "rows_for_attempt",
     "mark_enqueued",
@@ -50,6 +50,11 @@ NON_FINAL_STATUSES = ("pending", "enqueued")
 
 NEEDS_MERIT = ("narrative", "sms")
 """Kinds that read the merit card: enqueued only once the attempt's merit row is done."""
+
+
+def operation_id(kind: str, attempt_id: str) -> str:
+    """The stable identity of one piece of work; provider idempotency keys use it."""
+    return f"{kind}-{attempt_id}"
 
 
 def create_rows(conn: Connection, attempt_id: str, now: float | None = None) -> list[str]:

@@ -10,12 +10,14 @@ score (finished by an older release) is scored from its answers here, with the s
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Connection, select
 
 from stack.ledger import grading
-from stack.ledger.schema import answers, attempts
+from stack.ledger.schema import answers, attempts, exams
 
-__all__ = ["finished_scores", "score_from_answers"]
+__all__ = ["finished_scores", "merit_of", "score_from_answers"]
 
 
 def score_from_answers(conn: Connection, exam_code: str, attempt_ids: list[str]) -> dict[str, int]:
@@ -38,3 +40,27 @@ def finished_scores(conn: Connection, exam_code: str, attempt_id: str) -> dict[s
     scores = {other: value for other, value in stored.items() if value is not None}
     scores.update(score_from_answers(conn, exam_code, missing))
     return scores
+
+
+def merit_of(conn: Connection, attempt_id: str) -> dict[str, Any]:
+    """Score and position of an attempt among the finished attempts of its exam.
+
+    ``ranked_against`` names every attempt the position was computed against (its own
+    included), so a checker can recompute the position from the exports.
+    """
+    attempt = conn.execute(select(attempts).where(attempts.c.id == attempt_id)).first()
+    if attempt is None:
+        raise LookupError(f"no attempt {attempt_id}")
+    question_count = conn.execute(select(exams.c.question_count).where(exams.c.code == attempt.exam_code)).scalar_one()
+    scores = finished_scores(conn, attempt.exam_code, attempt_id)
+    own = scores[attempt_id]
+    return {
+        "attempt_id": attempt_id,
+        "student_id": attempt.student_id,
+        "exam_code": attempt.exam_code,
+        "score": own,
+        "max_score": question_count,
+        "position": 1 + sum(1 for other in scores.values() if other > own),
+        "ranked_against": sorted(scores),
+        "finished_attempts": len(scores),
+    }

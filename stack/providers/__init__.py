@@ -29,7 +29,7 @@ IDEMPOTENCY_KEY_MAX = 255
 RECEIVED_AT_HEADER = "X-Received-At"
 """The fake's extension: when the provider received the call (epoch seconds, the ``started_at``
 its own limit and the effect ledger count from), on every answer after the arrival, refusals
-included. A caller's limiter dates its slot from it (stack/ailane/limiter.py ``release``)."""
+included. A caller's limiter dates its slot from it (stack/lanes/ai/limiter.py ``release``)."""
 
 
 @dataclass

@@ -23,16 +23,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from stack.config import Settings, SettingsError, insecure_secrets, load_settings
 from stack.ledger.engine import make_engine
 from stack.ledger.revisions import revision_policy
-from stack.web import (
-    routes_admin,
-    routes_ailane,
-    routes_answers,
-    routes_attempts,
-    routes_health,
-    routes_outcomes,
-    routes_scale,
-    routes_sessions,
-)
+from stack.web.routes import admin as routes_admin
+from stack.web.routes import answers as routes_answers
+from stack.web.routes import attempts as routes_attempts
+from stack.web.routes import health as routes_health
+from stack.web.routes import lanes as routes_ailane
+from stack.web.routes import outcomes as routes_outcomes
+from stack.web.routes import scale as routes_scale
+from stack.web.routes import sessions as routes_sessions
 from stack.web.answer_sink import AnswerSink, DurableAnswers
 from stack.web.capacity_lock import CapacityLock
 from stack.web.dispatch import Dispatcher, ValkeyClients, ValkeyDispatcher
@@ -40,8 +38,8 @@ from stack.web.guards import ledger_busy_handler, unparsable_body_handler
 from limits import parse as parse_rate
 
 from stack.web.ratelimit import RequestLimiter
-from stack.web.routes_common import RequestGuard, WebState, validation_error_handler
-from stack.web.routes_health import drain_on_sigterm
+from stack.web.routes.common import RequestGuard, WebState, validation_error_handler
+from stack.web.routes.health import drain_on_sigterm
 from stack.web.shedding import InFlightLimit
 from stack.web.write_behind import WriteBehind
 

@@ -167,8 +167,8 @@ def _valkey_lanes(clients: ValkeyClients) -> tuple[dict[str, LaneSample], int] |
 
 
 def _alert_families(out: _Families, engine: Engine) -> None:
-    """Issue #11's alerts and paused lanes (stack/ailane/lanestate.py); skipped, not failed, if unreadable."""
-    from stack.ailane.lanestate import alert_samples
+    """Issue #11's alerts and paused lanes (stack/lanes/ai/lanestate.py); skipped, not failed, if unreadable."""
+    from stack.lanes.ai.lanestate import alert_samples
 
     try:
         with engine.connect() as conn:

@@ -18,7 +18,7 @@ from chaos.checkers.ailane import AI_CALLS_PER_CASE_MINUTE
 from chaos.checkers import CheckOptions
 from chaos.checkers.base import UNKNOWN, OptionsError
 from chaos.ledgers import AlertRow, Ledgers, ReservationRow, load_ledgers
-from stack.ailane import billing, lanestate
+from stack.lanes.ai import billing, lanestate
 from stack.config import CASE_PROVIDER_CALLS_PER_MINUTE, Settings
 from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.exports import export_rows
@@ -238,7 +238,7 @@ def test_the_provider_export_holds_effects_and_refusals(tmp_path: Path) -> None:
 
 
 def test_the_ai_lane_plot_is_drawn_only_for_a_run_with_ai_calls(tmp_path: Path) -> None:
-    from chaos.ailane_plots import plot_ai_lane
+    from chaos.plots.ai_lane import plot_ai_lane
 
     effects, reservations = paced(12)
     outbox = [{"operation_id": f"narrative-a{i}", "attempt_id": f"a{i}", "kind": "narrative", "status": "done",

@@ -14,7 +14,7 @@ from chaos.checkers.answers import check_answers
 from chaos.checkers.final_answers import check_final_answers
 from chaos.checkers.revisions import check_revisions
 from chaos.ledgers import Ledgers
-from chaos.revision_ops import READ_ANSWERS, REVISE, read_call, read_revision_ops, revise_call, revision_writes
+from chaos.ops.revisions import READ_ANSWERS, REVISE, read_call, read_revision_ops, revise_call, revision_writes
 
 OPTIONS = CheckOptions()
 

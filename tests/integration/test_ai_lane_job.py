@@ -13,11 +13,11 @@ import pytest
 from redis import Redis
 
 from netsupport import ServedApp, free_port
-from stack.ailane import billing, lanestate
-from stack.ailane.controls import BLIND_REPLAY, IGNORE_RETRY_AFTER
-from stack.ailane.job import LaneConfig, Step, check_startup, run_narrative
-from stack.ailane.limiter import CALLS_KEY, SharedLimiter
-from stack.ailane.review import list_review, replay, resume_lane
+from stack.lanes.ai import billing, lanestate
+from stack.lanes.ai.controls import BLIND_REPLAY, IGNORE_RETRY_AFTER
+from stack.lanes.ai.job import LaneConfig, Step, check_startup, run_narrative
+from stack.lanes.ai.limiter import CALLS_KEY, SharedLimiter
+from stack.lanes.ai.review import list_review, replay, resume_lane
 from stack.config import Settings, SettingsError
 from stack.lanes import jobs
 from stack.ledger import outbox, outcomes
@@ -338,7 +338,7 @@ def test_a_real_rq_worker_runs_the_lane_job_from_the_relay(lane: Settings, redis
 
 @pytest.mark.parametrize("header", [None, "", "soon", "nan", "inf"])
 def test_an_absent_or_unreadable_arrival_header_falls_back_to_the_release(header: str | None) -> None:
-    from stack.ailane.job import _received_at
+    from stack.lanes.ai.job import _received_at
 
     assert _received_at(header) is None
     assert _received_at("1764510000.250000") == 1764510000.25  # the contrast: a readable one is taken

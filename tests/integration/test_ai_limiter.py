@@ -10,7 +10,7 @@ import pytest
 from redis import Redis
 
 from valkeysupport import running_valkey
-from stack.ailane.limiter import CALLS_KEY, SharedLimiter
+from stack.lanes.ai.limiter import CALLS_KEY, SharedLimiter
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ from web_support import ROSTER, ROSTER_KEY, RecordingDispatcher, TestClient, aut
 
 from stack.config import Settings
 from stack.ledger.roster import issue_roster
-from stack.web import guards, routes_sessions
+from stack.web import guards
+from stack.web.routes import sessions as routes_sessions
 from stack.web.app import create_app
 
 CROWD = 500

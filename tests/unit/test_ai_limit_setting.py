@@ -2,9 +2,9 @@
 
 import pytest
 
-from stack.ailane.job import LaneConfig
+from stack.lanes.ai.job import LaneConfig
 from stack.config import CASE_PROVIDER_CALLS_PER_MINUTE, Settings, SettingsError, load_settings
-from chaos.isolation_scenarios import AI_LIMIT_LIFTED, ISOLATION_SCENARIOS
+from chaos.scenarios.isolation import AI_LIMIT_LIFTED, ISOLATION_SCENARIOS
 
 
 def test_the_lane_keeps_the_providers_limit_by_default() -> None:

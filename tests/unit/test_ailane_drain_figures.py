@@ -1,11 +1,11 @@
 """The pause the provider demanded, as the drain benchmark adds it to N / 8 case-minutes
-(chaos/ailane_scenarios.py ``demanded_pause_seconds``)."""
+(chaos/scenarios/ai_lane.py ``demanded_pause_seconds``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from chaos.ailane_scenarios import demanded_pause_seconds
+from chaos.scenarios.ai_lane import demanded_pause_seconds
 
 
 def test_overlapping_pauses_count_once_and_gaps_not_at_all() -> None:

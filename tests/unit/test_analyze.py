@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import chaos.analyze as analyze_module
-import chaos.plots as plots_module
+import chaos.plots.run as plots_module
 import chaos.report as report_module
 from chaos.analyze import analyze, check_command, check_main
 from chaos.checkers.answers import fingerprint

@@ -7,8 +7,8 @@ import json
 import socket
 from pathlib import Path
 
-from chaos.churn import ChurnSpec, run_churn
-from chaos.valkey_stats import component_of, read_process_counters
+from chaos.load.churn import ChurnSpec, run_churn
+from chaos.observe.valkey_stats import component_of, read_process_counters
 from stack.config import Settings
 from stack.connection_stats import ConnectionStats
 from stack.valkey_client import classify_error, client_name
@@ -113,7 +113,7 @@ def test_client_names_and_counter_files(tmp_path: Path) -> None:
 
 
 def test_churn_authenticates_as_an_acl_user_when_it_has_one() -> None:
-    from chaos.churn import ChurnSpec, _commands
+    from chaos.load.churn import ChurnSpec, _commands
 
     payload, replies = _commands(ChurnSpec(op="ping"), 0, "pw", "harness")
     assert payload.startswith(b"*3\r\n$4\r\nAUTH\r\n$7\r\nharness\r\n$2\r\npw\r\n") and replies == 3

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import chaos.sweep as sweep_module
+import chaos.sweep.command as sweep_module
 from chaos.report import REPORT_MD
 from chaos.scenarios import SCENARIOS
-from chaos.sweep_table import JUNIT_XML, TABLE_JSON, TABLE_MD, SweepTable
+from chaos.sweep.table import JUNIT_XML, TABLE_JSON, TABLE_MD, SweepTable
 
 WORKFLOW = Path(__file__).resolve().parents[2] / "examples" / "github-actions" / "proctor-chaos.yml"
 STEP_INDENT = " " * 6

@@ -200,7 +200,7 @@ def test_a_pause_the_runtime_could_not_freeze_is_tried_again_a_bounded_number_of
 
 
 def test_proctor_run_names_why_a_scenario_does_not_run_on_compose(capsys: pytest.CaptureFixture[str]) -> None:
-    from chaos.run_cmd import main
+    from chaos.cli.run import main
 
     assert main(["answer_revisions", "--target", "compose"]) == 2  # before any engine or stack is touched
     assert "answer_revisions does not run on compose: links ['web_1', 'web_2']" in capsys.readouterr().err
@@ -215,7 +215,7 @@ def test_the_reproduce_command_names_the_target_only_when_it_is_not_the_default(
 
 
 def test_a_worker_restarted_with_the_same_pid_gets_a_new_rq_name() -> None:
-    from chaos.valkey_stats import component_of
+    from chaos.observe.valkey_stats import component_of
     from stack.lanes.worker import worker_name
 
     first, second = worker_name("worker_sms_1", 7), worker_name("worker_sms_1", 7)  # pid 7 again, in a new container

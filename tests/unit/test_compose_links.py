@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chaos.churn import ChurnSpec, run_churn
+from chaos.load.churn import ChurnSpec, run_churn
 from chaos.deployment.compose import ComposeDeployment, ComposeSpec
 from chaos.deployment.compose_engine import Engine, EngineError
 from chaos.deployment.compose_files import PYTHON_SERVICES, component_for_service, override_document, valkey_entry

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 import stack.connection_stats as connection_stats
-from chaos.valkey_stats import read_process_counters
+from chaos.observe.valkey_stats import read_process_counters
 from stack.config import Settings
 from stack.connection_stats import STATS_DIR, ConnectionStats, process_stats, record_process_connections
 

@@ -22,7 +22,7 @@ import pytest
 from packaging.requirements import Requirement
 
 import chaos.cli as cli
-from chaos.extras import EXTRA_OF_MODULE, missing_extra_hint
+from chaos.cli.extras import EXTRA_OF_MODULE, missing_extra_hint
 from test_analyze import build_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,10 +1,10 @@
-"""`proctor digest` (chaos/digest.py) on hand-written /metrics text: parse, screen, rates."""
+"""`proctor digest` (chaos/digest/command.py) on hand-written /metrics text: parse, screen, rates."""
 
 from __future__ import annotations
 
 import pytest
 
-from chaos.digest import NodeScrape, digest_main, parse_metrics, render_digest
+from chaos.digest.command import NodeScrape, digest_main, parse_metrics, render_digest
 
 FINISH = 'proctor_http_request_duration_seconds_count{method="POST",node="web_1",route="/v1/attempts/{attempt_id}/finish"}'
 

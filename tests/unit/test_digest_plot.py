@@ -1,10 +1,10 @@
-"""The digest's time series in the run report (chaos/digest_plot.py) and the monitor fields it draws."""
+"""The digest's time series in the run report (chaos/plots/digest.py) and the monitor fields it draws."""
 
 from __future__ import annotations
 
-from chaos.digest_plot import plot_digest
+from chaos.plots.digest import plot_digest
 from chaos.history import MONITOR, SAMPLE, Op
-from chaos.monitor import lane_sample
+from chaos.observe.monitor import lane_sample
 
 METRICS = """proctor_http_requests_total{node="web_2"} 40.0
 proctor_http_5xx_total{node="web_2"} 1.0

@@ -1,4 +1,4 @@
-"""`proctor digest`'s other sources (chaos/digest_sources.py): the exam lock line, CPU from /proc,
+"""`proctor digest`'s other sources (chaos/digest/sources.py): the exam lock line, CPU from /proc,
 and the per-lane latency line from the /metrics histogram."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import time
 
-from chaos.digest import NodeScrape, parse_metrics, render_digest
-from chaos.digest_sources import component_cpu, cpu_lines, fetch_lock, lock_line
+from chaos.digest.command import NodeScrape, parse_metrics, render_digest
+from chaos.digest.sources import component_cpu, cpu_lines, fetch_lock, lock_line
 from netsupport import free_port
 
 

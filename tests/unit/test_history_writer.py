@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chaos.client import Call, ExamClient
+from chaos.load.client import Call, ExamClient
 from chaos.history import (
     CHURN_SAMPLE,
     FAULT_END,

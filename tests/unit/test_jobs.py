@@ -212,7 +212,7 @@ def test_sms_rerun_after_unknown_outcome(
     assert gateway_effects(current, "sms", "sms-a1") == expected_effects
 
 
-@pytest.mark.parametrize("kind, provider, path", [("sms", "sms", "/v1/messages")])  # narrative: stack/ailane (409 -> review)
+@pytest.mark.parametrize("kind, provider, path", [("sms", "sms", "/v1/messages")])  # narrative: stack/lanes/ai (409 -> review)
 def test_rerun_whose_request_changed_reconciles_with_what_the_provider_did(
     providers: Settings, monkeypatch: pytest.MonkeyPatch, kind: str, provider: str, path: str
 ) -> None:
@@ -238,7 +238,7 @@ def test_rerun_whose_request_changed_reconciles_with_what_the_provider_did(
 
 def test_sms_carries_the_cards_position_and_records_what_was_sent(providers: Settings) -> None:
     """The card says position 5004 while a fresh ranking would say 1: the job must say 5004.
-    (The narrative job, stack/ailane/job.py, is held to the same by the payloads checker.)"""
+    (The narrative job, stack/lanes/ai/job.py, is held to the same by the payloads checker.)"""
     seed_attempt(providers, "a1", all_correct())
     ready_card(providers, "a1", position=5004)
     jobs.send_result_sms("sms-a1")
@@ -287,7 +287,7 @@ def test_sms_429_hands_the_row_back_until_retry_after_without_a_send(providers: 
 
 def test_sms_402_pauses_the_lane_alerts_and_holds_every_sms_until_resumed(providers: Settings,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from stack.ailane import lanestate
+    from stack.lanes.ai import lanestate
 
     seed_attempt(providers, "a1", all_correct())
     ready_card(providers, "a1")

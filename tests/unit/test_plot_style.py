@@ -1,4 +1,4 @@
-"""The shared look of the run plots (chaos/plot_style.py), and the rule that made it a module:
+"""The shared look of the run plots (chaos/plots/style.py), and the rule that made it a module:
 no module of the harness or the stack imports another module's private names."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import chaos.plot_style as plot_style
+import chaos.plots.style as plot_style
 from chaos.history import FaultWindow
-from chaos.plot_style import no_data, shade_faults, titled_figure
+from chaos.plots.style import no_data, shade_faults, titled_figure
 
 REPO = Path(__file__).resolve().parents[2]
 THIRD_PARTY_PRIVATE = {("rq.scripts", "_build_hset_args")}
@@ -45,8 +45,8 @@ def private_imports(source: str) -> list[tuple[str, str]]:
 
 
 def test_the_scan_sees_a_private_import_negative_control() -> None:
-    assert private_imports("from chaos.plots import DPI, _shade\nfrom __future__ import annotations\n") == [
-        ("chaos.plots", "_shade")]
+    assert private_imports("from chaos.plots.run import DPI, _shade\nfrom __future__ import annotations\n") == [
+        ("chaos.plots.run", "_shade")]
 
 
 def test_no_module_of_chaos_or_stack_imports_another_modules_private_names() -> None:

@@ -17,9 +17,9 @@ import pytest
 
 from chaos.analyze import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
 from chaos.history import Op, read_history
-from chaos.ramp import EXIT_LOAD_GATE, _ramp_parser, haproxy_counters, locust_argv, verdict_code
-from chaos.ramp_gate import completions, error_split, gate, step_rates, time_series
-from chaos.ramp_history import merge_histories
+from chaos.ramp.command import EXIT_LOAD_GATE, _ramp_parser, haproxy_counters, locust_argv, verdict_code
+from chaos.ramp.gate import completions, error_split, gate, step_rates, time_series
+from chaos.ramp.merge import merge_histories
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "loadtests"))

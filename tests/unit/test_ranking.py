@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, event, select, update
 
 from stack.config import Settings
-from stack.lanes.jobs import merit_of
+from stack.ledger.ranking import merit_of
 from stack.ledger import grading
 from stack.ledger.attempts import ensure_student, finish_attempt, start_attempt
 from stack.ledger.engine import init_ledger, make_engine

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from chaos.client import CallResult
+from chaos.load.client import CallResult
 from chaos.history import DELIBERATE_DUPLICATE
-from chaos.revision_workload import RevisionSpec, _Plan, _Student
+from chaos.load.revisions import RevisionSpec, _Plan, _Student
 
 
 class RecordingClient:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import chaos.stress as stress_module
-from chaos.stress import DEFAULT_HOG_MAX_SECONDS, CpuHog, hog_command
+import chaos.load.stress as stress_module
+from chaos.load.stress import DEFAULT_HOG_MAX_SECONDS, CpuHog, hog_command
 
 
 def is_gone(pid: int) -> bool:
@@ -63,7 +63,7 @@ def wait_until_exited(pid: int) -> None:
 
 def test_a_hog_whose_sweep_died_without_stopping_it_exits_by_itself(tmp_path: Path) -> None:
     """A SIGKILLed sweep runs no cleanup: the hog must notice its parent is gone."""
-    code = ("import os\nfrom chaos.stress import CpuHog\n"
+    code = ("import os\nfrom chaos.load.stress import CpuHog\n"
             "hog = CpuHog(1).start()\nprint(hog.pids[0], flush=True)\nos._exit(0)  # no stop(), no cleanup\n")
     with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                           cwd=Path(__file__).resolve().parents[2]) as parent:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-import chaos.sweep as sweep_module
-import chaos.sweep_table as table_module
+import chaos.sweep.command as sweep_module
+import chaos.sweep.table as table_module
 from chaos.cli import main as cli_main
-from chaos.sweep import run_sweep, sweep_seeds
-from chaos.sweep_table import RunOutcome, SweepTable, cell_word, met_expectation
+from chaos.sweep.command import run_sweep, sweep_seeds
+from chaos.sweep.table import RunOutcome, SweepTable, cell_word, met_expectation
 
 
 @dataclass

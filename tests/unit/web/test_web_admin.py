@@ -134,7 +134,7 @@ def test_metrics_parse_and_report_valkey_down(app_client: TestClient, ledger: En
 
 
 def test_an_alert_shows_on_metrics_and_the_paused_lane_too(app_client: TestClient, ledger: Engine) -> None:
-    from stack.ailane import lanestate
+    from stack.lanes.ai import lanestate
 
     with ledger.begin() as conn:
         lanestate.pause(conn, "ai", "provider answered 402", actor="ai-lane")

@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import Engine
 from web_support import ADMIN, ROSTER_KEY, TestClient, closed_port
 
-from chaos import ops_cmd
+from chaos.cli import ai_lane as ops_cmd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # netsupport lives in tests/unit
 from netsupport import LANE_TOKEN, ServedApp, lane_client, free_port  # noqa: E402
-from stack.ailane import billing, lanestate
+from stack.lanes.ai import billing, lanestate
 from stack.config import Settings
 from stack.ledger import outbox, outcomes
 from stack.ledger.schema import attempts, outbox as outbox_table, students
@@ -116,7 +116,7 @@ def test_audit_billing_reads_reservations_around_the_invoice_like_the_run_checke
     read covers it. The negative control judges the earlier read alone and sees an unreserved charge."""
     from chaos.checkers.billing import check_billing
     from chaos.ledgers import EffectRow
-    from stack.web import routes_ailane
+    from stack.web.routes import lanes as routes_ailane
 
     read_invoice, calls = routes_ailane._provider_effects, iter(range(1, 10))
 

@@ -20,7 +20,7 @@ from stack.embedded.control import ControlServer
 from stack.web.capacity_lock import CAPACITY_LOCK_KEY, CapacityLock
 from stack.web.app import create_admin_app, create_app
 from stack.web.dispatch import ValkeyClients
-from stack.web.routes_scale import CAPACITY_LOCK_TTL, EXECUTOR_TIMEOUT, POOLS_TIMEOUT
+from stack.web.routes.scale import CAPACITY_LOCK_TTL, EXECUTOR_TIMEOUT, POOLS_TIMEOUT
 
 H = {"X-Admin-Token": ADMIN}
 HANG_GUARD = 120.0

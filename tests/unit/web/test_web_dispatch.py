@@ -88,9 +88,9 @@ def test_dispatch_with_valkey_down_swallows_the_error(settings: Settings, ledger
 
 
 MODULES = [
-    "stack.web.app", "stack.web.auth", "stack.web.dispatch", "stack.web.metrics", "stack.web.routes_common",
-    "stack.web.routes_sessions", "stack.web.routes_attempts", "stack.web.routes_answers",
-    "stack.web.routes_outcomes", "stack.web.routes_admin", "stack.web.routes_health",
+    "stack.web.app", "stack.web.auth", "stack.web.dispatch", "stack.web.metrics", "stack.web.routes.common",
+    "stack.web.routes.sessions", "stack.web.routes.attempts", "stack.web.routes.answers",
+    "stack.web.routes.outcomes", "stack.web.routes.admin", "stack.web.routes.health",
     "stack.ledger.attempts", "stack.ledger.revisions", "stack.ledger.exports", "stack.ledger.grading", "stack.ledger.outbox",
     "stack.web.guards", "stack.web.inputs", "stack.web.ratelimit", "stack.web.serve", "stack.ledger.roster",
     "stack.web.answer_sink", "stack.web.write_behind", "stack.valkey_client", "stack.connection_stats",

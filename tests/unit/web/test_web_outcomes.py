@@ -9,7 +9,7 @@ from sqlalchemy import Engine, update
 from web_support import TestClient, auth, start, token_for
 
 from stack.ledger.schema import outbox, outcomes
-from stack.web.routes_outcomes import NARRATIVE_PLACEHOLDER
+from stack.web.routes.outcomes import NARRATIVE_PLACEHOLDER
 
 
 def _finished(client: TestClient) -> tuple[str, str]:

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, select
 from web_support import TestClient, auth, start, token_for
 
 from stack.config import SettingsError, load_settings
-from stack.lanes.jobs import merit_of
+from stack.ledger.ranking import merit_of
 from stack.ledger.grading import answer_key
 from stack.ledger.schema import answer_revisions, answers
 from stack.web.app import create_app

@@ -15,7 +15,7 @@ from web_support import LOOPBACK, RecordingDispatcher, TestClient, auth, start, 
 
 from stack.config import Settings, SettingsError, load_settings
 from stack.web.app import create_app
-from stack.web.routes_common import NODE_HEADER
+from stack.web.routes.common import NODE_HEADER
 from stack.web.shedding import SHED_RETRY_AFTER, InFlightLimit
 
 

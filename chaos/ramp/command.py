@@ -1,0 +1,222 @@
+"""After a Locust ramp (loadtests/exam_ramp.py): final read, invariants, gate and report.
+
+``python -m chaos.ramp finalize RUN_DIR`` runs outside gevent, as a subprocess of the
+Locust master when it quits. It waits for the outbox to settle, reads the ledgers
+through the admin exports (chaos/snapshot.py), merges the per-process histories,
+writes ``scenario.json`` so that ``proctor check RUN_DIR`` works on the folder, runs
+the checkers, computes the load gate and the error split, and writes ``ramp.md`` /
+``ramp.json`` / ``ramp.png``.
+
+Exit codes (the ramp's, hence Locust's): 0 every gate held; 1 an invariant was
+violated; 2 unknown (the history or a ledger could not be read, a harness error);
+3 the invariants held but a load criterion (p99, failure ratio, achieved rate) did not.
+
+``proctor ramp [--steps ...] [-- LOCUST ARGS]`` runs Locust itself as a subprocess
+(the harness never imports Locust) and returns its exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from chaos.analyze import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, analyze, exit_code
+from chaos.deployment.final_read import final_read, provider_urls
+from chaos.history import read_history
+from chaos.ramp.gate import completions, error_split, gate, latency_quantiles, read_ticks, step_rates, time_series
+from chaos.ramp.merge import merge_histories
+from chaos.ramp.report import write_ramp_report
+
+__all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main", "verdict_code"]
+
+EXIT_LOAD_GATE = 3
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "loadtests" / "exam_ramp.py"
+_HAPROXY_FIELDS = ("hrsp_5xx", "econ", "eresp", "ereq", "dreq", "wretr", "wredis", "qmax", "cli_abrt", "srv_abrt",
+                   "connect", "reuse")  # connections opened to a server vs requests on a reused one
+
+
+def _settings(config: dict[str, Any]) -> dict[str, str]:
+    """The stack's settings (with its admin token) from its 0600 manifest; {} for an external stack."""
+    stack_dir = config["targets"].get("stack_dir")
+    if not stack_dir:
+        return {}
+    manifest = json.loads((Path(stack_dir) / "manifest.json").read_text())
+    return dict(manifest.get("settings") or {})
+
+
+def haproxy_counters(socket_path: str) -> dict[str, Any]:
+    """HAProxy's own counters from ``show stat``: the frontend, the backend and each server."""
+    if not socket_path:
+        return {"note": "no HAProxy stats socket given"}
+    from stack.embedded.haproxy import runtime_command
+
+    try:
+        lines = runtime_command(socket_path, "show stat").splitlines()
+    except Exception as exc:  # noqa: BLE001 - the stack may be gone; the report says so
+        return {"note": f"show stat failed: {exc}"}
+    header = lines[0].lstrip("# ").split(",") if lines else []
+    rows = [dict(zip(header, line.split(","))) for line in lines[1:] if line]
+    out = {f"{r['pxname']}/{r['svname']}": {k: int(r[k]) for k in _HAPROXY_FIELDS if r.get(k, "").isdigit()}
+           for r in rows if r.get("pxname") in ("api", "web")}
+    frontend = out.get("api/FRONTEND", {}).get("hrsp_5xx", 0)
+    servers = sum(v.get("hrsp_5xx", 0) for k, v in out.items() if k.startswith("web/") and k != "web/BACKEND")
+    out["load_balancer_own_5xx"] = max(0, frontend - servers)  # answered by HAProxy itself, not passed on
+    return out
+
+
+def _final_read(run_dir: Path, config: dict[str, Any], token: str, notes: list[str]) -> None:
+    """The runner's final read (chaos.deployment.final_read), on the deployment's URLs from the config."""
+    targets = config["targets"]
+    read = final_read(targets["admin"], provider_urls(targets), token, run_dir, float(config["quiet_timeout"]))
+    notes.append(read.summary())
+
+
+def _write_scenario(run_dir: Path, config: dict[str, Any], settings: dict[str, str]) -> None:
+    scenario = {"name": "ramp", "description": "Locust ramp (loadtests/exam_ramp.py)", "seed": config["seed"],
+                "time_scale": float(settings.get("TIME_SCALE", 0.01)),
+                "settings": {k: v for k, v in settings.items() if "TOKEN" not in k and "SECRET" not in k
+                             and "KEY" not in k},
+                "options": {"expect_ops": ["session", "start", "answer", "finish"]},
+                "workload": {k: config[k] for k in ("plan", "exam_code", "questions", "polls", "max_tries")},
+                "faults": [], "reproduce": "locust -f loadtests/exam_ramp.py " + " ".join(config.get("argv", []))}
+    (run_dir / "scenario.json").write_text(json.dumps(scenario, indent=2))
+
+
+def _machine() -> str:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
+    return f"{os.cpu_count()} cores, load average {load[0]:.2f} at the end, {platform.python_implementation()}"
+
+
+def verdict_code(invariants_valid: Any, history_problems: Sequence[str], criteria: Sequence[dict[str, Any]]) -> int:
+    """Invariants first (a lost answer matters more than a slow one), then the load gate."""
+    verdict = exit_code(invariants_valid) if not history_problems else EXIT_UNKNOWN
+    if verdict != EXIT_VALID:
+        return verdict
+    return EXIT_VALID if all(g["passed"] for g in criteria) else EXIT_LOAD_GATE
+
+
+def finalize(run_dir: Path) -> int:
+    run_dir = Path(run_dir)
+    config = json.loads((run_dir / "ramp_config.json").read_text())
+    settings = _settings(config)
+    token = settings.get("PROCTOR_ADMIN_TOKEN") or os.environ.get("PROCTOR_ADMIN_TOKEN", "")
+    notes: list[str] = []
+    merged = merge_histories(run_dir)
+    notes += merged.problems
+    _final_read(run_dir, config, token, notes)
+    _write_scenario(run_dir, config, settings)
+    invariants = analyze(run_dir)
+    done = completions(read_history(run_dir / "history.jsonl").ops)
+    ticks = read_ticks(run_dir)
+    steps = step_rates(config, ticks, done)
+    criteria = gate(config, steps, done)
+    code = verdict_code(invariants["valid"], merged.problems, criteria)
+    stack_dir = config["targets"].get("stack_dir")
+    report = {"run_dir": str(run_dir), "exit_code": code, "verdict": _word(code), "machine": _machine(),
+              "invariants": {"valid": invariants["valid"], "checkers": {n: c["valid"] for n, c in
+                                                                         invariants["checkers"].items()}},
+              "gate": criteria, "steps": steps, "latency": latency_quantiles(done), "errors": error_split(done),
+              "requests": len(done), "history_files": merged.files,
+              "haproxy": haproxy_counters(config["targets"].get("haproxy_socket", "")),
+              "valkey": _valkey_counters(stack_dir), "stack_processes": _stack_identities(stack_dir), "notes": notes}
+    write_ramp_report(run_dir, report, time_series(ticks, done))
+    _print_summary(report)
+    return code
+
+
+def _stack_identities(stack_dir: str | None) -> list[list[int]]:
+    """(pid, start ticks) of every stack process while it runs: proof, later, that none outlived the ramp."""
+    if not stack_dir:
+        return []
+    manifest = json.loads((Path(stack_dir) / "manifest.json").read_text())
+    idents = {(manifest["supervisor_pid"], manifest["supervisor_start_ticks"])}
+    for entry in manifest.get("components", {}).values():
+        idents.update(tuple(pair) for pair in entry.get("tree", []))
+        if entry.get("pid"):
+            idents.add((entry["pid"], entry["start_ticks"]))
+    return sorted([int(pid), int(ticks)] for pid, ticks in idents if pid and ticks)
+
+
+def _valkey_counters(stack_dir: str | None) -> dict[str, Any]:
+    if not stack_dir:
+        return {}
+    from chaos.observe.valkey_stats import read_process_counters
+
+    return read_process_counters(Path(stack_dir))
+
+
+def _word(code: int) -> str:
+    return {EXIT_VALID: "PASS", EXIT_INVALID: "INVALID (an invariant was violated)",
+            EXIT_UNKNOWN: "UNKNOWN (could not judge)", EXIT_LOAD_GATE: "LOAD GATE FAILED"}[code]
+
+
+def _print_summary(report: dict[str, Any]) -> None:
+    print(f"ramp: {report['verdict']} (exit {report['exit_code']}); invariants valid={report['invariants']['valid']}")
+    for g in report["gate"]:
+        print(f"  {g['name']:<20} limit={g['limit']} measured={g['measured']} {'ok' if g['passed'] else 'FAILED'}")
+    for s in report["steps"]:
+        print(f"  step {s['step']}: target {s['target']:g} req/s, achieved {s['achieved']:.1f} ({s['ratio']:.2f})")
+    print(f"  errors by layer: {report['errors']['layers']}")
+    print(f"report: {report['run_dir']}/ramp.md")
+
+
+# ------------------------------------------------------------------ proctor ramp
+def _ramp_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="proctor ramp", description="Run the Locust ramp headless, then gate it. "
+                                "Arguments after `--` go to Locust unchanged.")
+    p.add_argument("--steps", default=None, help="offered req/s per step, e.g. 25,50,100,200,300,400,500")
+    p.add_argument("--step-seconds", type=float, default=None)
+    p.add_argument("--per-user-rate", type=float, default=None)
+    p.add_argument("--p99", type=float, default=None, help="gate: p99 latency (seconds)")
+    p.add_argument("--max-failure-ratio", type=float, default=None)
+    p.add_argument("--min-rate-ratio", type=float, default=None)
+    p.add_argument("--questions", type=int, default=None)
+    p.add_argument("--run-dir", default=None)
+    p.add_argument("--processes", type=int, default=None, help="Locust worker processes (distributed mode)")
+    return p
+
+
+def locust_argv(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary"]
+    for flag, value in (("--ramp-steps", args.steps), ("--ramp-step-seconds", args.step_seconds),
+                        ("--ramp-per-user-rate", args.per_user_rate), ("--ramp-p99", args.p99),
+                        ("--ramp-max-failure-ratio", args.max_failure_ratio),
+                        ("--ramp-min-rate-ratio", args.min_rate_ratio), ("--ramp-questions", args.questions),
+                        ("--ramp-run-dir", args.run_dir)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.processes:
+        argv += ["--processes", str(args.processes), "--master-bind-host", "127.0.0.1"]
+    return argv + list(extra)
+
+
+def ramp_main(argv: Sequence[str] | None = None) -> int:
+    """``proctor ramp``: Locust in its own process (gevent never enters ours); its exit code is ours."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = _ramp_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    command = locust_argv(args, extra)
+    print("proctor ramp:", " ".join(command[1:]), flush=True)
+    return subprocess.run(command, cwd=LOCUSTFILE.parents[1], check=False).returncode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 2 or argv[0] != "finalize":
+        print("usage: python -m chaos.ramp finalize RUN_DIR", file=sys.stderr)
+        return EXIT_UNKNOWN
+    try:
+        return finalize(Path(argv[1]))
+    except Exception as exc:  # noqa: BLE001 - a harness error is unknown, never a pass
+        print(f"chaos.ramp: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
+
+
+if __name__ == "__main__":
+    sys.exit(main())
