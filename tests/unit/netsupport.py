@@ -20,9 +20,13 @@ LANE_TOKEN = "test-lane-token"
 
 def lane_client() -> "httpx.Client":
     """An HTTP client that calls the fake providers as the lanes do (with their bearer token)."""
+    import atexit
+
     import httpx
 
-    return httpx.Client(headers={"Authorization": f"Bearer {LANE_TOKEN}"}, timeout=5.0, trust_env=False)
+    client = httpx.Client(headers={"Authorization": f"Bearer {LANE_TOKEN}"}, timeout=5.0, trust_env=False)
+    atexit.register(client.close)  # a module's client lives for the test session; its sockets close with it
+    return client
 
 REPO = Path(__file__).resolve().parents[2]
 
