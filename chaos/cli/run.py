@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def print_verdict(result) -> None:  # noqa: ANN001 - chaos.runner.RunResult
+def print_verdict(result) -> None:  # chaos.runner.RunResult
     print()
     print(f"verdict: valid={result.valid}")
     for name, res in result.verdict.get("checkers", {}).items():
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_scenario(scenario, args.seed, time_scale=args.time_scale, progress=progress,
                               keep_stack=args.keep_stack, target=args.target)
-    except Exception as exc:  # a harness error is "unknown", never "valid"
+    except Exception as exc:  # noqa: BLE001 - a harness error is "unknown", never "valid"
         print(f"proctor run: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     print_verdict(result)

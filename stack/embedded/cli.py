@@ -120,11 +120,10 @@ def _child_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
 
 
 def _up_detached(args: argparse.Namespace) -> int:
-    from stack.embedded.stack import default_run_dir
     from stack.embedded.supervisor import PROJECT_ROOT
 
     _spec_from_args(args).validate()  # report a bad option here, not in the detached child's log
-    run_dir = (args.run_dir or default_run_dir(args.name)).resolve()
+    run_dir = (args.run_dir or paths.new_run_dir(args.name)).resolve()
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "logs" / "supervisor.log"
     with open(log_path, "ab") as out:
@@ -177,7 +176,7 @@ def _run_dir_arg(prog: str, argv: Sequence[str] | None, extra: bool = False) -> 
     if extra:
         p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait before SIGKILL")
     args = p.parse_args(argv)
-    args.run_dir = paths.runs_dir() / "latest" if args.run_dir is None else args.run_dir
+    args.run_dir = paths.latest_run_dir() if args.run_dir is None else args.run_dir
     return args
 
 

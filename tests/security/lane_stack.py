@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from stack.embedded.secrets import read_roster
+from stack.deploy.secrets import read_roster
 from stack.embedded.stack import EmbeddedStack, StackSpec
 
 EXAM = "NOVA-101"

@@ -173,7 +173,7 @@ def test_the_attack_enqueues_against_the_old_config(tmp_path: Path) -> None:
     attacker, with no credential, enqueues its ``os.system`` job."""
     from stack.embedded.binaries import find_valkey
     from stack.embedded.certs import make_certs
-    from stack.embedded.ports import free_port
+    from stack.deploy.ports import free_port
     from stack.embedded.valkey import tls_ping, valkey_url, write_valkey_config
     from stack.valkey_acl import draw_passwords
 

@@ -1,6 +1,6 @@
 """Secrets and roster for a stack that is not started by ``proctor up`` (the compose stack).
 
-``python -m stack.embedded.provision env-file PATH`` (on the host, by scripts/compose-setup.sh)
+``python -m stack.deploy.provision env-file PATH`` (on the host, by scripts/compose-setup.sh)
 writes the per-run secrets as 0600 env files that docker-compose reads (``env_file:``):
 ``PATH`` (every container) holds the Settings secrets ``proctor up`` draws (``run_secrets``),
 PostgreSQL's password and the URL carrying it; beside it, one ``valkey-<user>.env`` per Valkey
@@ -9,7 +9,7 @@ for the Valkey container's health check and the harness on the host), ``valkey-u
 (the users with SHA-256 digests only, 0644 so the Valkey container's user can load it) and ``faultproxy.env``
 (the fault proxy's API credential). The committed compose file therefore holds no secret.
 
-``python -m stack.embedded.provision roster DIR`` (in the one-shot ``ledger-init`` container)
+``python -m stack.deploy.provision roster DIR`` (in the one-shot ``ledger-init`` container)
 creates the ledger (``init_ledger``), enrols ``PROCTOR_ROSTER_SIZE`` students per exam with
 fresh access codes (``issue_roster``: only their HMACs reach the ledger) and writes the codes
 to ``DIR/roster.json`` (0600), the file the harness logs students in with.
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Mapping
 
 from stack.config import ENV_NAMES, SettingsError, load_settings
-from stack.embedded.secrets import ROSTER_NAME, roster_student_ids, run_secrets, write_private_json
+from stack.deploy.secrets import ROSTER_NAME, roster_student_ids, run_secrets, write_private_json
 from stack.valkey_acl import LIMITER_USER, acl_lines, draw_passwords
 
 __all__ = ["ACL_FILE", "FAULTPROXY_ENV", "compose_secrets", "env_file_text", "main", "valkey_user_env",
@@ -121,7 +121,7 @@ def write_roster(directory: Path, environ: Mapping[str, str] | None = None) -> P
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stack.embedded.provision", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m stack.deploy.provision", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     env_file = commands.add_parser("env-file", help="write fresh secrets to 0600 env files for docker-compose")
     env_file.add_argument("path", type=Path)
