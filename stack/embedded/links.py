@@ -28,7 +28,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import Any
 
 import httpx

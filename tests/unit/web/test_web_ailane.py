@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-import httpx
 import pytest
 from sqlalchemy import Engine
 from web_support import ADMIN, ROSTER_KEY, TestClient, closed_port
