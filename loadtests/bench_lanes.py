@@ -6,7 +6,7 @@ embedded stack (1 web node, one worker per lane) and prints, in real seconds:
 - restart: SIGKILL the merit worker's tree, the supervisor restarts it at once; seconds
   from the kill until the new worker is ready (its liveness key set, about to dequeue),
   and the new process's own start-up (spawn -> ready);
-- per job: a trivial job (``stack.lanes.jobs.answer_key``) enqueued on the merit lane one
+- per job: a trivial job (``stack.lanes.allowlist.noop``) enqueued on the merit lane one
   at a time. RQ's timestamps split it: enqueue -> ``started_at`` (dequeue, fork of the
   horse, its Valkey connection, RQ's bookkeeping; ``started_at`` is set in the horse right
   before the function) and ``started_at`` -> ``ended_at`` (the function);
