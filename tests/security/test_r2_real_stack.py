@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
 

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import checks
 from schemathesis import GenerationMode
-from starlette.responses import JSONResponse
 from web_support import ROSTER, RecordingDispatcher, TestClient, start, token_for
 
 from stack.config import Settings

@@ -16,7 +16,7 @@ METRICS = b'proctor_lane_depth{lane="merit"} 3.0\nproctor_http_requests_total{no
 
 
 class _Metrics(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self.send_response(200 if self.path == "/metrics" else 404)
         self.end_headers()
         self.wfile.write(METRICS if self.path == "/metrics" else b"")
@@ -53,7 +53,7 @@ def test_the_monitor_reads_every_web_nodes_admin_listener() -> None:
     assert admin_urls({"api": "http://h:1", "admin": "http://h:9"}) == ["http://h:9"]  # compose: the one published
 
 
-def test_samples_from_an_admin_listener_are_recorded(tmp_path, admin_listener: str) -> None:  # noqa: ANN001
+def test_samples_from_an_admin_listener_are_recorded(tmp_path, admin_listener: str) -> None:
     history = History(tmp_path / "history.jsonl")
     collected = _monitor([admin_listener], history)
     history.close()
@@ -61,7 +61,7 @@ def test_samples_from_an_admin_listener_are_recorded(tmp_path, admin_listener: s
     require_samples(collected, [admin_listener])  # does not raise
 
 
-def test_a_monitor_that_collected_nothing_fails_the_run(tmp_path) -> None:  # noqa: ANN001
+def test_a_monitor_that_collected_nothing_fails_the_run(tmp_path) -> None:
     history = History(tmp_path / "history.jsonl")
     dead = "http://127.0.0.1:9"  # discard port: nothing answers
     collected = _monitor([dead], history)
