@@ -29,6 +29,7 @@ from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, re
 from chaos.ledgers import load_ledgers
 from chaos.plots.run import plot_run
 from chaos.report import REPORT_MD, build_report, verdict_word, write_report
+from chaos.wellformed import first_malformed
 
 __all__ = [
     "EXIT_INVALID",
@@ -90,10 +91,22 @@ def _load_history(run_dir: Path) -> tuple[HistoryFile | None, str | None]:
         return None, f"history could not be read: {type(exc).__name__}: {exc}"
 
 
+def _malformed(read: HistoryFile | None) -> str | None:
+    """The first rule the history breaks, in file order (chaos/wellformed.py); None when well-formed.
+
+    A history whose ops cannot have happened as written is not evidence: it is not judged at
+    all (a checker's "invalid" over it would be as unfounded as its "valid")."""
+    malformed = first_malformed(read.file_order) if read is not None else None
+    return f"{HISTORY_FILE} {malformed.describe()}" if malformed is not None else None
+
+
 def _history_problems(read: HistoryFile | None, problem: str | None) -> list[str]:
     """Why the history cannot be judged whole; [] when it can."""
     if read is None:
         return [problem or "history missing"]
+    malformed = _malformed(read)
+    if malformed is not None:
+        return [malformed]
     if read.torn is not None:
         return [f"{HISTORY_FILE} {read.torn.describe()}"]
     if not read.ops:
@@ -103,9 +116,9 @@ def _history_problems(read: HistoryFile | None, problem: str | None) -> list[str
 
 def _verdict(read: HistoryFile | None, problems: list[str], run_dir: Path, options: CheckOptions,
              scenario: dict[str, Any]) -> Result:
-    if read is None or not read.ops:
-        # Without ops nothing can be judged: an empty history would look vacuous or make
-        # every ledger row "unexpected", both wrong claims about the stack.
+    if read is None or not read.ops or _malformed(read) is not None:
+        # Without (well-formed) ops nothing can be judged: an empty history would look vacuous or
+        # make every ledger row "unexpected", both wrong claims about the stack.
         return compose([Result.unknown("history", problems)])
     checked = run_checkers(read.ops, load_ledgers(run_dir), options)
     if "lane_isolation" in scenario:  # asked for by the scenario (chaos/checkers/isolation.py)

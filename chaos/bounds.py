@@ -57,6 +57,7 @@ __all__ = [
     "burst",
     "derive_bounds",
     "kill_windows",
+    "service_time",
     "underivable_notes",
 ]
 
@@ -132,7 +133,7 @@ def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: 
     rows = [r for r in outbox if LANE_OF_KIND.get(r.kind) == lane]
     if not rows:
         return {"lane": lane, "jobs": 0}  # nothing of this lane to bound
-    per_job, measured_from = _per_job(rows)
+    per_job, measured_from = service_time(rows)
     if per_job is None:
         return {"lane": lane, "error": f"no done {lane} job to measure the service time from"}
     created = sorted(r.created_at for r in rows if r.created_at is not None)
@@ -148,7 +149,7 @@ def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: 
             "cluster_span": worst["span"], "cluster_kills": worst["kills"]}
 
 
-def _per_job(rows: Sequence[OutboxRow]) -> tuple[float | None, str]:
+def service_time(rows: Sequence[OutboxRow]) -> tuple[float | None, str]:
     """Seconds the lane takes per job: the median gap between consecutive completions while
     the next job was already waiting (a busy lane drains one job per gap), else, for a lane
     that never queued, the median queue-to-done time (then that is the service time)."""

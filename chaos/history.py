@@ -131,9 +131,13 @@ class Op:
             raise HistoryFormatError(f"op is missing {', '.join(missing)}: {data!r:.200}")
         if data["type"] not in _OP_TYPES:
             raise HistoryFormatError(f"op type {data['type']!r} is not one of {_OP_TYPES}")
+        if type(data["index"]) is not int:  # int() would quietly turn 3.7 or true into an index
+            raise HistoryFormatError(f"op index {data['index']!r} is not an integer")
+        if type(data["time"]) not in (int, float):
+            raise HistoryFormatError(f"op time {data['time']!r} is not a number")
         known = {"index", "time", "process", "type", "f", "value", *_OPTIONAL}
         return cls(
-            index=int(data["index"]),
+            index=data["index"],
             time=float(data["time"]),
             process=data["process"],
             type=data["type"],
@@ -279,28 +283,32 @@ class TornLine:
 
 @dataclass(frozen=True)
 class HistoryFile:
-    """A history as read from disk: its ops, sorted by index, and the torn last line if any."""
+    """A history as read from disk: its ops, sorted by index, and the torn last line if any.
+
+    ``file_order`` keeps each op with its line number as the file holds them, for the
+    well-formedness rules (chaos/wellformed.py), which sorting by index would defeat."""
 
     ops: list[Op]
     torn: TornLine | None = None
+    file_order: tuple[tuple[int, Op], ...] = field(default=(), compare=False, repr=False)
 
 
 def read_history(path: str | os.PathLike[str]) -> HistoryFile:
     """Read a history file. A bad last line (a crash mid-write) is left out and reported
     in ``torn``; a bad line anywhere else raises HistoryFormatError naming the line."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
-    ops: list[Op] = []
+    numbered: list[tuple[int, Op]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            ops.append(Op.from_dict(json.loads(line)))
+            numbered.append((number, Op.from_dict(json.loads(line))))
         except (json.JSONDecodeError, HistoryFormatError, TypeError, ValueError) as exc:
             if number < len(lines):
                 raise HistoryFormatError(f"{path}:{number}: {exc}") from None
             torn = TornLine(number, len(line.encode("utf-8")), f"{type(exc).__name__}: {exc}"[:200])
-            return HistoryFile(_by_index(ops), torn)
-    return HistoryFile(_by_index(ops))
+            return HistoryFile(_by_index([op for _, op in numbered]), torn, tuple(numbered))
+    return HistoryFile(_by_index([op for _, op in numbered]), None, tuple(numbered))
 
 
 def write_history(path: str | os.PathLike[str], ops: Iterable[Op]) -> int:

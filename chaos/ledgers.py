@@ -27,6 +27,7 @@ __all__ = [
     "LEDGER_FILES",
     "LaneStateRow",
     "LedgerFormatError",
+    "QueueRow",
     "Ledgers",
     "OUTBOX_KINDS",
     "OutboxRow",
@@ -59,6 +60,7 @@ LEDGER_FILES = {
     "lane_state": "lane_state.json",
     "ai_refusals": "ai_effects.json",  # the same provider export, its "refusals" list
     "sms_refusals": "sms_effects.json",
+    "queues": "queues.json",  # read last: where each open row's job was (stack/lanes/evidence.py)
 }
 """Ledgers attribute -> file name under <run_dir>/ledgers/."""
 
@@ -212,8 +214,22 @@ class RefusalRow:
     retry_after_seconds: float | None = None
 
 
+@dataclass(frozen=True)
+class QueueRow:
+    """Where an outbox row still open at the final read had its job, read from the queues after
+    the ledger exports: ``state`` is one of stack.lanes.evidence's states (``queued``, ``running``,
+    ``abandoned``, ``absent``...)."""
+
+    operation_id: str
+    kind: str
+    status: str  # the row's outbox status when the queues were read
+    state: str
+    lane: str | None = None
+    job_id: str | None = None
+
+
 Row = TypeVar("Row", AttemptRow, AnswerRow, RevisionRow, OutboxRow, OutcomeRow, EffectRow, ExamRow, ReservationRow, AuditRow,
-              AlertRow, LaneStateRow, RefusalRow)
+              AlertRow, LaneStateRow, RefusalRow, QueueRow)
 
 _ROW_TYPES: dict[str, type] = {
     "attempts": AttemptRow,
@@ -231,6 +247,7 @@ _ROW_TYPES: dict[str, type] = {
     "lane_state": LaneStateRow,
     "ai_refusals": RefusalRow,
     "sms_refusals": RefusalRow,
+    "queues": QueueRow,
 }
 
 _FLOAT_FIELDS = {"started_at", "finished_at", "created_at", "enqueued_at", "done_at", "cost", "reserved_at", "settled_at",
@@ -257,6 +274,8 @@ class Ledgers:
     lane_state: tuple[LaneStateRow, ...] | None = None
     ai_refusals: tuple[RefusalRow, ...] | None = None
     sms_refusals: tuple[RefusalRow, ...] | None = None
+    queues: tuple[QueueRow, ...] | None = None
+    """The open rows' jobs at the final read; None for a run folder from before the queue read."""
     exported_at: Mapping[str, float] = field(default_factory=dict)
     problems: Mapping[str, str] = field(default_factory=dict)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from chaos.bounds import bounds_markdown
+from chaos.settle import settle_markdown
 from chaos.checkers import DETAIL_SECTIONS, CheckOptions
 from chaos.checkers.base import Result, format_seconds
 
@@ -90,6 +91,7 @@ def build_report(
         "plots": plots,
         "recovery_seconds": scenario.get("recovery_seconds"),
         "settled": scenario.get("settled"),
+        "settle_wait": scenario.get("settle_wait"),
         "workload": scenario.get("workload_stats"),
         "faults": [],  # filled by analyze() from the history's fault windows
     }
@@ -107,6 +109,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines += _verdict_section(report)
     lines += _run_section(report)
     lines += bounds_markdown(report.get("bounds"))
+    lines += settle_markdown(report.get("settle_wait"))
     for name, check in report["checkers"].items():
         lines += _checker_section(name, check)
     lines += _settings_section(report)

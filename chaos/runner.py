@@ -51,7 +51,6 @@ class Scenario:
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides
     faults: Callable[[int, "Scenario"], list[FaultSpec]] = lambda seed, scenario: []
     options: dict[str, Any] = field(default_factory=dict)  # checker options (docs/checkers.md)
-    quiet_timeout: float = 30.0  # max seconds for outcomes to settle after heal
     prepare: Callable[[Deployment], None] | None = None  # e.g. set provider faults
     links: tuple[str, ...] = ()  # network links put behind the fault proxy (docs/architecture.md)
     valkey_maxclients: int | None = None
@@ -142,11 +141,11 @@ def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Pr
     finally:
         nemesis.heal()  # always, even when the load or a fault raised
         progress("healed")
-    final = stack.export(run_dir, scenario.quiet_timeout, frozenset(scenario.options.get("allow_pending", [])))
+    final = stack.export(run_dir, frozenset(scenario.options.get("allow_pending", [])))
     progress(final.summary())
     history.close()
     meta.update(ended_at=time.time(), workload_stats=stats.as_dict(), recovery_seconds=round(final.waited, 3),
-                settled=final.settled, ledger_counts=final.counts, background=stats.background)
+                settled=final.settled, settle_wait=final.settle, ledger_counts=final.counts, background=stats.background)
     _write_json(run_dir / "scenario.json", meta)
     return RunResult(run_dir, {}, None, stats.as_dict(), final.waited, reproduce)
 

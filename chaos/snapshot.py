@@ -8,7 +8,6 @@ team's stack that offers the same exports (docs/architecture.md, "Export format"
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,20 @@ import httpx
 
 from stack.ledger.export_names import AI_LANE_TABLES, STACK_TABLES
 
-__all__ = ["AI_LANE_TABLES", "STACK_TABLES", "fetch_table", "snapshot_ledgers", "wait_until_settled"]
+__all__ = ["AI_LANE_TABLES", "STACK_TABLES", "fetch_queues", "fetch_table", "snapshot_ledgers"]
 
 PROVIDERS = ("ai", "sms")
-FINAL_OUTBOX = {"done", "failed"}
 
 
 def fetch_table(api_url: str, admin_token: str, table: str, timeout: float = 30.0) -> dict[str, Any]:
     response = httpx.get(f"{api_url}/admin/export/{table}", headers={"X-Admin-Token": admin_token}, timeout=timeout)
+    response.raise_for_status()
+    return response.json()
+
+
+def fetch_queues(api_url: str, admin_token: str, timeout: float = 30.0) -> dict[str, Any]:
+    """The open outbox rows' jobs as the queues hold them (stack/lanes/evidence.py)."""
+    response = httpx.get(f"{api_url}/admin/queues", headers={"X-Admin-Token": admin_token}, timeout=timeout)
     response.raise_for_status()
     return response.json()
 
@@ -54,7 +59,23 @@ def snapshot_ledgers(
     # allowed to stay pending) reserves before each call, so every charge the invoice shows has
     # its reservation in this later read (chaos/checkers/billing.py).
     _optional_table(api_url, admin_token, "ai_reservations", dest / "ai_reservations_after.json", counts)
+    _queue_evidence(api_url, admin_token, dest / "queues.json", counts)
     return counts
+
+
+def _queue_evidence(api_url: str, admin_token: str, path: Path, counts: dict[str, int]) -> None:
+    """Last of all: where each row still open had its job (``GET /admin/queues``). A row the
+    outbox export showed open and the queues show in progress is pending, not lost
+    (chaos/checkers/jobs.py). A deployment without the route leaves it unread (open rows are
+    then judged stuck, as before the queues were read)."""
+    try:
+        data = fetch_queues(api_url, admin_token)
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code not in (404, 503):
+            raise
+        return
+    _write_private(path, data)
+    counts[path.stem] = len(data["rows"])
 
 
 def _optional_table(api_url: str, admin_token: str, table: str, path: Path, counts: dict[str, int]) -> None:
@@ -73,26 +94,3 @@ def _write_private(path: Path, data: dict[str, Any]) -> None:
     """Exports hold every answer: readable by the run's owner only (0600)."""
     path.write_text(json.dumps(data, indent=1))
     path.chmod(0o600)
-
-
-def wait_until_settled(
-    api_url: str, admin_token: str, timeout: float, allow_pending: frozenset[str] = frozenset(), poll: float = 0.25
-) -> tuple[bool, float, int]:
-    """Poll the outbox until every row not in an allowed kind is final.
-
-    Returns (settled, seconds waited, rows still open). A stack that never settles
-    is not an error here: the jobs checker reports the rows left open.
-    """
-    started = time.monotonic()
-    open_rows = -1
-    while True:
-        try:
-            rows = fetch_table(api_url, admin_token, "outbox", timeout=5.0)["rows"]
-            open_rows = sum(1 for r in rows if r["status"] not in FINAL_OUTBOX and r["kind"] not in allow_pending)
-            if open_rows == 0:
-                return True, time.monotonic() - started, 0
-        except httpx.HTTPError:
-            pass  # a node still coming back after heal
-        if time.monotonic() - started >= timeout:
-            return False, time.monotonic() - started, open_rows
-        time.sleep(poll)

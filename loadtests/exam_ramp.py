@@ -60,8 +60,9 @@ def _options(parser) -> None:  # Locust's parser
     group.add_argument("--ramp-p99", type=float, default=0.25, help="gate: p99 latency in seconds")
     group.add_argument("--ramp-max-failure-ratio", type=float, default=0.0, help="gate: failed / completed requests")
     group.add_argument("--ramp-min-rate-ratio", type=float, default=0.95, help="gate: achieved / target per step")
-    group.add_argument("--ramp-quiet-timeout", type=float, default=60.0,
-                       help="seconds to wait for every outcome to settle before the final read")
+    group.add_argument("--ramp-quiet-timeout", type=float, default=None,
+                       help="seconds to wait for every outcome to settle before the final read; default: derived "
+                            "from the run (chaos/settle.py: backlog, measured throughput, provider limit)")
     group.add_argument("--ramp-seed", type=int, default=20261006, help="seed of every student's choices")
     group.add_argument("--ramp-web", type=int, default=2, help="web nodes of the embedded stack")
     group.add_argument("--ramp-run-dir", default="", help="run folder (default <results>/runs/<UTC>-ramp, stack.paths)")

@@ -7,7 +7,8 @@ Both deployments build Valkey's users from this one table (the embedded runner's
 
 Each user gets the command categories its component uses and only its own key patterns:
 - ``web``: RQ enqueue (the unique-enqueue Lua script), the lanes' depths for /metrics, the
-  capacity lock, the AI lane's shared state, the refused-job counter (read);
+  capacity lock, the AI lane's shared state, the refused-job counter and worker liveness keys
+  (read: ``GET /admin/queues``, stack/lanes/evidence.py);
 - ``relay``: RQ enqueue and job inspection, worker liveness keys (read);
 - ``worker``: everything an RQ worker touches (queues, registries, results, its command
   channel), its own liveness key, the AI limiter, the refused-job counter;
@@ -70,7 +71,8 @@ class AclUser:
 
 
 USERS: tuple[AclUser, ...] = (
-    AclUser("web", (*_BASE, *_DATA), ("~rq:*", "~proctor:capacity-lock", "~proctor:ai:*", f"%R~{REFUSED_JOBS_KEY}")),
+    AclUser("web", (*_BASE, *_DATA), ("~rq:*", "~proctor:capacity-lock", "~proctor:ai:*", f"%R~{REFUSED_JOBS_KEY}",
+                                       "%R~proctor:alive:*")),  # read: the final read's queue evidence (admin /queues)
     AclUser("relay", (*_BASE, *_DATA), ("~rq:*", "%R~proctor:alive:*")),
     AclUser("worker", (*_BASE, *_DATA, "+@pubsub"),
             ("~rq:*", "~proctor:alive:*", "~proctor:ai:*", f"~{REFUSED_JOBS_KEY}"), ("&rq:*",)),

@@ -53,15 +53,21 @@ def counter_increase(values: Sequence[float]) -> float:
     return total
 
 
+def _growth(values: Sequence[float]) -> float:
+    """How much a counter grew between the first and the last sample, across a Valkey restart too
+    (last - first would undercount a counter that climbed back above its first value)."""
+    return counter_increase(values) - values[0] if values else 0.0
+
+
 def _valkey_figures(ok: list[Op]) -> dict[str, Any]:
+    """Figures over the successful samples (at least one: the caller asks only then)."""
     def series(key: str) -> list[float]:
         return [float(op.value[key]) for op in ok if isinstance(op.value.get(key), (int, float))]
 
     received = series("total_connections_received")
     cpu = [float(op.value.get("used_cpu_sys", 0)) + float(op.value.get("used_cpu_user", 0)) for op in ok]
-    span = ok[-1].time - ok[0].time if len(ok) > 1 else 0.0
-    received_in_run = received[-1] - received[0] if len(received) > 1 and received[-1] >= received[0] else 0.0
-    cpu_in_run = cpu[-1] - cpu[0] if len(cpu) > 1 and cpu[-1] >= cpu[0] else 0.0
+    span = ok[-1].time - ok[0].time  # one sample: 0
+    received_in_run, cpu_in_run = _growth(received), _growth(cpu)
     peak = 0.0
     for a, b in pairwise(ok):
         dt = b.time - a.time

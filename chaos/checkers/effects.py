@@ -7,7 +7,9 @@ per outbox kind (merit, narrative, sms):
 - exactly one outcome row for ``<kind>-<attempt_id>``, with status ``ready``; a
   ``failed_for_review`` outcome is accepted only for kinds in
   ``allow_failed_for_review``, and no outcome yet (outbox row still pending or
-  enqueued) only for kinds in ``allow_pending``; anything else is **missing_<kind>**,
+  enqueued) only for kinds in ``allow_pending``, or as **pending** (verdict unknown) when the
+  final read's queue evidence shows the row's work still in progress (chaos/checkers/jobs.py);
+  anything else is **missing_<kind>**,
   reported with the outbox row's state so the reader sees where the work stopped;
 - at the providers' own ledgers (the ground truth for side effects): exactly one
   SMS effect for ``sms-<attempt_id>`` when the sms outcome is ready, never more
@@ -32,9 +34,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from chaos.checkers.acknowledged import acknowledged_finishes
 from chaos.checkers.base import Result, build_result, option, parse_kinds, unknown_unless_invalid
-from chaos.checkers.jobs import PendingOptions
+from chaos.checkers.jobs import PendingOptions, in_progress, pending_reason, queue_evidence
 from chaos.history import Op
-from chaos.ledgers import OUTBOX_KINDS, EffectRow, Ledgers, OutboxRow, OutcomeRow
+from chaos.ledgers import OUTBOX_KINDS, EffectRow, Ledgers, OutboxRow, OutcomeRow, QueueRow
 
 __all__ = ["EffectsOptions", "NAME", "check_effects"]
 
@@ -63,11 +65,12 @@ def check_effects(history: Sequence[Op], ledgers: Ledgers, options: EffectsOptio
     effects = {table: _group(getattr(ledgers, table)) for table in _PROVIDER_KIND}
 
     bad: dict[str, list[Any]] = {f"missing_{kind}": [] for kind in OUTBOX_KINDS}
-    info: dict[str, list[Any]] = {"pending_allowed": [], "failed_for_review_allowed": [], "effect_without_ready_outcome": [],
-                                  "replayed_from_review": []}
+    info: dict[str, list[Any]] = {"pending_allowed": [], "pending": [], "failed_for_review_allowed": [],
+                                  "effect_without_ready_outcome": [], "replayed_from_review": []}
+    evidence = queue_evidence(ledgers)
     for attempt_id in sorted(finished):
         for kind in OUTBOX_KINDS:
-            _judge_outcome(f"{kind}-{attempt_id}", kind, outcomes, outbox, options, bad, info)
+            _judge_outcome(f"{kind}-{attempt_id}", kind, outcomes, outbox, options, evidence, bad, info)
     bad.update(_effect_problems(finished, outcomes, effects, info))
     replayed = _audited_replays(ledgers, outcomes)
     bad["duplicated_outcomes"] = _duplicated({op: rows for op, rows in outcomes.items() if op not in replayed},
@@ -89,6 +92,7 @@ def check_effects(history: Sequence[Op], ledgers: Ledgers, options: EffectsOptio
         "missing": sum(len(v) for k, v in bad.items() if k.startswith("missing_") or k.endswith("_effect_missing")),
     }
     reasons = [f"{malformed} finish invoke(s) without attempt_id: cannot tell which attempts finished"] if malformed else []
+    reasons += pending_reason(info["pending"])
     return unknown_unless_invalid(build_result(NAME, bad=bad, info=info, counts=counts), reasons)
 
 
@@ -105,6 +109,7 @@ def _judge_outcome(
     outcomes: Mapping[str, list[OutcomeRow]],
     outbox: Mapping[str, OutboxRow],
     options: EffectsOptions,
+    evidence: Mapping[str, QueueRow] | None,
     bad: dict[str, list[Any]],
     info: dict[str, list[Any]],
 ) -> None:
@@ -117,6 +122,8 @@ def _judge_outcome(
         info["failed_for_review_allowed"].append(example)
     elif not statuses and kind in options.allow_pending and row is not None and row.status in ("pending", "enqueued"):
         info["pending_allowed"].append(example)
+    elif not statuses and row is not None and row.status in ("pending", "enqueued") and in_progress(row, evidence):
+        info["pending"].append({**example, "evidence": in_progress(row, evidence)})
     else:
         bad[f"missing_{kind}"].append(example)
 

@@ -5,9 +5,14 @@ Read after the run has healed and gone quiet, every row must be final:
 
 - ``done``, or ``failed`` with a ``failed_for_review`` outcome (retained, reviewable:
   the seed's "explicit final state"); ``failed`` without it is **failed_without_review**;
-- ``pending``/``enqueued`` only for kinds in ``allow_pending``; otherwise the job
-  vanished or is stuck: **stuck** (the worker died, the queue lost it, the relay
-  never re-enqueued it);
+- ``pending``/``enqueued`` only for kinds in ``allow_pending`` (a scenario that leaves a
+  backlog on purpose declares it: accounted for, valid). Otherwise the final read's queue
+  evidence (``ledgers/queues.json``, read after the outbox) decides: a row whose job was
+  still in progress there (``IN_PROGRESS``: waiting for or awaiting the relay, queued,
+  dequeued, running under a live worker), inside its deadline, is **pending**, and makes the
+  verdict unknown, never valid (the run could not prove the work completes); a row whose job
+  was in neither place (abandoned by a dead worker, absent from Valkey, failed) is
+  **stuck**, as is every open row of a run folder without the queue read;
 - every finished attempt (finished in the ledger, or acknowledged finished in the
   history: a vanished attempt row still owes its work) has all three rows
   (**missing_rows**), no row exists for
@@ -38,13 +43,43 @@ from chaos.checkers.base import (
     unknown_unless_invalid,
 )
 from chaos.history import Op
-from chaos.ledgers import OUTBOX_KINDS, Ledgers, OutboxRow, OutcomeRow
+from chaos.ledgers import OUTBOX_KINDS, Ledgers, OutboxRow, OutcomeRow, QueueRow
 
-__all__ = ["NAME", "JobsOptions", "PendingOptions", "check_jobs", "completion_seconds"]
+__all__ = ["IN_PROGRESS", "NAME", "JobsOptions", "PendingOptions", "check_jobs", "completion_seconds", "in_progress",
+           "pending_reason", "queue_evidence"]
 
 NAME = "jobs"
 
 _NOT_FINAL = ("pending", "enqueued")
+IN_PROGRESS = ("awaiting_relay", "waiting", "queued", "dequeued", "running")
+"""Mirrors stack.lanes.evidence.IN_PROGRESS (copied so analysis imports no stack code;
+tests/unit/test_queue_evidence.py keeps the two equal)."""
+FINAL_SINCE = "final after the outbox read"
+"""The evidence of a row the outbox export showed open and the later queue read no longer
+lists (it became final in between): it was in progress, and the run did not see it end."""
+
+
+def queue_evidence(ledgers: Ledgers) -> dict[str, QueueRow] | None:
+    """operation_id -> its row of the final read's queue evidence; None when the queues were not read."""
+    return None if ledgers.queues is None else {row.operation_id: row for row in ledgers.queues}
+
+
+def in_progress(row: OutboxRow, evidence: Mapping[str, QueueRow] | None) -> str | None:
+    """What shows the open ``row``'s work still in progress at the final read; None when nothing does."""
+    if evidence is None:
+        return None
+    seen = evidence.get(row.operation_id)
+    if seen is None:
+        return FINAL_SINCE
+    return seen.state if seen.state in IN_PROGRESS else None
+
+
+def pending_reason(pending: Sequence[Any]) -> list[str]:
+    """The note that makes a verdict with pending work unknown."""
+    if not pending:
+        return []
+    return [f"{len(pending)} outbox row(s) still in progress at the final read (the queue read shows where): "
+            "the run could not prove they complete"]
 
 
 @dataclass(frozen=True)
@@ -76,9 +111,10 @@ def check_jobs(history: Sequence[Op], ledgers: Ledgers, options: JobsOptions) ->
     exported_at = ledgers.exported_at.get("outbox")
 
     bad: dict[str, list[Any]] = {"stuck": [], "failed_without_review": [], "invalid_status": []}
-    info: dict[str, list[Any]] = {"pending_allowed": []}
+    info: dict[str, list[Any]] = {"pending_allowed": [], "pending": []}
+    progress = _Progress(queue_evidence(ledgers), ledgers.exported_at.get("queues"), finished, options)
     for row in sorted(ledgers.outbox, key=lambda r: r.operation_id):
-        _judge_row(row, review, options, exported_at, bad, info)
+        _judge_row(row, review, options, exported_at, progress, bad, info)
     bad.update(_row_set_problems(ledgers.outbox, finished))
     bad["deadline_exceeded"] = _deadline_problems(ledgers.outbox, finished, review, options)
     counts = {
@@ -91,6 +127,7 @@ def check_jobs(history: Sequence[Op], ledgers: Ledgers, options: JobsOptions) ->
     if options.outcome_deadline_seconds is not None:
         details["outcome_deadline_seconds"] = options.outcome_deadline_seconds
     reasons = [f"{malformed} finish invoke(s) without attempt_id: cannot tell which attempts finished"] if malformed else []
+    reasons += pending_reason(info["pending"])
     return unknown_unless_invalid(build_result(NAME, bad=bad, info=info, counts=counts, details=details), reasons)
 
 
@@ -108,11 +145,30 @@ def _final_review_times(outcomes: Sequence[OutcomeRow]) -> dict[str, float | Non
     return {o.operation_id: o.created_at for o in outcomes if o.status == "failed_for_review"}
 
 
+@dataclass(frozen=True)
+class _Progress:
+    """The queue evidence, with the deadline an open row must still be inside to count as in progress."""
+
+    evidence: Mapping[str, QueueRow] | None
+    read_at: float | None
+    finished: Mapping[str, float | None]
+    options: JobsOptions
+
+    def shown(self, row: OutboxRow) -> str | None:
+        state = in_progress(row, self.evidence)
+        deadline = self.options.outcome_deadline_seconds
+        start = self.finished.get(row.attempt_id) or row.created_at
+        if state is None or deadline is None or self.read_at is None or start is None:
+            return state
+        return state if self.read_at - start <= deadline else None  # past its deadline: no longer legitimate
+
+
 def _judge_row(
     row: OutboxRow,
     review: Mapping[str, float | None],
     options: JobsOptions,
     exported_at: float | None,
+    progress: _Progress,
     bad: dict[str, list[Any]],
     info: dict[str, list[Any]],
 ) -> None:
@@ -123,9 +179,22 @@ def _judge_row(
         if row.operation_id not in review:
             bad["failed_without_review"].append(example)
     elif row.status in _NOT_FINAL:
-        (info["pending_allowed"] if row.kind in options.allow_pending else bad["stuck"]).append(example)
+        _judge_open(row, example, options, progress, bad, info)
     else:
         bad["invalid_status"].append(example)
+
+
+def _judge_open(row: OutboxRow, example: dict[str, Any], options: JobsOptions, progress: _Progress,
+                bad: dict[str, list[Any]], info: dict[str, list[Any]]) -> None:
+    if row.kind in options.allow_pending:
+        info["pending_allowed"].append(example)
+        return
+    shown = progress.shown(row)
+    seen = (progress.evidence or {}).get(row.operation_id)
+    if shown is not None:
+        info["pending"].append({**example, "evidence": shown})
+    else:
+        bad["stuck"].append(example if seen is None else {**example, "queue_state": seen.state})
 
 
 def _example(row: OutboxRow, exported_at: float | None) -> dict[str, Any]:

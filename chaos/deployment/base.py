@@ -84,7 +84,9 @@ class Deployment(Protocol):
     def links(self) -> dict[str, dict[str, str]]:
         """{link: {"listen": "host:port", "upstream": "host:port"}} of the proxied links."""
 
-    def export(self, dest: Path, quiet_timeout: float, allow_pending: frozenset[str] = frozenset()) -> FinalRead:
-        """The final read: wait up to ``quiet_timeout`` for the outbox to settle (kinds in
-        ``allow_pending`` may stay open), then write ``dest/ledgers/``: every ledger table
+    def export(self, dest: Path, allow_pending: frozenset[str] = frozenset(),
+               quiet_timeout: float | None = None) -> FinalRead:
+        """The final read: wait for the outbox to settle, as long as chaos/settle.py derives from
+        the run (kinds in ``allow_pending`` may stay open; ``quiet_timeout`` replaces the derived
+        wait by a plain one), then write ``dest/ledgers/``: every ledger table
         through the admin export and each provider's effect ledger."""

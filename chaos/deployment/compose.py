@@ -41,6 +41,7 @@ from chaos.deployment.compose_files import (PROVIDER_FORWARDS, PYTHON_SERVICES, 
                                             valkey_entry, write_override)
 from chaos.deployment.compose_links import (FAULTPROXY_SERVICE, UPSTREAMS, add_links, link_ports, links_unsupported,
                                             write_populate)
+from chaos.settle import SettleTerms
 from chaos.deployment.final_read import FinalRead, final_read, provider_urls
 from stack.components import POOLS, Component
 from stack.config import Settings, load_settings
@@ -296,7 +297,8 @@ class ComposeDeployment:
             self.engine.stop(component.name.replace("_", "-"))
 
     # ------------------------------------------------------------ the final read
-    def export(self, dest: Path, quiet_timeout: float, allow_pending: frozenset[str] = frozenset()) -> FinalRead:
+    def export(self, dest: Path, allow_pending: frozenset[str] = frozenset(),
+               quiet_timeout: float | None = None) -> FinalRead:
         urls = self.urls
-        return final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest, quiet_timeout,
-                          allow_pending)
+        return final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
+                          SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)

@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chaos.settle import SettleTerms
 from chaos.deployment.final_read import FinalRead, final_read, provider_urls
 from stack.components import Component
 from stack.config import Settings
@@ -100,7 +101,8 @@ class EmbeddedDeployment:
         return self.stack.scale(pool, n)
 
     # ------------------------------------------------------------ the final read
-    def export(self, dest: Path, quiet_timeout: float, allow_pending: frozenset[str] = frozenset()) -> FinalRead:
+    def export(self, dest: Path, allow_pending: frozenset[str] = frozenset(),
+               quiet_timeout: float | None = None) -> FinalRead:
         urls = self.urls
-        return final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest, quiet_timeout,
-                          allow_pending)
+        return final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
+                          SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)

@@ -34,6 +34,7 @@ from chaos.ramp.gate import (completions, error_split, gate, is_open, latency_qu
 from chaos.ramp.generator import generator_gate, generator_steps, read_generators
 from chaos.ramp.merge import merge_histories
 from chaos.ramp.report import write_ramp_report
+from chaos.settle import SettleTerms
 
 __all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main", "verdict_code"]
 
@@ -72,21 +73,27 @@ def haproxy_counters(socket_path: str) -> dict[str, Any]:
     return out
 
 
-def _final_read(run_dir: Path, config: dict[str, Any], token: str, notes: list[str]) -> None:
-    """The runner's final read (chaos.deployment.final_read), on the deployment's URLs from the config."""
+def _final_read(run_dir: Path, config: dict[str, Any], settings: dict[str, str], token: str,
+                notes: list[str]) -> dict[str, Any]:
+    """The runner's final read (chaos.deployment.final_read), on the deployment's URLs from the config;
+    the settle wait is derived from the run (chaos/settle.py) unless --ramp-quiet-timeout gave one."""
     targets = config["targets"]
-    read = final_read(targets["admin"], provider_urls(targets), token, run_dir, float(config["quiet_timeout"]))
+    explicit = config.get("quiet_timeout")
+    read = final_read(targets["admin"], provider_urls(targets), token, run_dir, SettleTerms.from_environment(settings),
+                      quiet_timeout=None if explicit is None else float(explicit))
     notes.append(read.summary())
+    return read.settle
 
 
-def _write_scenario(run_dir: Path, config: dict[str, Any], settings: dict[str, str]) -> None:
+def _write_scenario(run_dir: Path, config: dict[str, Any], settings: dict[str, str],
+                    settle: dict[str, Any] | None = None) -> None:
     scenario = {"name": "ramp", "description": "Locust ramp (loadtests/exam_ramp.py)", "seed": config["seed"],
                 "time_scale": float(settings.get("TIME_SCALE", 0.01)),
                 "settings": {k: v for k, v in settings.items() if "TOKEN" not in k and "SECRET" not in k
                              and "KEY" not in k},
                 "options": {"expect_ops": ["session", "start", "answer", "finish"]},
                 "workload": {k: config[k] for k in ("plan", "exam_code", "questions", "polls", "max_tries")},
-                "faults": [], "reproduce": "locust -f loadtests/exam_ramp.py " + " ".join(config.get("argv", []))}
+                "faults": [], "settle_wait": settle, "reproduce": "locust -f loadtests/exam_ramp.py " + " ".join(config.get("argv", []))}
     (run_dir / "scenario.json").write_text(json.dumps(scenario, indent=2))
 
 
@@ -115,8 +122,8 @@ def finalize(run_dir: Path) -> int:
     notes: list[str] = []
     merged = merge_histories(run_dir)
     notes += merged.problems
-    _final_read(run_dir, config, token, notes)
-    _write_scenario(run_dir, config, settings)
+    settle = _final_read(run_dir, config, settings, token, notes)
+    _write_scenario(run_dir, config, settings, settle)
     invariants = analyze(run_dir)
     done = completions(read_history(run_dir / "history.jsonl").ops)
     ticks = read_ticks(run_dir)
@@ -140,7 +147,8 @@ def finalize(run_dir: Path) -> int:
               "latency_corrected": latency_quantiles(done, corrected=True) if is_open(config) else None,
               "requests": len(done), "history_files": merged.files,
               "haproxy": haproxy_counters(config["targets"].get("haproxy_socket", "")),
-              "valkey": _valkey_counters(stack_dir), "stack_processes": _stack_identities(stack_dir), "notes": notes}
+              "valkey": _valkey_counters(stack_dir), "stack_processes": _stack_identities(stack_dir), "notes": notes,
+              "settle_wait": settle}
     write_ramp_report(run_dir, report, time_series(ticks, done))
     _print_summary(report)
     return code

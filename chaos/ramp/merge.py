@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from chaos.history import HistoryFormatError, Op, read_history, write_history
+from chaos.wellformed import first_malformed
 
 __all__ = ["HISTORIES_DIR", "STREAMS_FILE", "MergedHistory", "merge_histories", "stream_problems"]
 
@@ -57,6 +58,9 @@ def merge_histories(run_dir: Path, dest_name: str = "history.jsonl") -> MergedHi
         except (OSError, HistoryFormatError) as exc:
             result.problems.append(f"{path.name}: {exc}")
             continue
+        malformed = first_malformed(read.file_order)  # a merge by wall clock would hide a misplaced line
+        if malformed is not None:
+            result.problems.append(f"{path.name}: {malformed.describe()}")
         if read.torn is not None:
             result.problems.append(f"{path.name}: {read.torn.describe()}")
         streams.append(list(_tagged(read.ops, number)))

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from chaos.settle import settle_markdown
+
 __all__ = ["SEED_LINE", "plot_ramp", "write_ramp_report"]
 
 SEED_LINE = {"application": 0, "load_balancer": 143}
@@ -42,7 +44,8 @@ def _markdown(report: dict[str, Any]) -> str:
               f"{s['achieved']:.1f} | {s['ratio']:.3f} | {_fmt(s.get('p99_corrected'))} | {_fmt(s.get('p99_service'))} |"
               for s in report["steps"]]
     lines += _generator_lines(report.get("generator"))
-    lines += ["", "## Errors by layer", "", "| | application | load balancer | client | rejected (4xx) |",
+    lines += ["", *settle_markdown(report.get("settle_wait"))]
+    lines += ["## Errors by layer", "", "| | application | load balancer | client | rejected (4xx) |",
               "|---|---|---|---|---|",
               f"| seed's ramp (incident) | {SEED_LINE['application']} | {SEED_LINE['load_balancer']} | - | - |",
               f"| this run | {split['application']} | {split['load_balancer']} | {split['client']} | {split['rejected']} |",

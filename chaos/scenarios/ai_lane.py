@@ -301,7 +301,7 @@ def _lane_scenario(name: str, description: str, plan: LanePlan, settings: dict[s
                     settings={"time_scale": scale, **(settings or {})},
                     prepare=_pause_all(*(p.lane for p in plans.values())),
                     background={key: lane_driver(p) for key, p in plans.items()}, options=options or _OPTIONS,
-                    quiet_timeout=60.0, expect_valid=expect_valid)
+                    expect_valid=expect_valid)
 
 
 def _pause_all(*lanes: str):  # a Scenario.prepare

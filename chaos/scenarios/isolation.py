@@ -118,7 +118,6 @@ ISOLATION_SCENARIOS = (
         background={"lane_jobs": job_records_background()},
         options={**_OPTIONS, "allow_pending": ["merit", "narrative", "sms"],
                  "expect_ops": ["session", "start", "answer", "finish"]},
-        quiet_timeout=2.0,
         extra={"lane_isolation": {"merit_workers": 2}, "backlog_jobs": BACKLOG_JOBS},
         expect_valid=False,
     ),

@@ -127,7 +127,6 @@ WORKER_KILL_SCENARIOS: tuple[Scenario, ...] = (
         prepare=_slow_ai_calls,
         faults=_one_busy_kill("worker_ai_1"),
         options=_WORKER_KILL_OPTIONS,
-        quiet_timeout=8.0,
         expect_valid=False,
     ),
     _sms_kill_after_accept("sms_no_idempotency", idempotency=False),

@@ -100,7 +100,6 @@ TLS_SCENARIOS: tuple[Scenario, ...] = (
         valkey_maxclients=FRESH_MAXCLIENTS,
         background=_tls_background(FRESH_CHURN),
         options={**_TLS_OPTIONS, "max_component_connection_errors": 0},
-        quiet_timeout=5.0,
         expect_valid=False,
     ),
 )

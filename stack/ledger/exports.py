@@ -59,6 +59,7 @@ def _outbox(conn: Connection) -> list[dict]:
     query = select(
         outbox.c.operation_id, outbox.c.attempt_id, outbox.c.kind, outbox.c.status, outbox.c.attempts,
         outbox.c.job_id, outbox.c.last_error, outbox.c.created_at, outbox.c.enqueued_at, outbox.c.done_at,
+        outbox.c.not_before,  # a waiting row's earliest next run: the settle wait reads it (chaos/settle.py)
     ).order_by(outbox.c.created_at, outbox.c.operation_id)
     return [dict(r._mapping) for r in conn.execute(query)]
 

@@ -29,6 +29,7 @@ __all__ = [
     "mark_enqueued_many",
     "get_row",
     "rows_with_status",
+    "open_rows",
     "enqueueable",
     "blocked_by_failed_merit",
     "mark_failed_pending",
@@ -112,6 +113,13 @@ def rows_with_status(conn: Connection, status: str, limit: int = 500) -> list[di
     result = conn.execute(
         select(outbox).where(outbox.c.status == status).order_by(outbox.c.created_at, outbox.c.operation_id).limit(limit)
     )
+    return [dict(row._mapping) for row in result]
+
+
+def open_rows(conn: Connection) -> list[dict]:
+    """Every row not final yet (pending or enqueued), oldest first: the final read's queue evidence."""
+    result = conn.execute(select(outbox).where(outbox.c.status.in_(("pending", "enqueued")))
+                          .order_by(outbox.c.created_at, outbox.c.operation_id))
     return [dict(row._mapping) for row in result]
 
 

@@ -170,6 +170,7 @@ def test_a_deployment_without_the_ai_exports_leaves_them_unread(tmp_path: Path, 
         return {"table": table, "exported_at": 1.0, "rows": []}
 
     monkeypatch.setattr(snapshot, "fetch_table", fetch)
+    monkeypatch.setattr(snapshot, "fetch_queues", lambda url, token: (_ for _ in ()).throw(_status_error(404)))
     if not excused:  # a failing export is a failed final read, never a quietly missing table
         with pytest.raises(Exception, match=str(code)):
             snapshot.snapshot_ledgers("http://127.0.0.1:1", {}, "t", tmp_path)
@@ -261,3 +262,39 @@ def test_a_run_that_lifted_the_limiter_is_judged_at_its_own_limit() -> None:
     assert CheckOptions.from_scenario({"settings": {"PROCTOR_AI_CALLS_PER_MINUTE": "8"}}).ai_calls_per_minute == 8
     with pytest.raises(OptionsError, match="ai_calls_per_minute"):
         CheckOptions.from_scenario({"settings": {"ai_calls_per_minute": 0}})
+
+
+# ---------------------------------------------------------------- mutation survivors (#22 part 5)
+def test_without_calls_every_ai_checker_notes_it_and_counts_nothing() -> None:
+    checks = verdicts(ai_ledgers([], []))
+    assert checks["provider_limit"].counts == {"over_limit": 0, "calls": 0}
+    for name in ("billing", "paused_calls"):
+        assert "no AI provider call in this run: nothing to check" in checks[name].notes, name
+
+
+def test_the_nothing_to_check_note_needs_a_read_and_empty_ledger_and_a_valid_result() -> None:
+    calls = verdicts(ai_ledgers(*paced(3)))
+    assert all("no AI provider call" not in note for name in ("billing", "paused_calls") for note in calls[name].notes)
+    unread = verdicts(Ledgers.from_exports(ai_reservations=[], audit_log=[], alerts=[], lane_state=[]))
+    assert all("no AI provider call" not in note for note in unread["billing"].notes)
+    # A reservation left open with no call at all: billing fails, and an invalid result gets no reassuring note.
+    invalid = verdicts(ai_ledgers([], [reservation("narrative-a1", 100.0, state="bogus")]))
+    assert invalid["billing"].valid is not True
+    assert all("no AI provider call" not in note for note in invalid["billing"].notes)
+
+
+def test_only_a_paused_ai_lane_is_noted_at_the_final_read() -> None:
+    ledgers = Ledgers.from_exports(ai_effects=[], ai_reservations=[], audit_log=[], alerts=[], lane_state=[
+        {"lane": "sms", "paused": True, "reason": "sms gateway down"}, {"lane": "ai", "paused": False}])
+    assert not any("still paused" in note for note in verdicts(ledgers)["paused_calls"].notes)
+    paused = Ledgers.from_exports(ai_effects=[], ai_reservations=[], audit_log=[], alerts=[], lane_state=[
+        {"lane": "ai", "paused": True, "reason": "key revoked"}])
+    assert "lane ai still paused at the final read: key revoked" in verdicts(paused)["paused_calls"].notes
+
+
+def test_a_limit_of_one_call_a_minute_is_a_valid_setting() -> None:
+    from chaos.checkers.ailane import declared_ai_limit
+
+    assert declared_ai_limit({"settings": {"ai_calls_per_minute": 1}}) == 1
+    with pytest.raises(OptionsError, match="whole number >= 1"):
+        declared_ai_limit({"settings": {"PROCTOR_AI_CALLS_PER_MINUTE": "0"}})

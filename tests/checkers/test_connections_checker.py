@@ -156,14 +156,32 @@ def test_counter_increase_counts_a_flat_counter_once() -> None:
     assert counter_increase([2, 2, 2]) == 2 and counter_increase([]) == 0.0
 
 
-def test_a_restart_between_first_and_last_sample_reports_no_negative_rate() -> None:
+def test_a_restart_between_first_and_last_sample_counts_the_growth_on_both_sides() -> None:
     h = HistoryBuilder()
     valkey_sample(h, 1.0, received=50, cpu=4.0)
     valkey_sample(h, 2.0, received=60, cpu=4.5)
     valkey_sample(h, 3.0, received=5, cpu=0.5)  # restarted: both counters start again below the first
     c = check_connections(h.ops, Ledgers(), CheckOptions()).counts
-    assert (c["handshakes_per_second"], c["valkey_cpu_seconds"], c["valkey_cpu_percent"]) == (0.0, 0.0, 0.0)
+    # 10 before the restart and 5 after, over 2 s; CPU 0.5 s before and 0.5 s after
+    assert (c["handshakes_per_second"], c["valkey_cpu_seconds"], c["valkey_cpu_percent"]) == (7.5, 1.0, 50.0)
     assert c["connections_received"] == 50 + 10 + 5 and c["handshakes_per_second_peak"] == 10.0
+
+
+def test_a_restart_whose_counter_climbs_back_above_the_first_sample_is_not_undercounted() -> None:
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=10, cpu=1.0)
+    valkey_sample(h, 2.0, received=30, cpu=2.0)
+    valkey_sample(h, 3.0, received=15, cpu=1.5)  # restarted, then 15 more: above the first sample's 10
+    c = check_connections(h.ops, Ledgers(), CheckOptions()).counts
+    assert (c["handshakes_per_second"], c["valkey_cpu_seconds"]) == (17.5, 2.5)  # (20 + 15) / 2 s; 1.0 + 1.5
+
+
+def test_one_sample_gives_no_span_and_no_rate() -> None:
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=10, cpu=1.0)
+    c = check_connections(h.ops, Ledgers(), CheckOptions()).counts
+    assert (c["sampled_seconds"], c["handshakes_per_second"], c["valkey_cpu_seconds"], c["valkey_cpu_percent"]) == (
+        0.0, 0.0, 0.0, 0.0)
 
 
 def test_short_spans_and_uneven_figures_are_rounded_as_documented() -> None:

@@ -23,7 +23,7 @@ BAD = (
     "unexpected_outcomes",
     "finish_lost",
 )
-INFO = ("pending_allowed", "failed_for_review_allowed", "effect_without_ready_outcome", "replayed_from_review")
+INFO = ("pending_allowed", "pending", "failed_for_review_allowed", "effect_without_ready_outcome", "replayed_from_review")
 
 
 def counts(finished: int = 1, outcomes: int = 3, sms: int = 1, ai: int = 1, **problems: int) -> dict:
@@ -247,3 +247,34 @@ def test_finishes_that_failed_or_never_completed_owe_nothing() -> None:
     h.call(2, "finish", {"attempt_id": "a3"}, outcome="info")
     h.call(3, "finish", {"attempt_id": "a4"}, outcome=None)
     assert run(good_exports("a1"), h)["valid"] is True
+
+
+def _open_narrative(a: str) -> dict:
+    """a1 complete (the valid prefix), then ``a``'s narrative still enqueued, no outcome, no AI call."""
+    exports = good_exports("a1", a)
+    exports["outcomes"] = [r for r in exports["outcomes"] if r["operation_id"] != f"narrative-{a}"]
+    exports["outbox"] = [r for r in exports["outbox"] if r["operation_id"] != f"narrative-{a}"]
+    exports["outbox"] += outbox_rows(a, status="enqueued", kinds=("narrative",))
+    exports["ai_effects"] = [e for e in exports["ai_effects"] if e["operation_id"] != f"narrative-{a}"]
+    return exports
+
+
+@pytest.mark.parametrize("state, verdict", [("running", "unknown"), ("queued", "unknown"), ("abandoned", False),
+                                            ("absent", False)])
+def test_an_outcome_not_written_yet_is_pending_only_with_the_queues_showing_its_job_in_progress(state: str,
+                                                                                                verdict: object) -> None:
+    exports = _open_narrative("a2")
+    exports["queues"] = {"table": "queues", "exported_at": 160.0, "rows": [
+        {"operation_id": "narrative-a2", "kind": "narrative", "lane": "ai", "status": "enqueued",
+         "job_id": "narrative-a2-1", "state": state}]}
+    result = run(exports)
+    assert result["valid"] == verdict
+    assert result["counts"]["pending"] == (verdict == "unknown")
+    assert result["counts"]["missing_narrative"] == (verdict is False)
+    if verdict == "unknown":
+        assert result["examples"]["pending"][0]["evidence"] == state
+
+
+def test_an_outcome_missing_without_the_queue_read_stays_missing() -> None:
+    result = run(_open_narrative("a2"))
+    assert result["valid"] is False and result["counts"]["missing_narrative"] == 1

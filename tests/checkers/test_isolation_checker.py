@@ -86,3 +86,80 @@ def test_a_run_folder_without_records_or_with_a_bad_spec_is_unknown(tmp_path: Pa
     (tmp_path / LANE_JOBS_FILE).write_text(json.dumps({"table": "outbox", "exported_at": 1.0, "rows": []}))
     assert "lane_jobs" in isolation_from_run(tmp_path, {"merit_workers": 2}).notes[0]
     assert "merit_workers" in isolation_from_run(tmp_path, {"merit_workers": 0}).notes[0]
+
+
+# ---------------------------------------------------------------- mutation survivors (#22 part 5)
+def behind(*extra: LaneJob) -> list[str]:
+    """The merit jobs reported waiting behind an AI job, after the valid prefix."""
+    result = check_isolation(isolated() + list(extra), observed_at=30.0, merit_workers=2)
+    return [e["merit_job"] for e in result.examples.get("waited_behind_ai", [])]
+
+
+def test_an_ai_job_on_a_merit_jobs_worker_from_another_queue_took_its_place() -> None:
+    """A worker serving both queues (the seed's shared lane) starts an AI job while merit waits."""
+    assert behind(merit(80, 21.0, 21.6, 21.61, worker="w-shared"), ai(80, 21.2, 21.5, worker="w-shared")) == ["merit-a80-1"]
+    # the same AI job on another worker and queue took nothing from it
+    assert behind(merit(80, 21.0, 21.6, 21.61, worker="w-shared"), ai(80, 21.2, 21.5, worker="w-other")) == []
+
+
+def test_the_window_of_taking_its_place_includes_the_enqueue_and_excludes_the_start() -> None:
+    at_enqueue = ai(81, 21.0, 21.05, worker="w-ai", queue="merit")
+    assert behind(merit(81, 21.0, 21.6, 21.61, worker="w-m"), at_enqueue) == ["merit-a81-1"]
+    at_start = ai(81, 21.6, 21.7, worker="w-ai", queue="merit")
+    assert behind(merit(81, 21.0, 21.6, 21.61, worker="w-m"), at_start) == []
+    queued_only = LaneJob("narrative-b81-1", "narrative", "merit", "w-ai", 0.0, None, None)
+    assert behind(merit(81, 21.0, 21.6, 21.61, worker="w-m"), queued_only) == []
+
+
+def test_an_ai_job_that_held_the_merit_jobs_worker_past_its_enqueue_kept_it_waiting() -> None:
+    held = ai(82, 20.5, 21.3, worker="w-shared", queue="ai")  # started before merit arrived, ended after
+    assert behind(merit(82, 21.0, 21.4, 21.41, worker="w-shared"), held) == ["merit-a82-1"]
+    ended_at_enqueue = ai(82, 20.5, 21.0, worker="w-shared", queue="ai")
+    assert behind(merit(82, 21.0, 21.4, 21.41, worker="w-shared"), ended_at_enqueue) == []
+    ended_at_start = ai(82, 20.5, 21.4, worker="w-shared", queue="ai")
+    assert behind(merit(82, 21.0, 21.4, 21.41, worker="w-shared"), ended_at_start) == ["merit-a82-1"]
+
+
+def test_a_merit_job_never_started_shares_no_worker_with_an_ai_job_that_names_none() -> None:
+    unnamed = LaneJob("narrative-b83-1", "narrative", "ai", None, 0.0, 21.2, 21.5)
+    assert behind(merit(83, 21.0, None, None), unnamed) == []
+
+
+def test_pickups_skip_other_kinds_and_take_only_this_workers_previous_ends() -> None:
+    # an AI job listed first on the merit worker: the pickup of the merit job after it counts
+    # from the AI job's end, and the scan goes on past the AI job to the merit jobs after it
+    jobs = [ai(84, 9.0, 9.95, worker="worker_merit_1.1", queue="merit"), *isolated()]
+    bound = merit_wait_bound([j for j in jobs if j.kind == "merit"] + [jobs[0]], 2)
+    assert bound["terms"]["measured_jobs"] == 10 and bound["terms"]["pickup"] == 0.01
+
+
+def test_parse_lane_jobs_names_what_is_wrong() -> None:
+    from chaos.checkers.isolation import parse_lane_jobs
+
+    row = {"job_id": "merit-a1-1", "kind": "merit", "queue": "merit", "worker": "w", "enqueued_at": 1.0,
+           "started_at": 1.1, "ended_at": 1.2}
+    jobs, observed = parse_lane_jobs({"table": "lane_jobs", "exported_at": 5, "rows": [row]})
+    assert observed == 5.0 and jobs == [LaneJob("merit-a1-1", "merit", "merit", "w", 1.0, 1.1, 1.2)]
+    assert parse_lane_jobs({"table": "lane_jobs", "exported_at": 5.0, "rows": None}) == ([], 5.0)
+    for document, field in (({"table": "lane_jobs", "exported_at": "5"}, "exported_at"),
+                            ({"table": "lane_jobs", "exported_at": 5, "rows": [row, ["merit-a2-1"]]}, r"rows\[1\]"),
+                            ({"table": "lane_jobs", "exported_at": 5, "rows": [row, {**row, "job_id": 7}]}, r"rows\[1\]")):
+        with pytest.raises(ValueError, match=field):
+            parse_lane_jobs(document)
+
+
+def test_one_merit_worker_is_a_valid_spec(tmp_path: Path) -> None:
+    rows = [{"job_id": j.job_id, "kind": j.kind, "queue": j.queue, "worker": j.worker, "enqueued_at": j.enqueued_at,
+             "started_at": j.started_at, "ended_at": j.ended_at} for j in isolated()]
+    (tmp_path / LANE_JOBS_FILE).write_text(json.dumps({"table": "lane_jobs", "exported_at": 30.0, "rows": rows}))
+    assert isolation_from_run(tmp_path, {"merit_workers": 1}).valid is True
+    assert isolation_from_run(tmp_path, {"merit_workers": 0}).valid == "unknown"
+
+
+def test_pickups_go_past_a_merit_job_not_started_and_one_still_running() -> None:
+    """Listed first: one merit job never started, one still running (no end yet on its worker);
+    the pickups of the ten after them are still measured, from ends that exist."""
+    waiting = merit(90, 9.0, None, None)
+    running = merit(91, 9.0, 9.5, None, worker="worker_merit_1.1")
+    bound = merit_wait_bound([waiting, running, *[j for j in isolated() if j.kind == "merit"]], 2)
+    assert bound["terms"]["measured_jobs"] == 10 and bound["terms"]["pickup"] == 0.01

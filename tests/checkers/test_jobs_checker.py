@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from checker_builders import HistoryBuilder, attempt_row, good_exports, outbox_rows, outcome_rows
 
 from chaos.checkers import CheckOptions
@@ -13,7 +14,7 @@ BAD = ("stuck", "failed_without_review", "invalid_status", "missing_rows", "dupl
 
 def counts(rows: int = 3, done: int = 3, failed: int = 0, finished: int = 1, **problems: int) -> dict:
     base = {"rows": rows, "done": done, "failed": failed, "finished_attempts": finished}
-    return {**base, **{k: 0 for k in BAD}, "pending_allowed": 0, **problems}
+    return {**base, **{k: 0 for k in BAD}, "pending_allowed": 0, "pending": 0, **problems}
 
 
 def run(exports: dict, exported_at: float | None = None, history: HistoryBuilder | None = None, **options) -> dict:
@@ -167,3 +168,61 @@ def test_an_outcome_exactly_at_the_deadline_is_in_time() -> None:
     assert run(exports, outcome_deadline_seconds=10.5)["violations"] == ["deadline_exceeded"]
     exports["attempts"] = [attempt_row("a1", finished_at=95.0)]  # measured from the finish, not the row's creation
     assert run(exports, outcome_deadline_seconds=11)["violations"] == ["deadline_exceeded"]
+
+
+# ---------------------------------------------------------------- pending: the final read's queue evidence
+def queue_row(op: str, state: str, status: str = "enqueued") -> dict:
+    kind = op.split("-", 1)[0]
+    return {"operation_id": op, "kind": kind, "lane": {"narrative": "ai"}.get(kind, kind), "status": status,
+            "job_id": f"{op}-1", "state": state}
+
+
+def open_narratives(*states: str, read_at: float = 160.0) -> dict:
+    """Attempts a1 (all done: the valid prefix) and a2..: each one's narrative still open, its job in ``state``."""
+    exports = good_exports("a1", *(f"a{n + 2}" for n in range(len(states))))
+    open_ops = [f"narrative-a{n + 2}" for n in range(len(states))]
+    exports["outbox"] = [r for r in exports["outbox"] if r["operation_id"] not in open_ops]
+    exports["outbox"] += [r for n in range(len(states)) for r in outbox_rows(f"a{n + 2}", status="enqueued",
+                                                                            kinds=("narrative",))]
+    exports["queues"] = {"table": "queues", "exported_at": read_at,
+                         "rows": [queue_row(op, state) for op, state in zip(open_ops, states) if state != "final"]}
+    return exports
+
+
+@pytest.mark.parametrize("state", ["queued", "dequeued", "running", "waiting", "awaiting_relay", "final"])
+def test_an_open_job_the_queues_show_in_progress_is_pending_and_unknown_never_valid(state: str) -> None:
+    result = run(open_narratives(state), exported_at=160.0)
+    assert result["valid"] == "unknown"
+    assert result["counts"]["pending"] == 1 and result["counts"]["stuck"] == 0
+    [example] = result["examples"]["pending"]
+    assert example["operation_id"] == "narrative-a2"
+    assert example["evidence"] == ("final after the outbox read" if state == "final" else state)
+    assert any("still in progress at the final read" in note for note in result["notes"])
+
+
+@pytest.mark.parametrize("state", ["abandoned", "absent", "failed", "finished", "stopped"])
+def test_an_open_job_in_neither_place_is_stuck(state: str) -> None:
+    result = run(open_narratives("queued", state), exported_at=160.0)  # the pending one first: invalid still wins
+    assert result["valid"] is False
+    assert result["counts"]["stuck"] == 1 and result["counts"]["pending"] == 1
+    assert result["examples"]["stuck"][0]["queue_state"] == state
+
+
+def test_without_the_queue_read_every_open_row_is_stuck_as_before() -> None:
+    exports = open_narratives("queued")
+    del exports["queues"]
+    result = run(exports, exported_at=160.0)
+    assert result["valid"] is False and result["counts"]["stuck"] == 1 and result["counts"]["pending"] == 0
+    assert "queue_state" not in result["examples"]["stuck"][0]
+
+
+def test_a_job_in_progress_past_its_deadline_is_stuck() -> None:
+    # finished at 100 (created_at), read at 160: inside a 60 s deadline, outside a 59 s one
+    assert run(open_narratives("running"), outcome_deadline_seconds=60)["valid"] == "unknown"
+    late = run(open_narratives("running"), outcome_deadline_seconds=59)
+    assert late["valid"] is False and late["counts"]["stuck"] == 1
+
+
+def test_a_kind_allowed_to_stay_pending_needs_no_evidence() -> None:
+    result = run(open_narratives("absent"), allow_pending=["narrative"])
+    assert result["valid"] is True and result["counts"]["pending_allowed"] == 1 and result["counts"]["pending"] == 0

@@ -20,7 +20,7 @@ def test_all_is_exact() -> None:
     assert sorted(ledgers_module.__all__) == sorted(
         [
             "AlertRow", "AnswerRow", "AttemptRow", "AuditRow", "EffectRow", "ExamRow", "LANE_OF_KIND", "LEDGER_FILES",
-            "LaneStateRow", "LedgerFormatError", "Ledgers", "OUTBOX_KINDS", "OutboxRow", "OutcomeRow", "RefusalRow", "ReservationRow",
+            "LaneStateRow", "LedgerFormatError", "Ledgers", "OUTBOX_KINDS", "OutboxRow", "OutcomeRow", "QueueRow", "RefusalRow", "ReservationRow",
             "RevisionRow", "load_ledgers",
         ]
     )

@@ -438,3 +438,14 @@ def test_the_shared_preamble_reads_every_op_once_and_names_what_each_checker_can
     # final_answers judges no read: the unreadable one is not among its reasons
     assert check_final_answers(h.ops, ledgers(), OPTIONS).notes == writes_only
     assert read_revision_ops(HistoryBuilder().ops).nothing_to_check
+
+
+def test_an_ok_read_without_a_readable_result_makes_the_revisions_verdict_unknown() -> None:
+    """The revisions checker judges the reads too (read visibility): an unreadable read after valid ops is unknown."""
+    h = valid_history()
+    assert check_revisions(h.ops, ledgers(), OPTIONS).valid is True
+    h.op(9, "invoke", READ_ANSWERS, {"attempt_id": "a1"}, at=5.0)
+    h.op(9, "ok", READ_ANSWERS, {"attempt_id": "a1"}, at=5.1)  # no "answers"
+    result = check_revisions(h.ops, ledgers(), OPTIONS)
+    assert result.valid == UNKNOWN
+    assert any("carry no readable result" in note for note in result.notes)

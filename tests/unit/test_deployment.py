@@ -95,7 +95,8 @@ class FakeDeployment:
     def links(self) -> dict[str, dict[str, str]]:
         return {}
 
-    def export(self, dest: Path, quiet_timeout: float, allow_pending: frozenset[str] = frozenset()) -> FinalRead:
+    def export(self, dest: Path, allow_pending: frozenset[str] = frozenset(),
+               quiet_timeout: float | None = None) -> FinalRead:
         return FinalRead(True, 0.0, 0, {})
 
 

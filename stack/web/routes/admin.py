@@ -9,8 +9,12 @@ import logging
 import time
 from typing import Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, HTTPException
+from redis.exceptions import RedisError
 
+from stack.lanes.evidence import job_states
+from stack.lanes.queues import lane_routes
+from stack.ledger import outbox
 from stack.ledger.export_names import EXPORT_TABLE_NAMES
 from stack.ledger.outcomes import audit
 from stack.ledger.exports import export_rows
@@ -55,3 +59,22 @@ def export(table: ExportTable, state: StateDep) -> dict:
     with state.read_engine.connect() as conn:
         rows = export_rows(conn, table)
     return {"table": table, "exported_at": exported_at, "rows": rows}
+
+
+@router.get("/queues")
+def queues(state: StateDep) -> dict:
+    """Where each open outbox row's job is (stack/lanes/evidence.py): the final read's evidence
+    that work left open is still in progress, not lost. Read after the ledger exports."""
+    exported_at = time.time()
+    with state.read_engine.connect() as conn:
+        rows = outbox.open_rows(conn)
+        ready = {row["operation_id"] for row in outbox.enqueueable(conn, limit=len(rows) + 1)}
+    if not rows:  # nothing open: nothing to look for
+        return {"table": "queues", "exported_at": exported_at, "rows": []}
+    try:
+        with state.clients.use("queue") as client:
+            records = job_states(client, rows, lane_routes(state.settings), ready)
+    except RedisError as exc:  # Valkey away: the caller may retry, never a 500
+        log.warning("queue evidence unread: %s", type(exc).__name__)
+        raise HTTPException(503, "Valkey unavailable, retry later", headers={"Retry-After": "1"}) from None
+    return {"table": "queues", "exported_at": exported_at, "rows": records}

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from sqlalchemy import Engine
-from web_support import ADMIN, TestClient, answer, auth, start, token_for
+from web_support import ADMIN, LOOPBACK, TestClient, answer, auth, start, token_for
 
 from stack.config import Settings
 from stack.ledger.answer_keys import exam_key
@@ -22,7 +22,7 @@ EXPORT_FIELDS = {
     "answer_revisions": ["receipt_id", "attempt_id", "question", "revision", "content", "idempotency_key", "node",
                          "created_at", "superseded"],
     "outbox": ["operation_id", "attempt_id", "kind", "status", "attempts", "job_id", "last_error",
-               "created_at", "enqueued_at", "done_at"],
+               "created_at", "enqueued_at", "done_at", "not_before"],
     "outcomes": ["id", "operation_id", "attempt_id", "kind", "status", "payload", "created_at"],
     "exams": ["exam_code", "question_count", "answer_key"],
 }
@@ -178,3 +178,43 @@ def test_the_ai_lane_tables_are_exported_for_the_checkers(admin_client: TestClie
         assert response.status_code == 200, table
         assert response.json()["table"] == table and isinstance(response.json()["rows"], list), table
     assert admin_client.get("/admin/export/students", headers={"X-Admin-Token": ADMIN}).status_code == 422
+
+
+def test_queue_evidence_names_each_open_rows_job_state(settings: Settings, ledger: Engine, dispatcher,  # noqa: ANN001
+                                                       valkey_server: str) -> None:
+    """A finished attempt whose rows nobody enqueued (the recording dispatcher): merit awaits the
+    relay, narrative and SMS wait for their merit card; once the merit job sits in its queue, it says so."""
+    from redis import Redis
+
+    from stack.lanes.enqueue import enqueue_operation
+    from stack.ledger import outbox
+
+    live = settings.with_overrides(valkey_url=valkey_server)
+    with TestClient(create_app(live, dispatcher=dispatcher), client=LOOPBACK) as app_client, \
+            TestClient(create_admin_app(app_client.app), client=LOOPBACK) as admin:  # type: ignore[arg-type]
+        attempt = _run_one_attempt(app_client, ledger)
+        assert admin.get("/admin/queues").status_code == 403
+        states = {r["operation_id"]: r["state"]
+                  for r in admin.get("/admin/queues", headers={"X-Admin-Token": ADMIN}).json()["rows"]}
+        assert states == {f"merit-{attempt}": "awaiting_relay", f"narrative-{attempt}": "waiting",
+                          f"sms-{attempt}": "waiting"}
+        job = enqueue_operation(Redis.from_url(valkey_server), live, "merit", f"merit-{attempt}", 1)
+        with ledger.begin() as conn:
+            outbox.mark_enqueued(conn, f"merit-{attempt}", 1, job)
+        body = admin.get("/admin/queues", headers={"X-Admin-Token": ADMIN}).json()
+        assert body["table"] == "queues"
+        [merit] = [r for r in body["rows"] if r["kind"] == "merit"]
+        assert merit == {"operation_id": f"merit-{attempt}", "kind": "merit", "lane": "merit", "status": "enqueued",
+                         "job_id": job, "state": "queued"}
+
+
+def test_queue_evidence_with_nothing_open_asks_no_valkey(admin_client: TestClient) -> None:
+    response = admin_client.get("/admin/queues", headers={"X-Admin-Token": ADMIN})
+    assert response.status_code == 200 and response.json()["rows"] == []  # nothing open: Valkey not even asked
+
+
+def test_queue_evidence_with_open_rows_and_valkey_away_is_a_503(app_client: TestClient, admin_client: TestClient,
+                                                                ledger: Engine) -> None:
+    _run_one_attempt(app_client, ledger)
+    response = admin_client.get("/admin/queues", headers={"X-Admin-Token": ADMIN})
+    assert response.status_code == 503 and response.headers["Retry-After"] == "1"

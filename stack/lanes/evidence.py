@@ -1,0 +1,97 @@
+"""Where each open outbox row's job is, read from Valkey: the final read's evidence of work in progress.
+
+A row still ``pending`` or ``enqueued`` when a run's final read comes is either work a
+lane is still doing or work that was lost. The ledger alone cannot tell the two apart;
+the queues can. For each open row this reads (two pipelined round trips, never listing
+RQ's started registry, which would run its abandoned-job cleanup here):
+
+- for a ``pending`` row (no job in a lane yet): ``awaiting_relay`` when the relay may enqueue it
+  now, ``waiting`` when it may not yet (its not-before time, its merit row not done, its lane
+  paused);
+- ``queued``: the job id waits in its lane's queue;
+- ``dequeued``: a worker took it (it sits in the queue's intermediate list) and has not
+  marked it started yet;
+- ``running``: its hash says ``started`` by a worker whose liveness key is alive;
+- ``abandoned``: ``started`` by a worker whose liveness key is gone (the worker died);
+- ``absent``: no job hash (never enqueued, or Valkey lost it);
+- otherwise RQ's own status (``finished``, ``failed``, ``stopped``, ``canceled``...).
+
+The harness judges the states (chaos/checkers/jobs.py): ``IN_PROGRESS`` are work in progress.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from redis import Redis
+from rq.intermediate_queue import IntermediateQueue
+from rq.job import Job, JobStatus
+from rq.queue import Queue
+
+from stack.lanes.worker import liveness_key
+
+__all__ = ["IN_PROGRESS", "job_states"]
+
+IN_PROGRESS = ("awaiting_relay", "waiting", "queued", "dequeued", "running")
+
+
+def job_states(redis: Redis, rows: Iterable[Mapping[str, Any]], routes: Mapping[str, str],
+               enqueueable: set[str]) -> list[dict[str, Any]]:
+    """One record per open outbox row: operation, kind, lane, row status, job id and its state.
+    ``enqueueable``: the pending rows' operation ids that the relay may enqueue now."""
+    rows = list(rows)
+    lanes = sorted(set(routes.values()))
+    pipe = redis.pipeline(transaction=False)
+    for lane in lanes:
+        key = Queue(lane, connection=redis).key
+        pipe.lrange(key, 0, -1)
+        pipe.lrange(IntermediateQueue.get_intermediate_queue_key(key), 0, -1)
+    lists = pipe.execute()
+    queued = {lane: {j.decode() for j in lists[2 * n]} for n, lane in enumerate(lanes)}
+    dequeued = {lane: {j.decode() for j in lists[2 * n + 1]} for n, lane in enumerate(lanes)}
+    jobs = [row["job_id"] for row in rows if row.get("job_id") and row["status"] != "pending"]
+    fields = _job_fields(redis, jobs)
+    alive = _alive_workers(redis, {worker for status, worker in fields.values() if worker})
+    records = []
+    for row in rows:
+        lane = routes.get(row["kind"], row["kind"])
+        job = row.get("job_id")
+        if row["status"] == "pending":
+            state = "awaiting_relay" if row["operation_id"] in enqueueable else "waiting"
+        else:
+            state = _state(job, queued.get(lane, set()), dequeued.get(lane, set()), fields.get(job or ""), alive)
+        records.append({"operation_id": row["operation_id"], "kind": row["kind"], "lane": lane,
+                        "status": row["status"], "job_id": job, "state": state})
+    return records
+
+
+def _job_fields(redis: Redis, jobs: list[str]) -> dict[str, tuple[str | None, str | None]]:
+    pipe = redis.pipeline(transaction=False)
+    for job in jobs:
+        pipe.hmget(Job.key_for(job), "status", "worker_name")
+    return {job: tuple(None if v is None else v.decode() for v in pair)  # type: ignore[misc]
+            for job, pair in zip(jobs, pipe.execute())}
+
+
+def _alive_workers(redis: Redis, workers: set[str]) -> set[str]:
+    ordered = sorted(workers)
+    pipe = redis.pipeline(transaction=False)
+    for worker in ordered:
+        pipe.exists(liveness_key(worker))
+    return {worker for worker, exists in zip(ordered, pipe.execute()) if exists}
+
+
+def _state(job: str | None, queued: set[str], dequeued: set[str], fields: tuple[str | None, str | None] | None,
+           alive: set[str]) -> str:
+    if job is None:
+        return "absent"
+    if job in queued:
+        return "queued"
+    if job in dequeued:
+        return "dequeued"
+    status, worker = fields or (None, None)
+    if status is None:
+        return "absent"
+    if status == JobStatus.STARTED.value:
+        return "running" if worker in alive else "abandoned"
+    return status

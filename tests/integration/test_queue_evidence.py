@@ -1,0 +1,90 @@
+"""The final read's queue evidence (stack/lanes/evidence.py) against a real valkey-server and RQ's own keys.
+
+Each open outbox row's job is put where a lane would leave it (waiting in its queue, taken
+into the intermediate list, started by a live or a dead worker, gone), and the reading
+must say so: the jobs checker calls only the first states work in progress.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Iterator
+
+import pytest
+from redis import Redis
+from rq import Queue
+from rq.intermediate_queue import IntermediateQueue
+from rq.job import Job
+
+from chaos.checkers.jobs import IN_PROGRESS as CHECKER_IN_PROGRESS
+from netsupport import free_port
+from stack.lanes.evidence import IN_PROGRESS, job_states
+from stack.lanes.queues import LANE_OF_KIND
+from stack.lanes.worker import liveness_key
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("valkey")
+    server = subprocess.Popen(["valkey-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    client = Redis(host="127.0.0.1", port=port)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield client
+    finally:
+        client.close()
+        os.kill(server.pid, signal.SIGTERM)
+        server.wait(timeout=10)
+
+
+def enqueued(op: str) -> dict:
+    return {"operation_id": op, "kind": op.split("-", 1)[0], "status": "enqueued", "job_id": f"{op}-1"}
+
+
+def test_each_place_a_job_can_be_in_is_read_as_its_state(redis: Redis) -> None:
+    redis.flushall()
+    merit = Queue("merit", connection=redis)
+    for op in ("merit-a1", "merit-a2", "merit-a3", "merit-a4", "merit-a5"):
+        merit.enqueue("stack.lanes.jobs.compute_merit_card", op, job_id=f"{op}-1")
+    intermediate = IntermediateQueue.get_intermediate_queue_key(merit.key)
+    redis.lrem(merit.key, 0, "merit-a2-1")
+    redis.rpush(intermediate, "merit-a2-1")  # a worker took it and has not started it yet
+    for op, worker in (("merit-a3", "w-alive"), ("merit-a4", "w-dead")):
+        redis.lrem(merit.key, 0, f"{op}-1")
+        redis.hset(Job.key_for(f"{op}-1"), mapping={"status": "started", "worker_name": worker})
+    redis.set(liveness_key("w-alive"), "1", ex=30)
+    redis.lrem(merit.key, 0, "merit-a5-1")
+    redis.delete(Job.key_for("merit-a5-1"))  # Valkey lost it
+    rows = [enqueued(f"merit-a{n}") for n in range(1, 6)]
+    rows += [{"operation_id": "sms-a1", "kind": "sms", "status": "pending", "job_id": None},
+             {"operation_id": "narrative-a1", "kind": "narrative", "status": "pending", "job_id": None}]
+    states = {r["operation_id"]: r["state"] for r in job_states(redis, rows, LANE_OF_KIND, enqueueable={"sms-a1"})}
+    assert states == {"merit-a1": "queued", "merit-a2": "dequeued", "merit-a3": "running", "merit-a4": "abandoned",
+                      "merit-a5": "absent", "sms-a1": "awaiting_relay", "narrative-a1": "waiting"}
+
+
+def test_a_job_that_ended_in_rq_reports_rqs_status(redis: Redis) -> None:
+    redis.flushall()
+    redis.hset(Job.key_for("sms-a1-1"), mapping={"status": "failed"})
+    [record] = job_states(redis, [enqueued("sms-a1")], LANE_OF_KIND, enqueueable=set())
+    assert record == {"operation_id": "sms-a1", "kind": "sms", "lane": "sms", "status": "enqueued",
+                      "job_id": "sms-a1-1", "state": "failed"}
+
+
+def test_the_checker_and_the_stack_agree_on_what_is_in_progress() -> None:
+    assert CHECKER_IN_PROGRESS == IN_PROGRESS
