@@ -41,7 +41,7 @@ def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
             try:
                 client.ping()
                 break
-            except Exception:  # noqa: BLE001 - not up yet
+            except Exception:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)

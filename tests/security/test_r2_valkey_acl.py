@@ -128,7 +128,7 @@ def _login_failure_key(stack: EmbeddedStack) -> str:
         wrong = api.post("/v1/sessions", json={"student_id": student, "exam_code": EXAM, "access_code": "wrong-code"})
     assert wrong.status_code == 401
     keys = [key.decode() for key in _harness(stack).scan_iter("proctor-limits*", count=1000)
-            if student in key.decode() and "10/1/minute" in key.decode()]
+            if student in key.decode() and "5/1/minute" in key.decode()]  # the first tier of LOGIN_FAILURE_TIERS
     assert keys, "no login-failure counter for the wrong code"
     return keys[0]
 

@@ -82,7 +82,7 @@ class Script:
         self.reads += 1
         return self.outbox(self.now)
 
-    def wait(self, **kwargs: Any):  # noqa: ANN201
+    def wait(self, **kwargs: Any):
         return wait_to_settle(self.read, TERMS, clock=self.clock, sleep=self.sleep, poll=self.poll, **kwargs)
 
 

@@ -180,7 +180,7 @@ def test_the_ai_lane_tables_are_exported_for_the_checkers(admin_client: TestClie
     assert admin_client.get("/admin/export/students", headers={"X-Admin-Token": ADMIN}).status_code == 422
 
 
-def test_queue_evidence_names_each_open_rows_job_state(settings: Settings, ledger: Engine, dispatcher,  # noqa: ANN001
+def test_queue_evidence_names_each_open_rows_job_state(settings: Settings, ledger: Engine, dispatcher,
                                                        valkey_server: str) -> None:
     """A finished attempt whose rows nobody enqueued (the recording dispatcher): merit awaits the
     relay, narrative and SMS wait for their merit card; once the merit job sits in its queue, it says so."""
