@@ -133,6 +133,10 @@ def _verdict_section(report: Mapping[str, Any]) -> list[str]:
         "```",
         "",
     ]
+    cut = report.get("interrupted")
+    if cut is not None:
+        lines += [f"**Interrupted** by {cut.get('signal', 'a signal')} during {cut.get('phase', '?')} at "
+                  f"{_when(cut.get('at'))}: the run did not finish, so nothing below is a verdict on the stack.", ""]
     notes = list(report.get("harness_notes", [])) + list(report.get("notes", []))
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     lines += ["| checker | verdict | problems |", "|---|---|---|"]

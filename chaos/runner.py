@@ -21,6 +21,7 @@ from chaos.analyze import analyze
 from chaos.deployment import Deployment
 from chaos.deployment.targets import DEFAULT_TARGET, build_deployment
 from chaos.history import History
+from chaos.interrupt import Interrupted, write_marker
 from chaos.observe.monitor import run_monitor
 from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderNemesis, run_schedule
 from chaos.load.exam import WorkloadSpec, WorkloadStats, run_workload
@@ -111,22 +112,45 @@ def run_scenario(
         settings["time_scale"] = time_scale
     run_dir = run_dir or new_run_dir(f"{scenario.name}-seed{seed}")
     deployment = build_deployment(target, scenario, settings, run_dir)
+    phase = ["start-up"]  # what the run was doing, for the interrupted marker
+
+    def step(message: str) -> None:
+        if message.startswith("load:"):
+            phase[0] = "load and faults"
+        elif message == "healed":
+            phase[0] = "final read"
+        progress(message)
+
     progress(f"starting the {target} stack in {run_dir}")
     try:
         deployment.start()
-        result = _run_on_stack(deployment, scenario, seed, progress, target)
-    finally:
-        if keep_stack:
-            deployment.detach()  # the watchdog would otherwise stop it when this process exits
-            stop = deployment.down_command() if target == "compose" else f"proctor down {run_dir}"
-            progress(f"--keep-stack: stack left running; stop it with `{stop}`")
-        else:
-            deployment.stop()
+        result = _run_on_stack(deployment, scenario, seed, step, target)
+    except Interrupted as stop:
+        # The faults were healed by _run_on_stack's finally; the stack stops below. The report
+        # is written as for any run, and says the run was cut (chaos/analyze.py).
+        write_marker(run_dir, stop.signum, phase[0])
+        deployment.stop()  # even with --keep-stack: an interrupted run leaves nothing running
+        progress(f"interrupted by {stop.signal_name} during {phase[0]}: stack stopped; writing the report")
+        analyze(run_dir)
+        raise
+    except BaseException:
+        _stop_or_keep(deployment, keep_stack, target, run_dir, progress)
+        raise
+    _stop_or_keep(deployment, keep_stack, target, run_dir, progress)
     progress("analyzing")
     verdict = analyze(run_dir)
     result.verdict = verdict
     result.valid = verdict.get("valid")
     return result
+
+
+def _stop_or_keep(deployment: Deployment, keep_stack: bool, target: str, run_dir: Path, progress: Progress) -> None:
+    if keep_stack:
+        deployment.detach()  # the watchdog would otherwise stop it when this process exits
+        stop = deployment.down_command() if target == "compose" else f"proctor down {run_dir}"
+        progress(f"--keep-stack: stack left running; stop it with `{stop}`")
+    else:
+        deployment.stop()
 
 
 def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Progress, target: str) -> RunResult:

@@ -125,7 +125,8 @@ def build_run(folder: Path, *, lose_answer: bool = False, options: dict[str, Any
 
 def test_all_is_exact() -> None:
     assert sorted(analyze_module.__all__) == sorted(
-        ["EXIT_INVALID", "EXIT_UNKNOWN", "EXIT_VALID", "HISTORY_FILE", "SCENARIO_FILE", "ScenarioError", "analyze",
+        ["EXIT_INVALID", "EXIT_UNKNOWN", "EXIT_VALID", "HISTORY_FILE", "NotARunFolder", "SCENARIO_FILE",
+         "ScenarioError", "analyze", "require_run_folder",
          "check_command", "check_main", "exit_code", "load_scenario"]
     )
     assert sorted(report_module.__all__) == sorted(
