@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from stack.cli_args import CliParser, positive_int, usage_error
+
 __all__ = ["scale_main", "lock_main", "parse_assignment", "parse_when"]
 
 POOLS = ("web", "merit", "ai", "sms")
@@ -72,7 +74,7 @@ def _target(args: argparse.Namespace) -> tuple[str, str]:
     if args.admin_url:
         token = os.environ.get("PROCTOR_ADMIN_TOKEN", "")
         if not token:
-            raise SystemExit("--admin-url needs PROCTOR_ADMIN_TOKEN in the environment")
+            raise SystemExit(usage_error("proctor", "argument --admin-url: needs PROCTOR_ADMIN_TOKEN in the environment"))
         return args.admin_url.rstrip("/"), token
     from stack.embedded import StackError
     from stack.embedded.manifest import read_manifest
@@ -80,7 +82,7 @@ def _target(args: argparse.Namespace) -> tuple[str, str]:
     try:
         manifest = read_manifest(args.run_dir)
     except StackError as exc:
-        raise SystemExit(f"--run-dir: {exc}") from None
+        raise SystemExit(usage_error("proctor", f"argument --run-dir: {exc}")) from None
     return manifest["urls"]["admin"], manifest["settings"]["PROCTOR_ADMIN_TOKEN"]
 
 
@@ -101,7 +103,7 @@ def _call(prog: str, method: str, url: str, token: str, body: dict[str, Any] | N
 
 
 def scale_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="proctor scale", description="Resize pools through the admin API; "
+    p = CliParser(prog="proctor scale", description="Resize pools through the admin API; "
                                 "web nodes leave gracefully (drain, finish, SIGTERM).")
     p.add_argument("assignments", nargs="+", type=parse_assignment, metavar="POOL=N", help="web=N, merit=N, ai=N, sms=N")
     p.add_argument("--force", action="store_true", help="override an open exam's lock (written to the audit log)")
@@ -130,12 +132,12 @@ def _describe(result: dict[str, Any]) -> str:
 
 
 def lock_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="proctor lock", description="Store an exam's window and minimum capacity, "
+    p = CliParser(prog="proctor lock", description="Store an exam's window and minimum capacity, "
                                 "or show the stored windows.")
     p.add_argument("exam", nargs="?", help="exam code; without it, show the windows")
     p.add_argument("--opens", type=parse_when, default=None, help="now, +N[smh], epoch or ISO 8601")
     p.add_argument("--closes", type=parse_when, default=None, help="now, +N[smh], epoch or ISO 8601")
-    p.add_argument("--min-web", type=int, default=1, help="web nodes the exam needs while open")
+    p.add_argument("--min-web", type=positive_int, default=1, help="web nodes the exam needs while open")
     p.add_argument("--min-worker", type=lambda t: parse_assignment(t, POOLS[1:]), action="append", default=[],
                    metavar="LANE=N", help="workers a lane needs while open (repeatable)")
     _target_args(p)

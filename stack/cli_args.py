@@ -22,6 +22,7 @@ __all__ = [
     "existing_dir",
     "fraction",
     "non_negative_int",
+    "port_number",
     "positive_float",
     "positive_int",
     "usage_error",
@@ -95,3 +96,10 @@ def existing_dir(text: str) -> Path:
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"no such folder: {text!r}")
     return path
+
+
+def port_number(text: str) -> int:
+    value = int(_number(text, int, "must be a port number from 0 to 65535"))
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {text!r}")
+    return value

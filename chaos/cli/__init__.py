@@ -4,6 +4,7 @@ this file only dispatches, importing lazily so `proctor --help` stays fast."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from chaos.cli.extras import missing_extra_hint
@@ -53,9 +54,27 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         hint = missing_extra_hint(exc, name)
         if hint is None:
-            raise
+            return _unexpected(name, exc)
         print(hint, file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a command without its own interruption handling (docs/cli.md)
+        print(f"proctor {name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last net: one line, exit 2, never a traceback
+        return _unexpected(name, exc)
+
+
+DEBUG_ENV = "PROCTOR_DEBUG"
+
+
+def _unexpected(name: str, exc: BaseException) -> int:
+    """An error no command turned into its own line: still one line and exit 2 ("could not tell").
+    It is a bug of Proctor's, so the traceback is one environment variable away."""
+    if os.environ.get(DEBUG_ENV):
+        raise exc
+    print(f"proctor {name}: error: {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for the traceback)",
+          file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

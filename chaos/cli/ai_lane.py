@@ -24,6 +24,7 @@ import httpx
 
 from chaos.checkers.billing import check_billing
 from chaos.ledgers import EffectRow
+from stack.cli_args import CliParser
 
 __all__ = ["CommandError", "alerts_main", "audit_main", "lane_main", "review_main"]
 
@@ -33,7 +34,7 @@ class CommandError(RuntimeError):
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog)
+    parser = CliParser(prog=prog)
     parser.add_argument("--url", default=os.environ.get("PROCTOR_ADMIN_URL"),
                         help="a node's admin listener, e.g. http://127.0.0.1:9001 (env PROCTOR_ADMIN_URL)")
     parser.add_argument("--token", default=os.environ.get("PROCTOR_ADMIN_TOKEN"),
@@ -71,8 +72,8 @@ def _run(prog: str, build: Any, act: Any, argv: Sequence[str] | None) -> int:
 
 def lane_main(argv: Sequence[str] | None = None) -> int:
     def build(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("action", choices=("pause", "resume", "show"))
-        parser.add_argument("lane", choices=("ai", "sms"))
+        parser.add_argument("action", choices=("pause", "resume", "show"), help="what to do with the lane")
+        parser.add_argument("lane", choices=("ai", "sms"), help="which lane")
         parser.add_argument("--reason", default="operator pause", help="why (pause only; audited)")
 
     def act(args: argparse.Namespace) -> tuple[Any, bool]:
@@ -86,7 +87,7 @@ def lane_main(argv: Sequence[str] | None = None) -> int:
 
 def review_main(argv: Sequence[str] | None = None) -> int:
     def build(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("action", choices=("list", "replay"))
+        parser.add_argument("action", choices=("list", "replay"), help="list the queue, or replay one item once")
         parser.add_argument("operation_id", nargs="?", help="the item to replay (replay only)")
 
     def act(args: argparse.Namespace) -> tuple[Any, bool]:
@@ -105,7 +106,8 @@ def alerts_main(argv: Sequence[str] | None = None) -> int:
 
 def audit_main(argv: Sequence[str] | None = None) -> int:
     def build(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("what", choices=("billing",))
+        parser.add_argument("what", choices=("billing",), help="what to audit (billing: reservations against "
+                                                               "the provider's ledger)")
 
     def act(args: argparse.Namespace) -> tuple[Any, bool]:
         data = _call(args, "GET", "/admin/audit/billing")

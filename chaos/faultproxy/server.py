@@ -315,10 +315,12 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="proctor faultproxy",
+    from stack.cli_args import CliParser, port_number
+
+    parser = CliParser(prog="proctor faultproxy",
                                      description=f"Toxiproxy {VERSION}-compatible fault proxy")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8474)
+    parser.add_argument("--host", default="127.0.0.1", help="address of the HTTP API (default 127.0.0.1)")
+    parser.add_argument("--port", type=port_number, default=8474, help="port of the HTTP API (default 8474; 0: any free)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for jitter, toxicity and slicer (reproducible runs)")
     parser.add_argument("--config", default=None, help="a /populate JSON array applied at start")

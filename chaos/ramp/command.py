@@ -32,6 +32,7 @@ from chaos.history import read_history
 from chaos.ramp.gate import completions, error_split, gate, latency_quantiles, read_ticks, step_rates, time_series
 from chaos.ramp.merge import merge_histories
 from chaos.ramp.report import write_ramp_report
+from stack.cli_args import CliParser, csv_positive_floats, fraction, positive_float, positive_int
 
 __all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main", "verdict_code"]
 
@@ -168,17 +169,21 @@ def _print_summary(report: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------ proctor ramp
 def _ramp_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="proctor ramp", description="Run the Locust ramp headless, then gate it. "
+    p = CliParser(prog="proctor ramp", description="Run the Locust ramp headless, then gate it. "
                                 "Arguments after `--` go to Locust unchanged.")
-    p.add_argument("--steps", default=None, help="offered req/s per step, e.g. 25,50,100,200,300,400,500")
-    p.add_argument("--step-seconds", type=float, default=None)
-    p.add_argument("--per-user-rate", type=float, default=None)
-    p.add_argument("--p99", type=float, default=None, help="gate: p99 latency (seconds)")
-    p.add_argument("--max-failure-ratio", type=float, default=None)
-    p.add_argument("--min-rate-ratio", type=float, default=None)
-    p.add_argument("--questions", type=int, default=None)
-    p.add_argument("--run-dir", default=None)
-    p.add_argument("--processes", type=int, default=None, help="Locust worker processes (distributed mode)")
+    p.add_argument("--steps", type=csv_positive_floats, default=None,
+                   help="offered req/s per step, e.g. 25,50,100,200,300,400,500 (docs/ramp.md)")
+    p.add_argument("--step-seconds", type=positive_float, default=None, help="seconds each step lasts")
+    p.add_argument("--per-user-rate", type=positive_float, default=None,
+                   help="req/s one simulated student offers (users = step rate / this)")
+    p.add_argument("--p99", type=positive_float, default=None, help="gate: p99 latency (seconds)")
+    p.add_argument("--max-failure-ratio", type=fraction, default=None,
+                   help="gate: failed requests / requests, from 0 to 1")
+    p.add_argument("--min-rate-ratio", type=fraction, default=None,
+                   help="gate: achieved / offered rate each step must reach, from 0 to 1")
+    p.add_argument("--questions", type=positive_int, default=None, help="questions per exam")
+    p.add_argument("--run-dir", default=None, help="the ramp's run folder (default a new one under results/runs)")
+    p.add_argument("--processes", type=positive_int, default=None, help="Locust worker processes (distributed mode)")
     return p
 
 
