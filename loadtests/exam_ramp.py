@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -88,6 +89,7 @@ def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
         return  # workers get host, roster and run folder from the master with the spawn message
     options = environment.parsed_options
     _validate(options)
+    _remember_signals()
     run_dir = Path(options.ramp_run_dir or runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp").resolve()
     _state["run_dir"] = run_dir
     targets = _targets(environment, options, run_dir)
@@ -95,6 +97,21 @@ def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
     options.ramp_roster = targets["roster"]
     environment.host = targets["api"]
     _write_config(run_dir, options, targets)
+
+
+def _remember_signals() -> None:
+    """Note which signal stops the ramp, for the interrupted marker; Locust still handles it."""
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum, frame) -> None:  # noqa: ANN001
+        _state["signal"] = "SIGINT"
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    import gevent  # Locust's own; its SIGTERM watcher runs beside this one
+
+    gevent.signal_handler(signal.SIGTERM, lambda: _state.setdefault("signal", "SIGTERM"))
 
 
 def _targets(environment, options, run_dir: Path) -> dict[str, str]:  # noqa: ANN001
@@ -114,10 +131,13 @@ def _targets(environment, options, run_dir: Path) -> dict[str, str]:  # noqa: AN
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     else:
         stack = EmbeddedRampStack(run_dir, web=options.ramp_web)
+        print(f"exam_ramp: starting the embedded stack in {run_dir} ...", flush=True)
         try:
-            manifest = stack.start()
+            manifest = stack.start(progress=lambda waited: print(f"exam_ramp: ... stack starting ({waited:.0f}s)",
+                                                                 flush=True))
         except StackStartError as exc:
             sys.exit(f"exam_ramp: {exc}")
+        print(f"exam_ramp: stack ready in {manifest.get('startup_seconds') or 0:.1f}s; the ramp starts", flush=True)
         _state["stack"] = stack
         stack_dir, mode = run_dir, "embedded"
     urls = manifest["urls"]
@@ -143,6 +163,8 @@ def _on_quitting(environment, **_kwargs) -> None:  # noqa: ANN001
     if isinstance(environment.runner, WorkerRunner) or "run_dir" not in _state:
         return
     run_dir = Path(str(_state["run_dir"]))
+    if (run_dir / "ramp_ticks.jsonl").exists() and not _state.get("plan_done"):
+        _mark_interrupted(run_dir)
     try:
         code = _finalize(run_dir)
     finally:
@@ -151,6 +173,26 @@ def _on_quitting(environment, **_kwargs) -> None:  # noqa: ANN001
             print(f"exam_ramp: stopping the embedded stack ({run_dir})", flush=True)
             stack.stop()
     environment.process_exit_code = code
+
+
+def _mark_interrupted(run_dir: Path) -> None:
+    """Locust quit before the plan's last step: the run is interrupted, not a failed gate. The
+    marker's format is chaos/interrupt.py's (this gevent process imports no harness code)."""
+    name = str(_state.get("signal") or "stop")
+    marker = {"signal": name, "phase": "load", "at": time.time()}
+    (run_dir / "interrupted").write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+    print(f"exam_ramp: interrupted by {name} during the load; judging what ran, then stopping the stack",
+          flush=True)
+
+
+@events.quit.add_listener
+def _on_quit(exit_code: int, **_kwargs) -> None:  # noqa: ANN001
+    """Locust's last words are its stats tables; the verdict comes after them (issue #27)."""
+    run_dir = _state.get("run_dir")
+    if run_dir is None or not (Path(str(run_dir)) / "ramp.json").exists():
+        return
+    sys.stdout.flush()
+    subprocess.run([sys.executable, "-m", "chaos.ramp", "summary", str(run_dir)], cwd=PROJECT_ROOT, check=False)
 
 
 def _finalize(run_dir: Path) -> int:
@@ -207,6 +249,7 @@ class ExamRamp(LoadTestShape):
         step = plan.at(elapsed)
         self._record(options, elapsed, step)
         if step is None:
+            _state["plan_done"] = True
             return None
         return step.users, float(max(step.users, 10))
 

@@ -141,16 +141,15 @@ def lock_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--min-worker", type=lambda t: parse_assignment(t, POOLS[1:]), action="append", default=[],
                    metavar="LANE=N", help="workers a lane needs while open (repeatable)")
     _target_args(p)
+    p.add_argument("--json", action="store_true", help="print the API's answer as JSON (for scripts)")
     args = p.parse_args(argv)
     admin, token = _target(args)
     if args.exam is None:
+        from chaos.cli import output  # the harness's one output format (ISO times, "empty" said)
+
         code, state = _call("proctor lock", "GET", f"{admin}/admin/lock", token)
-        for window in (state or {}).get("windows", []):
-            print(f"{window['exam_code']}: {'OPEN' if window['open'] else 'closed'} {window['opens_at']:.0f}.."
-                  f"{window['closes_at']:.0f} min web {window['min_web']} workers {window['min_workers']}")
-        capacity = (state or {}).get("capacity_lock") or {}
-        if capacity.get("held"):
-            print(f"capacity lock: held by {capacity['description']}")
+        if not code:
+            output.emit(state, args.json, output.render_lock)
         return code
     if args.opens is None or args.closes is None:
         p.error("--opens and --closes are required with an exam code")

@@ -7,7 +7,8 @@ work against any deployment:
     proctor audit billing
 
 Every command takes ``--url`` (a node's admin listener, or env ``PROCTOR_ADMIN_URL``)
-and ``--token`` (env ``PROCTOR_ADMIN_TOKEN``), prints JSON, and exits 0 on success,
+and ``--token`` (env ``PROCTOR_ADMIN_TOKEN``), prints a table for people (``--json``: the
+API's answer, for scripts; chaos/cli/output.py), and exits 0 on success,
 1 when the answer is a failure (``audit billing`` found a violation), 2 on bad usage
 or an unreachable API.
 """
@@ -23,6 +24,7 @@ from typing import Any, Sequence
 import httpx
 
 from chaos.checkers.billing import check_billing
+from chaos.cli import output
 from chaos.ledgers import EffectRow
 from stack.cli_args import CliParser
 
@@ -39,6 +41,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         help="a node's admin listener, e.g. http://127.0.0.1:9001 (env PROCTOR_ADMIN_URL)")
     parser.add_argument("--token", default=os.environ.get("PROCTOR_ADMIN_TOKEN"),
                         help="the admin token (env PROCTOR_ADMIN_TOKEN)")
+    output.add_json_flag(parser)
     return parser
 
 
@@ -62,11 +65,11 @@ def _run(prog: str, build: Any, act: Any, argv: Sequence[str] | None) -> int:
     build(parser)
     args = parser.parse_args(argv)
     try:
-        shown, ok = act(args)
+        shown, ok, render = act(args)
     except CommandError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(shown, indent=2, sort_keys=True))
+    output.emit(shown, args.json, render)
     return 0 if ok else 1
 
 
@@ -78,9 +81,9 @@ def lane_main(argv: Sequence[str] | None = None) -> int:
 
     def act(args: argparse.Namespace) -> tuple[Any, bool]:
         if args.action == "show":
-            return _call(args, "GET", f"/admin/lanes/{args.lane}"), True
+            return _call(args, "GET", f"/admin/lanes/{args.lane}"), True, output.render_lane
         body = {"reason": args.reason} if args.action == "pause" else None
-        return _call(args, "POST", f"/admin/lanes/{args.lane}/{args.action}", body), True
+        return _call(args, "POST", f"/admin/lanes/{args.lane}/{args.action}", body), True, output.render_lane
 
     return _run("proctor lane", build, act, argv)
 
@@ -92,16 +95,17 @@ def review_main(argv: Sequence[str] | None = None) -> int:
 
     def act(args: argparse.Namespace) -> tuple[Any, bool]:
         if args.action == "list":
-            return _call(args, "GET", "/admin/review"), True
+            return _call(args, "GET", "/admin/review"), True, output.render_review
         if not args.operation_id:
             raise CommandError("replay needs an OPERATION_ID (see `proctor review list`)")
-        return _call(args, "POST", f"/admin/review/{args.operation_id}/replay"), True
+        return _call(args, "POST", f"/admin/review/{args.operation_id}/replay"), True, output.render_replay
 
     return _run("proctor review", build, act, argv)
 
 
 def alerts_main(argv: Sequence[str] | None = None) -> int:
-    return _run("proctor alerts", lambda parser: None, lambda args: (_call(args, "GET", "/admin/alerts"), True), argv)
+    return _run("proctor alerts", lambda parser: None,
+                lambda args: (_call(args, "GET", "/admin/alerts"), True, output.render_alerts), argv)
 
 
 def audit_main(argv: Sequence[str] | None = None) -> int:
@@ -114,6 +118,6 @@ def audit_main(argv: Sequence[str] | None = None) -> int:
         effects = [EffectRow(**effect) for effect in data["provider_effects"]]
         # Both reads, as the run's checker judges them (a node without the later read: the one).
         result = check_billing(data["reservations"], effects, data.get("reservations_after")).to_dict()
-        return {"summary": data["summary"], "verdict": result}, result["valid"] is True
+        return {"summary": data["summary"], "verdict": result}, result["valid"] is True, output.render_audit
 
     return _run("proctor audit", build, act, argv)

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 from chaos.analyze import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, analyze, exit_code
 from chaos.deployment.final_read import final_read, provider_urls
 from chaos.history import read_history
+from chaos.interrupt import read_marker
 from chaos.ramp.gate import completions, error_split, gate, latency_quantiles, read_ticks, step_rates, time_series
 from chaos.ramp.merge import merge_histories
 from chaos.ramp.report import write_ramp_report
@@ -118,8 +119,12 @@ def finalize(run_dir: Path) -> int:
     steps = step_rates(config, ticks, done)
     criteria = gate(config, steps, done)
     code = verdict_code(invariants["valid"], merged.problems, criteria)
+    cut = read_marker(run_dir)
+    if cut is not None:  # a cut ramp neither passed nor failed its gate: it did not finish
+        code = interrupted_code(cut)
     stack_dir = config["targets"].get("stack_dir")
-    report = {"run_dir": str(run_dir), "exit_code": code, "verdict": _word(code), "machine": _machine(),
+    report = {"run_dir": str(run_dir), "exit_code": code, "verdict": _word(code, cut), "machine": _machine(),
+              "interrupted": cut,
               "invariants": {"valid": invariants["valid"], "checkers": {n: c["valid"] for n, c in
                                                                          invariants["checkers"].items()}},
               "gate": criteria, "steps": steps, "latency": latency_quantiles(done), "errors": error_split(done),
@@ -127,7 +132,7 @@ def finalize(run_dir: Path) -> int:
               "haproxy": haproxy_counters(config["targets"].get("haproxy_socket", "")),
               "valkey": _valkey_counters(stack_dir), "stack_processes": _stack_identities(stack_dir), "notes": notes}
     write_ramp_report(run_dir, report, time_series(ticks, done))
-    _print_summary(report)
+    print(f"chaos.ramp: {run_dir}/ramp.json written; the verdict follows Locust's tables", flush=True)
     return code
 
 
@@ -152,9 +157,26 @@ def _valkey_counters(stack_dir: str | None) -> dict[str, Any]:
     return read_process_counters(Path(stack_dir))
 
 
-def _word(code: int) -> str:
+def interrupted_code(marker: dict[str, Any]) -> int:
+    """128 + the signal that cut the ramp (130 SIGINT, 143 SIGTERM); unknown (2) for a stop without one."""
+    import signal
+
+    name = str(marker.get("signal", ""))
+    return 128 + signal.Signals[name].value if name in ("SIGINT", "SIGTERM") else EXIT_UNKNOWN
+
+
+def _word(code: int, cut: dict[str, Any] | None = None) -> str:
+    if cut is not None:
+        return f"INTERRUPTED by {cut.get('signal')} during the {cut.get('phase')} (not judged)"
     return {EXIT_VALID: "PASS", EXIT_INVALID: "INVALID (an invariant was violated)",
             EXIT_UNKNOWN: "UNKNOWN (could not judge)", EXIT_LOAD_GATE: "LOAD GATE FAILED"}[code]
+
+
+def print_summary(run_dir: Path) -> int:
+    """``python -m chaos.ramp summary RUN_DIR``: the verdict from ramp.json, printed last."""
+    report = json.loads((Path(run_dir) / "ramp.json").read_text())
+    _print_summary(report)
+    return int(report["exit_code"])
 
 
 def _print_summary(report: dict[str, Any]) -> None:
@@ -202,22 +224,42 @@ def locust_argv(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
 
 
 def ramp_main(argv: Sequence[str] | None = None) -> int:
-    """``proctor ramp``: Locust in its own process (gevent never enters ours); its exit code is ours."""
+    """``proctor ramp``: Locust in its own process (gevent never enters ours); its exit code is ours.
+
+    Ctrl-C reaches Locust from the terminal (same process group); a SIGTERM sent to this process
+    is passed on. Either way Locust judges what ran (the run is marked interrupted) and stops the
+    stack, and this command exits 130 / 143 (docs/cli.md)."""
+    import signal
+
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = _ramp_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     command = locust_argv(args, extra)
     print("proctor ramp:", " ".join(command[1:]), flush=True)
-    return subprocess.run(command, cwd=LOCUSTFILE.parents[1], check=False).returncode
+    child = subprocess.Popen(command, cwd=LOCUSTFILE.parents[1])
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if signum == signal.SIGTERM:
+            child.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 + received[0] if received else code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 2 or argv[0] != "finalize":
-        print("usage: python -m chaos.ramp finalize RUN_DIR", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in ("finalize", "summary"):
+        print("usage: python -m chaos.ramp finalize|summary RUN_DIR", file=sys.stderr)
         return EXIT_UNKNOWN
     try:
-        return finalize(Path(argv[1]))
+        return finalize(Path(argv[1])) if argv[0] == "finalize" else print_summary(Path(argv[1]))
     except Exception as exc:  # noqa: BLE001 - a harness error is unknown, never a pass
         print(f"chaos.ramp: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN

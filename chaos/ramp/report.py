@@ -26,6 +26,9 @@ def _markdown(report: dict[str, Any]) -> str:
     split = report["errors"]["layers"]
     lines = [f"# Ramp {report['run_dir']}", "", f"**Verdict: {report['verdict']}** (exit {report['exit_code']}); "
              f"invariants: {report['invariants']['valid']}", "",
+             *([f"**Interrupted** by {report['interrupted'].get('signal')} during the "
+                f"{report['interrupted'].get('phase')}: the plan did not finish, so the gate was not judged.", ""]
+               if report.get("interrupted") else []),
              f"Load generator and stack shared this machine ({report['machine']}).", "",
              "## Gate", "", "| criterion | limit | measured | held |", "|---|---|---|---|"]
     lines += [f"| {g['name']} | {_fmt(g['limit'])} | {_fmt(g['measured'])} | {'yes' if g['passed'] else 'NO'} |"
