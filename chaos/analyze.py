@@ -29,7 +29,6 @@ from chaos.interrupt import MARKER, read_marker
 from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, read_history
 from chaos.ledgers import load_ledgers
 from chaos.plots.run import plot_run
-from stack.cli_args import CliParser
 from chaos.report import REPORT_MD, build_report, verdict_word, write_report
 
 __all__ = [
@@ -229,6 +228,8 @@ def _summary_line(report: dict[str, Any], run_dir: Path) -> str:
 
 def check_main(argv: Sequence[str] | None = None) -> int:
     """Entry point for chaos.cli: ``proctor check RUN_DIR [--no-plots]``."""
+    from stack.cli_args import CliParser  # here, not at import: an offline check loads no more stack code
+
     parser = CliParser(prog="proctor check", description="Re-run the checkers offline on a stored run folder.")
     parser.add_argument("run_dir", type=Path, help="a run folder, e.g. results/runs/latest")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")

@@ -25,6 +25,8 @@ __all__ = [
     "REPORT_JSON",
     "REPORT_MD",
     "build_report",
+    "check_word",
+    "headline_counts",
     "case_durations",
     "format_seconds",
     "render_markdown",
@@ -39,6 +41,17 @@ _EXAMPLE_CHARS = 400
 
 def verdict_word(valid: Any) -> str:
     return {True: "VALID", False: "INVALID"}.get(valid, "UNKNOWN") if isinstance(valid, bool) else "UNKNOWN"
+
+
+def check_word(check: Mapping[str, Any]) -> str:
+    """One checker's word: n/a when it had nothing to check (chaos/checkers/base.py), else its verdict."""
+    return "n/a" if check.get("na") else verdict_word(check.get("valid"))
+
+
+def headline_counts(counts: Mapping[str, Any]) -> str:
+    """"5 valid, 3 n/a, 0 invalid, 0 unknown": what was checked apart from what had nothing to check."""
+    return (f"{counts.get('valid', 0)} valid, {counts.get('n/a', 0)} n/a, "
+            f"{counts.get('invalid', 0)} invalid, {counts.get('unknown', 0)} unknown")
 
 
 def case_durations(case_constants: Mapping[str, Any], time_scale: float) -> list[dict[str, Any]]:
@@ -120,8 +133,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 def _verdict_section(report: Mapping[str, Any]) -> list[str]:
     counts = report["summary"]
     lines = [
-        f"**Verdict: {report['verdict']}** ({counts.get('valid', 0)} valid, "
-        f"{counts.get('invalid', 0)} invalid, {counts.get('unknown', 0)} unknown)",
+        f"**Verdict: {report['verdict']}** ({headline_counts(counts)})",
         "",
         *([str(report["description"]), ""] if report.get("description") else []),
         f"Seed `{report.get('seed')}`, started {_when(report.get('started_at'))}, ended {_when(report.get('ended_at'))}.",
@@ -142,7 +154,7 @@ def _verdict_section(report: Mapping[str, Any]) -> list[str]:
     lines += ["| checker | verdict | problems |", "|---|---|---|"]
     for name, check in report["checkers"].items():
         problems = ", ".join(f"{k} {check['counts'].get(k)}" for k in check.get("violations", [])) or "-"
-        lines.append(f"| {name} | {verdict_word(check['valid'])} | {problems} |")
+        lines.append(f"| {name} | {check_word(check)} | {check.get('na') or problems} |")
     return lines + [""]
 
 
@@ -173,7 +185,7 @@ def _short(value: Any) -> str:
 
 
 def _checker_section(name: str, check: Mapping[str, Any]) -> list[str]:
-    lines = [f"## {name}: {verdict_word(check['valid'])}", ""]
+    lines = [f"## {name}: {check_word(check)}", ""]
     counts = check.get("counts", {})
     if counts:
         lines += [", ".join(f"{key} **{value}**" for key, value in counts.items()), ""]

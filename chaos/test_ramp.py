@@ -36,9 +36,10 @@ def _ramp(name: str, steps: str, step_seconds: float, env: dict[str, str] | None
     run_dir = runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-{name}"
     argv = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", steps, "--step-seconds", str(step_seconds),
             "--questions", "5", "--run-dir", str(run_dir), *GENEROUS, "--", "--loglevel", "WARNING"]
-    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                          timeout=240, check=False)
-    return done.returncode, run_dir, done.stdout + done.stderr
+    # One stream, as a terminal shows it: Locust's tables go to stderr, the verdict to stdout.
+    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=240, check=False)
+    return done.returncode, run_dir, done.stdout
 
 
 def _stack_processes_alive(run_dir: Path) -> list[int]:

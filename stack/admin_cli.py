@@ -145,7 +145,7 @@ def lock_main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     admin, token = _target(args)
     if args.exam is None:
-        from chaos.cli import output  # the harness's one output format (ISO times, "empty" said)
+        from stack import cli_output as output  # one output format for every admin command
 
         code, state = _call("proctor lock", "GET", f"{admin}/admin/lock", token)
         if not code:

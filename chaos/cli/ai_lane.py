@@ -8,7 +8,7 @@ work against any deployment:
 
 Every command takes ``--url`` (a node's admin listener, or env ``PROCTOR_ADMIN_URL``)
 and ``--token`` (env ``PROCTOR_ADMIN_TOKEN``), prints a table for people (``--json``: the
-API's answer, for scripts; chaos/cli/output.py), and exits 0 on success,
+API's answer, for scripts; stack/cli_output.py), and exits 0 on success,
 1 when the answer is a failure (``audit billing`` found a violation), 2 on bad usage
 or an unreachable API.
 """
@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import httpx
 
 from chaos.checkers.billing import check_billing
-from chaos.cli import output
+from stack import cli_output as output
 from chaos.ledgers import EffectRow
 from stack.cli_args import CliParser
 

@@ -34,9 +34,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def print_verdict(result) -> None:  # noqa: ANN001 - chaos.runner.RunResult
     print()
-    print(f"verdict: valid={result.valid}")
+    from chaos.report import check_word, headline_counts
+
+    print(f"verdict: valid={result.valid} ({headline_counts(result.verdict.get('summary', {}))})")
     for name, res in result.verdict.get("checkers", {}).items():
-        print(f"  {name:<8} valid={res.get('valid')!s:<7} {res.get('counts')}")
+        detail = f"n/a: {res['na']}" if res.get("na") else res.get("counts")
+        print(f"  {name:<8} {check_word(res):<8} {detail}")
     print(f"workload: {result.workload}")
     print(f"recovery after heal: {result.recovery_seconds:.2f}s")
     print(f"report: {result.run_dir / 'report.md'}")

@@ -38,7 +38,7 @@ from stack.cli_args import CliParser, csv_positive_floats, fraction, positive_fl
 __all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main", "verdict_code"]
 
 EXIT_LOAD_GATE = 3
-LOCUSTFILE = Path(__file__).resolve().parents[1] / "loadtests" / "exam_ramp.py"
+LOCUSTFILE = Path(__file__).resolve().parents[2] / "loadtests" / "exam_ramp.py"
 _HAPROXY_FIELDS = ("hrsp_5xx", "econ", "eresp", "ereq", "dreq", "wretr", "wredis", "qmax", "cli_abrt", "srv_abrt",
                    "connect", "reuse")  # connections opened to a server vs requests on a reused one
 

@@ -26,7 +26,7 @@ def test_compose_ranks_false_over_unknown_over_true() -> None:
     assert compose([ok, unsure]).valid == UNKNOWN
     assert compose([ok]).valid is True
     composed = compose([ok, unsure, bad]).to_dict()
-    assert composed["counts"] == {"valid": 1, "invalid": 1, "unknown": 1}
+    assert composed["counts"] == {"valid": 1, "invalid": 1, "unknown": 1, "n/a": 0}
     assert composed["notes"] == ["b: unknown", "c: invalid"]
     assert list(composed["checks"]) == ["a", "b", "c"]
 

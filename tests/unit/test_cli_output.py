@@ -1,10 +1,10 @@
-"""chaos/cli/output.py: the admin commands' table, ISO 8601 times, and empty results said in words."""
+"""stack/cli_output.py: the admin commands' table, ISO 8601 times, and empty results said in words."""
 
 from __future__ import annotations
 
 import json
 
-from chaos.cli import output
+from stack import cli_output as output
 
 
 def test_lock_shows_iso_times_and_says_when_nothing_is_stored(capsys) -> None:

@@ -55,7 +55,7 @@ def command(main: Any, *argv: str, url: str) -> tuple[int, Any]:
 
 
 def human(main: Any, *argv: str, url: str) -> tuple[int, str]:
-    """The same command as people see it: chaos/cli/output.py's table."""
+    """The same command as people see it: stack/cli_output.py's table."""
     import contextlib
     import io
 
