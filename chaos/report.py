@@ -112,6 +112,9 @@ def write_report(run_dir: Path, report: Mapping[str, Any]) -> tuple[Path, Path]:
     json_path, md_path = run_dir / REPORT_JSON, run_dir / REPORT_MD
     json_path.write_text(json.dumps(report, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
     md_path.write_text(render_markdown(report), encoding="utf-8")
+    from chaos.browse.page import write_html  # it renders with this module's words
+
+    write_html(run_dir, report)
     return json_path, md_path
 
 

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "ramp": ("chaos.ramp.command", "ramp_main", "the seed's 25->500 req/s Locust ramp (headless), gated by exit code"),
     "check": ("chaos.analyze", "check_main", "re-run the checkers offline on a stored run folder"),
     "digest": ("chaos.digest.command", "digest_main", "the exam digest from each web node's /metrics (--watch refreshes)"),
+    "serve": ("chaos.browse.serve", "serve_main", "browse runs and sweeps: their report.html pages (127.0.0.1, read-only)"),
     "faultproxy": ("chaos.faultproxy.server", "main", "the Toxiproxy-compatible fault proxy server"),
     "lane": ("chaos.cli.ai_lane", "lane_main", "pause, resume or show the AI lane (admin API)"),
     "review": ("chaos.cli.ai_lane", "review_main", "list the AI lane's review queue, or replay one item once"),

@@ -42,6 +42,8 @@ CASES: list[tuple[list[str], str]] = [
     (["digest", NOWHERE], "run_dir"),
     (["digest", "--watch", "0", "--url", "http://127.0.0.1:9"], "--watch"),
     (["faultproxy", "--port", "70000"], "--port"),
+    (["serve", "--port", "70000"], "--port"),
+    (["serve", NOWHERE], "results"),
     (["lane", "pause", "xyz"], "lane"),
     (["review", "bogus"], "action"),
     (["alerts", "--bogus"], "--bogus"),
