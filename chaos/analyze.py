@@ -163,7 +163,7 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     interrupted = read_marker(run_dir)
     if interrupted is not None:
         result = _cut_short(result, interrupted)
-    plot_names = _plots(history or [], run_dir, notes, time_scale) if plots else []
+    plot_names = _plots(history or [], run_dir, notes, time_scale, scenario.get("history_origin")) if plots else []
     report = build_report(scenario, result, options, time_scale, plot_names, notes)
     report["faults"] = _fault_rows(history or [])
     report["bounds"] = bounds
@@ -182,11 +182,15 @@ def _fault_rows(history: Sequence[Op]) -> list[dict[str, Any]]:
             for w in fault_windows(history)]
 
 
-def _plots(history: Sequence[Op], run_dir: Path, notes: list[str], time_scale: float) -> list[str]:
+def _plots(history: Sequence[Op], run_dir: Path, notes: list[str], time_scale: float,
+           origin: Any = None) -> list[str]:
     """Plots are evidence, not verdict: a plotting failure is noted, never fatal."""
     try:
-        ai_lane = plot_ai_lane(load_ledgers(run_dir), time_scale, run_dir)  # only when the run made AI calls
-        return [path.name for path in plot_run(history, run_dir)] + ([ai_lane.name] if ai_lane else [])
+        ledgers = load_ledgers(run_dir)
+        origin = float(origin) if isinstance(origin, (int, float)) else None
+        ai_lane = plot_ai_lane(ledgers, time_scale, run_dir, origin)  # only when the run made AI calls
+        owed = None if ledgers.outbox is None else sum(row.status == "pending" for row in ledgers.outbox)
+        return [path.name for path in plot_run(history, run_dir, owed)] + ([ai_lane.name] if ai_lane else [])
     except Exception as exc:  # noqa: BLE001 - keep the verdict even if matplotlib breaks
         notes.append(f"plots failed: {type(exc).__name__}: {exc}")
         return []

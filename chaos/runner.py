@@ -166,6 +166,8 @@ def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Pr
     if scenario.prepare:
         scenario.prepare(stack)
     history = History(run_dir / "history.jsonl")
+    meta["history_origin"] = history.origin_wall  # ledger times (epoch) -> run time, chaos/plots/ai_lane.py
+    _write_json(run_dir / "scenario.json", meta)
     nemesis = _nemesis_for(stack, scenario)
     try:
         progress(f"load: {scenario.workload.arrival_rate}/s students for {scenario.workload.duration}s, "

@@ -56,7 +56,7 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_ramp(series: dict[str, list[Any]], path: Path) -> Path | None:
+def plot_ramp(series: dict[str, list[Any]], path: Path, p99_limit: float | None = None) -> Path | None:
     """Offered vs achieved rate, p50/p99 and errors per layer over time (three panels)."""
     if not series or not series.get("t"):
         return None
@@ -72,6 +72,8 @@ def plot_ramp(series: dict[str, list[Any]], path: Path) -> Path | None:
     rate.legend(loc="upper left")
     for key in ("p50", "p99"):
         latency.plot(series["t"], [v if v is not None else float("nan") for v in series[key]], label=key)
+    if p99_limit is not None:
+        latency.axhline(p99_limit, color="tab:red", linestyle="--", label=f"gate: p99 <= {p99_limit:g} s")
     latency.set_ylabel("latency s")
     latency.legend(loc="upper left")
     for key in ("load_balancer", "application", "client"):
@@ -87,7 +89,8 @@ def plot_ramp(series: dict[str, list[Any]], path: Path) -> Path | None:
 
 def write_ramp_report(run_dir: Path, report: dict[str, Any], series: dict[str, list[Any]]) -> None:
     try:
-        plotted = plot_ramp(series, run_dir / "ramp.png")
+        limit = next((g["limit"] for g in report.get("gate", []) if g.get("name") == "p99_seconds"), None)
+        plotted = plot_ramp(series, run_dir / "ramp.png", p99_limit=limit)
         report["plot"] = plotted.name if plotted else None
     except Exception as exc:  # noqa: BLE001 - a plot is evidence, never the verdict
         report["notes"].append(f"plot failed: {type(exc).__name__}: {exc}")

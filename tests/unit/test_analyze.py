@@ -134,7 +134,8 @@ def test_all_is_exact() -> None:
          "headline_counts", "render_markdown",
          "verdict_word", "write_report"]
     )
-    assert sorted(plots_module.__all__) == sorted(["PLOT_FILES", "plot_latency", "plot_queues", "plot_run", "plot_throughput"])
+    assert sorted(plots_module.__all__) == sorted(["PLOT_FILES", "load_end", "plot_latency", "plot_queues", "plot_run",
+                                                   "plot_throughput"])
 
 
 def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
