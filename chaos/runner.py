@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import signal
 import time
+from contextlib import contextmanager
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 
 from chaos.analyze import analyze
 from chaos.deployment import Deployment
@@ -117,7 +119,7 @@ def run_scenario(
     def step(message: str) -> None:
         if message.startswith("load:"):
             phase[0] = "load and faults"
-        elif message == "healed":
+        elif message.startswith("final read"):
             phase[0] = "final read"
         progress(message)
 
@@ -172,10 +174,14 @@ def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Pr
     try:
         progress(f"load: {scenario.workload.arrival_rate}/s students for {scenario.workload.duration}s, "
                  f"{len(faults)} faults (seed {seed})")
-        stats = asyncio.run(_load_and_faults(stack, scenario, seed, faults, history, nemesis, progress))
+        caught: list[int] = []
+        stats = asyncio.run(_load_and_faults(stack, scenario, seed, faults, history, nemesis, progress, caught))
+        if caught:  # raised here, outside the event loop: inside it, asyncio would report the task's exception
+            raise Interrupted(caught[0])
     finally:
         nemesis.heal()  # always, even when the load or a fault raised
         progress("healed")
+    progress("final read: waiting for every outcome to settle")
     final = stack.export(run_dir, scenario.quiet_timeout, frozenset(scenario.options.get("allow_pending", [])))
     progress(final.summary())
     history.close()
@@ -198,6 +204,47 @@ def _nemesis_for(stack: Deployment, scenario: Scenario) -> CompositeNemesis:
 
 
 async def _load_and_faults(
+    stack: Deployment, scenario: Scenario, seed: int, faults: list[FaultSpec], history: History,
+    nemesis: CompositeNemesis, progress: Progress, caught: list[int],
+) -> WorkloadStats | None:
+    """The load and the fault schedule; None when SIGINT/SIGTERM cut it (the signal is put in ``caught``)."""
+    with _signals_cancel(asyncio.current_task(), caught):
+        try:
+            return await _load_and_faults_body(stack, scenario, seed, faults, history, nemesis, progress)
+        except asyncio.CancelledError:
+            if not caught:
+                raise
+            return None
+
+
+@contextmanager
+def _signals_cancel(task: "asyncio.Task[Any] | None", caught: list[int]) -> Iterator[None]:
+    """While the load runs, SIGINT/SIGTERM cancel it (every task unwinds through its finally);
+    the Python handlers in place before come back afterwards."""
+    loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(signum: int) -> None:
+        if not caught:
+            caught.append(signum)
+            if task is not None:
+                task.cancel()
+
+    try:
+        for sig in previous:
+            loop.add_signal_handler(sig, on_signal, sig)
+    except (RuntimeError, ValueError):  # not the main thread: no handler; the caller's stays
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)
+
+
+async def _load_and_faults_body(
     stack: Deployment, scenario: Scenario, seed: int, faults: list[FaultSpec], history: History,
     nemesis: CompositeNemesis, progress: Progress,
 ) -> WorkloadStats:
