@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-python demo test test-compose-all test-fast clean-runs
+.PHONY: setup setup-python demo lint test test-compose-all test-fast clean-runs
 
 setup:
 	@scripts/setup.sh
@@ -21,9 +21,13 @@ COMPOSE_PARITY := chaos/test_worker_kill.py::test_worker_kills_lose_nothing_and_
 	chaos/test_worker_kill.py::test_without_reconciler_a_killed_job_is_reported_lost \
 	chaos/test_web_node_kill.py chaos/test_tls_churn.py
 
-test: setup
+test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(PY) -m pytest --chaos-target compose --timeout 1500 --junitxml=results/junit-compose.xml $(COMPOSE_PARITY) $(PYTEST_ARGS)
+
+# ruff, configured in pyproject.toml ([tool.ruff]): seconds, before any test runs.
+lint: setup-python
+	$(PY) -m ruff check .
 
 test-compose-all: setup
 	$(PY) -m pytest --chaos-target compose --timeout 1500 --junitxml=results/junit-compose.xml chaos $(PYTEST_ARGS)

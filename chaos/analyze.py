@@ -12,7 +12,6 @@ Unknown must fail CI just like invalid: "could not tell" is not a pass.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path

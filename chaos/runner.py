@@ -15,7 +15,6 @@ import time
 from contextlib import contextmanager
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator
 
@@ -29,8 +28,8 @@ from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderN
 from chaos.load.exam import WorkloadSpec, WorkloadStats, run_workload
 import stack.config as stack_config
 from stack.config import Settings
-from stack.embedded.secrets import read_roster
-from stack.paths import runs_dir
+from stack.deploy.secrets import read_roster
+from stack.paths import new_run_dir
 
 __all__ = ["Scenario", "RunResult", "run_scenario", "new_run_dir"]
 
@@ -85,13 +84,6 @@ class RunResult:
     @property
     def exit_code(self) -> int:
         return {True: 0, False: 1}.get(self.valid, 2)
-
-
-def new_run_dir(name: str, root: Path | None = None) -> Path:
-    """A fresh run folder under ``root``, by default stack/paths.py's runs_dir() (read at call time)."""
-    root = runs_dir() if root is None else root
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    return root / f"{stamp}-{name}"
 
 
 def reproduce_command(scenario: Scenario, seed: int, time_scale: float, target: str = DEFAULT_TARGET) -> str:

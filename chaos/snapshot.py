@@ -14,12 +14,10 @@ from typing import Any
 
 import httpx
 
+from stack.ledger.export_names import AI_LANE_TABLES, STACK_TABLES
+
 __all__ = ["AI_LANE_TABLES", "STACK_TABLES", "fetch_table", "snapshot_ledgers", "wait_until_settled"]
 
-STACK_TABLES = ("attempts", "answers", "answer_revisions", "outbox", "outcomes", "exams")
-AI_LANE_TABLES = ("ai_reservations", "audit_log", "alerts", "lane_state")
-"""Issue #11's tables: a deployment without these exports leaves them unread (its AI lane
-checkers then say unknown), it does not fail the whole final read."""
 PROVIDERS = ("ai", "sms")
 FINAL_OUTBOX = {"done", "failed"}
 

@@ -21,16 +21,16 @@ pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 LIMIT = 8
 
 
-def _lane(run, lane: str = "ai") -> dict:  # noqa: ANN001 - chaos.pytest_plugin.ChaosRun
+def _lane(run, lane: str = "ai") -> dict:  # chaos.pytest_plugin.ChaosRun
     """What the lane driver measured (scenario.json "background")."""
     return json.loads((run.run_dir / "scenario.json").read_text())["background"][f"{lane}_lane"]
 
 
-def _ledger(run, name: str) -> dict:  # noqa: ANN001
+def _ledger(run, name: str) -> dict:
     return json.loads((run.run_dir / "ledgers" / f"{name}.json").read_text())
 
 
-def _backlog_drained(run, lane_name: str = "ai") -> dict:  # noqa: ANN001
+def _backlog_drained(run, lane_name: str = "ai") -> dict:
     lane = _lane(run, lane_name)
     print(json.dumps(lane))
     assert lane["backlog_ready"] and lane["n"] >= 20, lane  # the scenario exercised a real backlog
@@ -38,7 +38,7 @@ def _backlog_drained(run, lane_name: str = "ai") -> dict:  # noqa: ANN001
     return lane
 
 
-def _limit_reached(run, window: float) -> bool:  # noqa: ANN001
+def _limit_reached(run, window: float) -> bool:
     """Some sliding case-minute held the full limit: the limiter was exercised, not idle."""
     times = [effect["started_at"] for effect in _ledger(run, "ai_effects")["effects"]]
     return bool(calls_over_limit(times, LIMIT - 1, window))
@@ -87,7 +87,7 @@ def test_lost_responses_and_credit_exhaustion_charge_once_pause_alert_and_comple
     _sms_lane_had_the_same_classes(run)
 
 
-def _sms_lane_had_the_same_classes(run) -> None:  # noqa: ANN001
+def _sms_lane_had_the_same_classes(run) -> None:
     """The SMS gateway's 429 with Retry-After, then its 402: deferred past Retry-After, paused with an
     alert, resumed through the admin API, every SMS sent exactly once."""
     lane = _backlog_drained(run, "sms")

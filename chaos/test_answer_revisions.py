@@ -7,7 +7,7 @@ import pytest
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
 
-def _figures(run) -> str:  # noqa: ANN001 - ChaosRun
+def _figures(run) -> str:  # ChaosRun
     final = run.checker("final_answers")["counts"]
     revisions = run.checker("revisions")
     visibility = revisions.get("details", {}).get("read_visibility", {})

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from chaos.analyze import EXIT_INVALID, EXIT_VALID
 from chaos.history import read_history
 from chaos.ramp.gate import completions, gate, step_rates, read_ticks
 from stack.embedded.watchdog import is_alive
-from stack.paths import runs_dir
+from stack.paths import new_run_dir
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
@@ -33,7 +32,7 @@ GENEROUS = ["--p99", "60", "--max-failure-ratio", "1", "--min-rate-ratio", "0"]
 
 
 def _ramp(name: str, steps: str, step_seconds: float, env: dict[str, str] | None = None) -> tuple[int, Path, str]:
-    run_dir = runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-{name}"
+    run_dir = new_run_dir(name)
     argv = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", steps, "--step-seconds", str(step_seconds),
             "--questions", "5", "--run-dir", str(run_dir), *GENEROUS, "--", "--loglevel", "WARNING"]
     # One stream, as a terminal shows it: Locust's tables go to stderr, the verdict to stdout.
@@ -73,7 +72,7 @@ def test_an_interrupted_ramp_says_so_stops_its_stack_and_exits_130():
     import signal
     import time
 
-    run_dir = runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp-interrupted"
+    run_dir = new_run_dir("ramp-interrupted")
     argv = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", "25,50", "--step-seconds", "120",
             "--questions", "5", "--run-dir", str(run_dir), *GENEROUS, "--", "--loglevel", "WARNING"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

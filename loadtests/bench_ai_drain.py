@@ -34,9 +34,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from chaos.runner import run_scenario  # noqa: E402
-from chaos.scenarios import get_scenario  # noqa: E402
-from stack.paths import bench_dir  # noqa: E402
+from chaos.runner import run_scenario
+from chaos.scenarios import get_scenario
+from stack.paths import bench_dir
 
 TARGET_RATIO = 1.1
 JUDGED_ON = "drain_ratio_with_pauses"

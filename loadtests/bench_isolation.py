@@ -32,9 +32,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # isolation_split, proc_cpu
 
-from isolation_split import cpu_window_background, merit_split, quantile, split_summary  # noqa: E402
-from stack.paths import bench_dir  # noqa: E402
-from stack.priority import NICENESS_ENV  # noqa: E402
+from isolation_split import cpu_window_background, merit_split, quantile, split_summary
+from stack.paths import bench_dir
+from stack.priority import NICENESS_ENV
 
 TARGET_RATIO = 1.5
 VARIANTS = {
@@ -58,7 +58,7 @@ def merit_finish_to_ready(run_dir: Path) -> list[float]:
             and not str(attempts.get(row["attempt_id"], {}).get("exam_code", "")).startswith("BACKLOG-")]
 
 
-def _run(scenario: Any, seed: int, niceness: str) -> dict[str, Any]:  # noqa: ANN401 - chaos.runner.Scenario
+def _run(scenario: Any, seed: int, niceness: str) -> dict[str, Any]:  # chaos.runner.Scenario
     from chaos.runner import run_scenario
 
     scenario = replace(scenario, background={**scenario.background, "exam_cpu": cpu_window_background()})
@@ -86,11 +86,11 @@ def _figures(run_dir: Path, verdict: dict[str, Any]) -> dict[str, Any]:
             "loadavg": round(os.getloadavg()[0], 2)}
 
 
-def _exam(scenario: Any, duration: float | None) -> Any:  # noqa: ANN401
+def _exam(scenario: Any, duration: float | None) -> Any:
     return scenario if duration is None else replace(scenario, workload=replace(scenario.workload, duration=duration))
 
 
-def _pair(backlog: Any, seed: int, niceness: str, skip_baseline: bool) -> dict[str, Any]:  # noqa: ANN401
+def _pair(backlog: Any, seed: int, niceness: str, skip_baseline: bool) -> dict[str, Any]:
     pair = {"niceness": niceness or "defaults", "with_backlog": _run(backlog, seed, niceness)}
     if not skip_baseline:
         # the checker still runs (for its measured execution and pickup); with no backlog it

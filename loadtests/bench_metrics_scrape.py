@@ -33,12 +33,12 @@ from sqlalchemy import Engine, insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stack.config import Settings  # noqa: E402
-from stack.ledger import outbox  # noqa: E402
-from stack.ledger.engine import init_ledger, make_engine  # noqa: E402
-from stack.ledger.schema import attempts, outbox as outbox_table, students  # noqa: E402
-from stack.web.lane_latency import LaneLatency  # noqa: E402
-from stack.web.metrics import LANE_LATENCY_BOUNDS  # noqa: E402
+from stack.config import Settings
+from stack.ledger import outbox
+from stack.ledger.engine import init_ledger, make_engine
+from stack.ledger.schema import attempts, outbox as outbox_table, students
+from stack.web.lane_latency import LaneLatency
+from stack.web.metrics import LANE_LATENCY_BOUNDS
 
 KINDS = ("merit", "narrative", "sms")
 

@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from chaos.history import read_history  # noqa: E402
 from chaos.ramp.gate import completions, latency_quantiles, read_ticks  # noqa: E402
 from proc_cpu import Sampler  # noqa: E402
 from profile_spy import start_profile, summarise  # noqa: E402
-from stack.paths import bench_dir, runs_dir  # noqa: E402
+from stack.paths import bench_dir, new_run_dir  # noqa: E402
 
 __all__ = ["KNEE_P99", "KNEE_RATE_RATIO", "knee", "main"]
 
@@ -186,7 +185,7 @@ def _speedups() -> dict[str, bool]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    run_dir = runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-bench-ramp-{args.label}"
+    run_dir = new_run_dir(f"bench-ramp-{args.label}")
     load_before = os.getloadavg()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,17 +26,12 @@ from sqlalchemy import func, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stack.config import Settings  # noqa: E402
-from stack.ledger.backlog import seed_backlog  # noqa: E402
-from stack.ledger.engine import init_ledger, make_engine  # noqa: E402
-from stack.ledger.schema import outbox  # noqa: E402
-from stack.relay import Relay  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from stack.config import Settings
+from stack.deploy.ports import free_port
+from stack.ledger.backlog import seed_backlog
+from stack.ledger.engine import init_ledger, make_engine
+from stack.ledger.schema import outbox
+from stack.relay import Relay
 
 
 def _start_valkey(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -52,13 +46,13 @@ def _start_valkey(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
         try:
             if client.ping():
                 break
-        except Exception:
+        except Exception:  # noqa: BLE001 - not up yet: any failure means retry
             time.sleep(0.05)
     client.close()
     return server, port
 
 
-def _pending(engine) -> int:  # noqa: ANN001
+def _pending(engine) -> int:
     with engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(outbox).where(outbox.c.status == "pending")).scalar_one()
 

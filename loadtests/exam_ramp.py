@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from locust import FastHttpUser, LoadTestShape, events, task
@@ -32,13 +31,13 @@ from locust.user.wait_time import constant_throughput
 from ramp_plan import DEFAULT_STEPS, RampPlan, parse_steps
 from ramp_stack import PROJECT_ROOT, EmbeddedRampStack, StackStartError, read_manifest
 from ramp_student import QUESTIONS, Student, StudentCursor, history_for
-from stack.paths import runs_dir
+from stack.paths import new_run_dir
 
 _state: dict[str, object] = {}  # the master's stack and run folder (module state: one Locust process)
 
 
 @events.init_command_line_parser.add_listener
-def _options(parser) -> None:  # noqa: ANN001 - Locust's parser
+def _options(parser) -> None:  # Locust's parser
     group = parser.add_argument_group("exam ramp (loadtests/exam_ramp.py)")
     group.add_argument("--ramp-steps", default=DEFAULT_STEPS, help="offered req/s per step, comma-separated")
     group.add_argument("--ramp-step-seconds", type=float, default=15.0, help="seconds per step")
@@ -66,11 +65,11 @@ def _options(parser) -> None:  # noqa: ANN001 - Locust's parser
     group.add_argument("--ramp-haproxy-socket", default="", help="with --host: HAProxy's stats socket, if any")
 
 
-def plan_of(options) -> RampPlan:  # noqa: ANN001 - argparse namespace
+def plan_of(options) -> RampPlan:  # argparse namespace
     return RampPlan(parse_steps(options.ramp_steps), options.ramp_step_seconds, options.ramp_per_user_rate)
 
 
-def _validate(options) -> None:  # noqa: ANN001
+def _validate(options) -> None:
     """Every bad option is named before any stack starts."""
     try:
         plan_of(options)
@@ -84,13 +83,13 @@ def _validate(options) -> None:  # noqa: ANN001
 
 
 @events.init.add_listener
-def _on_init(environment, **_kwargs) -> None:  # noqa: ANN001
+def _on_init(environment, **_kwargs) -> None:
     if isinstance(environment.runner, WorkerRunner) or environment.parsed_options is None:
         return  # workers get host, roster and run folder from the master with the spawn message
     options = environment.parsed_options
     _validate(options)
     _remember_signals()
-    run_dir = Path(options.ramp_run_dir or runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp").resolve()
+    run_dir = Path(options.ramp_run_dir or new_run_dir("ramp")).resolve()
     _state["run_dir"] = run_dir
     targets = _targets(environment, options, run_dir)
     options.ramp_run_dir = str(run_dir)
@@ -103,7 +102,7 @@ def _remember_signals() -> None:
     """Note which signal stops the ramp, for the interrupted marker; Locust still handles it."""
     previous = signal.getsignal(signal.SIGINT)
 
-    def on_sigint(signum, frame) -> None:  # noqa: ANN001
+    def on_sigint(signum, frame) -> None:
         _state["signal"] = "SIGINT"
         if callable(previous):
             previous(signum, frame)
@@ -114,7 +113,7 @@ def _remember_signals() -> None:
     gevent.signal_handler(signal.SIGTERM, lambda: _state.setdefault("signal", "SIGTERM"))
 
 
-def _targets(environment, options, run_dir: Path) -> dict[str, str]:  # noqa: ANN001
+def _targets(environment, options, run_dir: Path) -> dict[str, str]:
     """Where the load goes and where the final read comes from: an embedded stack or flags."""
     if environment.host and not options.ramp_stack_dir:
         missing = [flag for flag, value in (("--ramp-roster", options.ramp_roster),
@@ -146,7 +145,7 @@ def _targets(environment, options, run_dir: Path) -> dict[str, str]:  # noqa: AN
             "haproxy_socket": urls.get("haproxy_socket", ""), "stack_dir": str(stack_dir)}
 
 
-def _write_config(run_dir: Path, options, targets: dict[str, str]) -> None:  # noqa: ANN001
+def _write_config(run_dir: Path, options, targets: dict[str, str]) -> None:
     """What chaos.ramp.command needs after Locust: the plan, the gate, the targets (no secret)."""
     config = {"plan": plan_of(options).to_dict(), "targets": targets, "exam_code": options.ramp_exam,
               "questions": options.ramp_questions, "polls": options.ramp_polls, "seed": options.ramp_seed,
@@ -159,7 +158,7 @@ def _write_config(run_dir: Path, options, targets: dict[str, str]) -> None:  # n
 
 
 @events.quitting.add_listener
-def _on_quitting(environment, **_kwargs) -> None:  # noqa: ANN001
+def _on_quitting(environment, **_kwargs) -> None:
     if isinstance(environment.runner, WorkerRunner) or "run_dir" not in _state:
         return
     run_dir = Path(str(_state["run_dir"]))
@@ -186,7 +185,7 @@ def _mark_interrupted(run_dir: Path) -> None:
 
 
 @events.quit.add_listener
-def _on_quit(exit_code: int, **_kwargs) -> None:  # noqa: ANN001
+def _on_quit(exit_code: int, **_kwargs) -> None:
     """Locust's last words are its stats tables; the verdict comes after them (issue #27)."""
     run_dir = _state.get("run_dir")
     if run_dir is None or not (Path(str(run_dir)) / "ramp.json").exists():
@@ -229,11 +228,11 @@ class ExamStudent(FastHttpUser):
         self.student.step(self.client)
 
 
-def _worker_index(environment) -> int:  # noqa: ANN001
+def _worker_index(environment) -> int:
     return max(0, getattr(environment.runner, "worker_index", 0))
 
 
-def _role(environment) -> str:  # noqa: ANN001
+def _role(environment) -> str:
     if isinstance(environment.runner, WorkerRunner):
         return f"worker{_worker_index(environment)}"
     return "master" if isinstance(environment.runner, MasterRunner) else "local"
@@ -242,7 +241,7 @@ def _role(environment) -> str:  # noqa: ANN001
 class ExamRamp(LoadTestShape):
     """Steps of offered req/s; each tick records target, users and Locust's request counts."""
 
-    def tick(self):  # noqa: ANN201 - Locust's contract: (users, spawn_rate) or None
+    def tick(self):  # Locust's contract: (users, spawn_rate) or None
         options = self.runner.environment.parsed_options
         plan = plan_of(options)
         elapsed = self.get_run_time()
@@ -253,7 +252,7 @@ class ExamRamp(LoadTestShape):
             return None
         return step.users, float(max(step.users, 10))
 
-    def _record(self, options, elapsed: float, step) -> None:  # noqa: ANN001
+    def _record(self, options, elapsed: float, step) -> None:
         total = self.runner.stats.total
         tick = {"wall": time.time(), "elapsed": round(elapsed, 3), "target": step.rate if step else 0.0,
                 "users_target": step.users if step else 0, "users": self.runner.user_count,

@@ -89,9 +89,9 @@ def _snapshot(run_dir: Path) -> dict[str, Any]:
             "components": {name: table.cpu(table.tree(pid)) for name, pid in _component_roots(run_dir).items()}}
 
 
-def cpu_window_background():  # noqa: ANN201 - a chaos.runner.Background
+def cpu_window_background():  # a chaos.runner.Background
     """CPU seconds per component over the exam (load start -> load stop), from /proc."""
-    async def measure(stack, history, stop: asyncio.Event) -> dict[str, Any]:  # noqa: ANN001
+    async def measure(stack, history, stop: asyncio.Event) -> dict[str, Any]:
         before = await asyncio.to_thread(_snapshot, stack.run_dir)
         await stop.wait()
         after = await asyncio.to_thread(_snapshot, stack.run_dir)

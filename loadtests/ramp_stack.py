@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -23,9 +23,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from chaos.ops.answers import ANSWER, answer_body, answer_headers, answer_path, answer_value
+from stack.ledger.grading import OPTIONS
+
 __all__ = ["QUESTIONS", "HistoryWriter", "Student", "StudentCursor", "classify", "history_for"]
 
-OPTIONS = "ABCD"
 QUESTIONS = 20  # the embedded stack's exam (PROCTOR_EXAMS NOVA-101:20): q1 .. q20
 _writers: dict[str, "HistoryWriter"] = {}
 _cursors: dict[tuple[str, str], "StudentCursor"] = {}
@@ -146,9 +148,8 @@ class Student:
                     None, {**auth, "Idempotency-Key": self.start_key})
         if self.answers:
             question, content, key = self.answers[0]
-            value = {"attempt_id": self.attempt_id, "question": question, "content": content, "idempotency_key": key}
-            return ("answer", "PUT", f"/v1/attempts/{self.attempt_id}/answers/{question}", value,
-                    {"content": content}, {**auth, "Idempotency-Key": key})
+            return (ANSWER, "PUT", answer_path(self.attempt_id, question),
+                    answer_value(self.attempt_id, question, content, key), answer_body(content), answer_headers(auth, key))
         value = {"attempt_id": self.attempt_id}
         if not self.finished:
             return "finish", "POST", f"/v1/attempts/{self.attempt_id}/finish", value, None, auth
@@ -168,7 +169,7 @@ class Student:
             self.token = data.get("token")
         elif f == "start":
             self.attempt_id = data.get("attempt_id")
-        elif f == "answer":
+        elif f == ANSWER:
             self.answers.pop(0)
         elif f == "finish":
             self.finished = True

@@ -127,7 +127,7 @@ build_base() {
 }
 
 source_hash() {
-  git ls-files -z -- docker pyproject.toml stack chaos | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12
+  git ls-files -z -- docker pyproject.toml setup.py stack chaos | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12
 }
 
 build_wheelhouse() {
@@ -167,7 +167,7 @@ build_image() {
 
 write_secrets() {
   [ -s "$RUN/proctor.env" ] && return 0
-  "$PY" -m stack.embedded.provision env-file "$RUN/proctor.env"
+  "$PY" -m stack.deploy.provision env-file "$RUN/proctor.env"
 }
 
 # Every long-running container of the project healthy; fails at once on one that is unhealthy or exited

@@ -14,14 +14,13 @@ and the node writes the override to the audit log.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 from stack.cli_args import CliParser, positive_int, usage_error
+from stack.admin_client import AdminTargetError, add_target_args, resolve_target
 
 __all__ = ["scale_main", "lock_main", "parse_assignment", "parse_when"]
 
@@ -62,28 +61,15 @@ def parse_when(text: str, now: float | None = None) -> float:
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
-    from stack.paths import runs_dir
-
-    p.add_argument("--run-dir", type=Path, default=runs_dir() / "latest",
-                   help="run folder whose manifest names the admin URL and token (default <results>/runs/latest)")
-    p.add_argument("--admin-url", default=None, help="a web node's admin listener; the token then comes from "
-                                                     "PROCTOR_ADMIN_TOKEN")
+    add_target_args(p)
 
 
 def _target(args: argparse.Namespace) -> tuple[str, str]:
-    if args.admin_url:
-        token = os.environ.get("PROCTOR_ADMIN_TOKEN", "")
-        if not token:
-            raise SystemExit(usage_error("proctor", "argument --admin-url: needs PROCTOR_ADMIN_TOKEN in the environment"))
-        return args.admin_url.rstrip("/"), token
-    from stack.embedded import StackError
-    from stack.embedded.manifest import read_manifest
-
     try:
-        manifest = read_manifest(args.run_dir)
-    except StackError as exc:
-        raise SystemExit(usage_error("proctor", f"argument --run-dir: {exc}")) from None
-    return manifest["urls"]["admin"], manifest["settings"]["PROCTOR_ADMIN_TOKEN"]
+        target = resolve_target(args.run_dir, args.admin_url)
+    except AdminTargetError as exc:
+        raise SystemExit(usage_error("proctor", str(exc))) from None
+    return target.url, target.token
 
 
 def _call(prog: str, method: str, url: str, token: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 __all__ = ["add_json_flag", "emit", "iso", "render_alerts", "render_audit", "render_lane", "render_lock",
            "render_replay", "render_review", "table"]

@@ -21,6 +21,7 @@ from stack.paths import runs_dir
 
 __all__ = [
     "ANSWER_REVISION_RULES",
+    "CONTROLS",
     "CASE_AI_CALL_SECONDS",
     "CASE_MERIT_COMPUTE_SECONDS",
     "CASE_SMS_CALL_SECONDS",
@@ -237,6 +238,15 @@ class Settings:
                 env[name] = str(value)
         return env
 
+
+CONTROLS = frozenset({
+    "rate_limits", "reconciler_enabled", "sms_idempotency", "valkey_fresh_connections", "answer_write_behind",
+    "shared_lane", "answer_revisions", "ai_shared_limiter", "ai_retry_after", "ai_ask_before_replay",
+    "allow_default_secrets",  # test-only
+})
+"""The negative-control switches and the test-only flag among the fields above. Production code
+reads each once, at start-up, in the one function that turns it into a policy object
+(tests/unit/test_boundaries.py names them and fails on a read anywhere else)."""
 
 ENV_NAMES: dict[str, str] = {
     "time_scale": "TIME_SCALE",

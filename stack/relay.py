@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -48,7 +48,7 @@ from stack.config import Settings, load_settings
 from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client
 from stack.lanes.enqueue import enqueue_operation, enqueue_operations
-from stack.lanes.queues import job_id, lane_routes
+from stack.lanes.queues import lane_routes
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine, make_reader
@@ -176,6 +176,13 @@ class LimboWatch:
         self.first_seen.pop(jid, None)
 
 
+def relay_passes(relay: "Relay", settings: Settings) -> tuple[Callable[[PassReport], None], ...]:
+    """What one relay pass does, chosen once at start-up: the one place PROCTOR_RECONCILER is
+    read. Off is the negative control (a job lost with its worker stays lost)."""
+    passes = (relay.enqueue_pending, relay.fail_blocked)
+    return (*passes, relay.reconcile) if settings.reconciler_enabled else passes
+
+
 class Relay:
     def __init__(self, settings: Settings, engine: Engine, redis: Redis) -> None:
         self.settings = settings
@@ -188,13 +195,12 @@ class Relay:
         self.redis = redis
         self.limbo = LimboWatch(redis, grace=settings.liveness_ttl)
         self.lane_of_kind = lane_routes(settings)
+        self.passes = relay_passes(self, settings)
 
     def run_once(self) -> PassReport:
         report = PassReport()
-        self.enqueue_pending(report)
-        self.fail_blocked(report)
-        if self.settings.reconciler_enabled:
-            self.reconcile(report)
+        for one_pass in self.passes:
+            one_pass(report)
         return report
 
     def enqueue_pending(self, report: PassReport) -> None:
@@ -297,7 +303,7 @@ class Relay:
 
     def run_forever(self, stop: threading.Event) -> None:
         backoff = self.settings.relay_interval
-        log.info("relay started (interval %.2fs, reconciler %s)", backoff, "on" if self.settings.reconciler_enabled else "off")
+        log.info("relay started (interval %.2fs, reconciler %s)", backoff, "on" if self.reconcile in self.passes else "off")
         while not stop.is_set():
             try:
                 report = self.run_once()

@@ -141,16 +141,16 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "proctor-serve"
     sys_version = ""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's names
+    def do_GET(self) -> None:
         self._answer(body=True)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._answer(body=False)
 
     def _refuse(self) -> None:
         self.send_error(HTTPStatus.METHOD_NOT_ALLOWED, "read-only: GET and HEAD only")
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse  # noqa: N815
+    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
 
     def _answer(self, body: bool) -> None:
         if urlsplit(self.path).path in ("", "/", "/index.html"):
@@ -176,7 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
         if body:
             self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args: Any) -> None:
         sys.stderr.write(f"proctor serve: {self.address_string()} {format % args}\n")
 
 

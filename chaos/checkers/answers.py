@@ -38,6 +38,7 @@ from chaos.checkers.acknowledged import attempt_students
 from chaos.checkers.base import Result, build_result, unknown_unless_invalid
 from chaos.history import Op, pair_ops
 from chaos.ledgers import AnswerRow, Ledgers
+from chaos.ops.answers import ANSWER, ANSWER_FIELDS
 from chaos.ops.revisions import REVISE
 
 __all__ = ["NAME", "check_answers", "fingerprint", "fingerprints"]
@@ -46,7 +47,6 @@ NAME = "answers"
 
 Key = tuple[str, str]
 
-_ANSWER_FIELDS = ("attempt_id", "question", "content", "idempotency_key")
 
 
 @dataclass
@@ -84,7 +84,7 @@ def check_answers(history: Sequence[Op], ledgers: Ledgers, options: object = Non
     students, unverified = _student_problems(history, ledgers)
     bad["student_mismatch"] = students
     counts = {"attempted": len(tries), "acknowledged": sum(bool(t.ok) for t in tries.values()), "rows": len(ledgers.answers)}
-    reasons = [f"{malformed} answer invoke(s) lack one of {', '.join(_ANSWER_FIELDS)}: they cannot be judged"] if malformed else []
+    reasons = [f"{malformed} answer invoke(s) lack one of {', '.join(ANSWER_FIELDS)}: they cannot be judged"] if malformed else []
     unreceipted = sum(t.unreceipted for t in tries.values())
     if unreceipted:
         reasons.append(f"{unreceipted} ok answer(s) carry no receipt_id: the receipt cannot be checked")
@@ -97,10 +97,10 @@ def _tries_by_key(history: Sequence[Op]) -> tuple[dict[Key, _Tries], int]:
     tries: dict[Key, _Tries] = defaultdict(_Tries)
     malformed = 0
     for invoked, done in pair_ops(history):
-        if invoked.f != "answer":
+        if invoked.f != ANSWER:
             continue
         value = invoked.value if isinstance(invoked.value, dict) else {}
-        if not all(value.get(name) for name in _ANSWER_FIELDS):
+        if not all(value.get(name) for name in ANSWER_FIELDS):
             malformed += 1
             continue
         attempt = tries[(str(value["attempt_id"]), str(value["question"]))]

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                                   progress=progress)
     except Interrupted as stop:
         return say_interrupted("proctor demo", f"the demo (seed {args.seed})", stop, started, run_dir)
-    except Exception as exc:  # a harness error is "unknown" (2) like `proctor run`, never 1 or 0
+    except Exception as exc:  # noqa: BLE001 - a harness error is "unknown" (2) like `proctor run`, never 1 or 0
         print(f"proctor demo: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     meta = json.loads((result.run_dir / "scenario.json").read_text())

@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def print_verdict(result) -> None:  # noqa: ANN001 - chaos.runner.RunResult
+def print_verdict(result) -> None:  # chaos.runner.RunResult
     print()
     from chaos.report import check_word, headline_counts
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                                   progress=progress, keep_stack=args.keep_stack, target=args.target)
     except Interrupted as stop:
         return say_interrupted("proctor run", f"{args.scenario} (seed {args.seed})", stop, started, run_dir)
-    except Exception as exc:  # a harness error is "unknown", never "valid"
+    except Exception as exc:  # noqa: BLE001 - a harness error is "unknown", never "valid"
         print(f"proctor run: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     print_verdict(result)

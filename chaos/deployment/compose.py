@@ -43,8 +43,9 @@ from chaos.deployment.compose_links import (FAULTPROXY_SERVICE, UPSTREAMS, add_l
 from chaos.deployment.final_read import FinalRead, final_read, provider_urls
 from stack.components import POOLS, Component
 from stack.config import Settings, load_settings
-from stack.embedded.links import UPSTREAM_OF
-from stack.embedded.ports import free_ports
+from stack.deploy.links import UPSTREAM_OF
+from stack.deploy.ports import free_ports
+from stack.paths import update_latest_link
 
 __all__ = ["COMPOSE_SHAPE", "ComposeDeployment", "ComposeSpec", "ComposeUnsupported", "REPO"]
 
@@ -109,6 +110,7 @@ class ComposeDeployment:
 
     def start(self) -> None:
         self.spec.run_dir.mkdir(parents=True, exist_ok=True)
+        update_latest_link(self.spec.run_dir)  # as the embedded stack does: `proctor status` finds it
         (self.compose_dir / "roster").mkdir(parents=True, exist_ok=True)
         self.compose_dir.chmod(0o700)
         self._write_secrets()
@@ -135,7 +137,7 @@ class ComposeDeployment:
     def _write_secrets(self) -> None:
         """The run's env file before set-up (which keeps an existing one): the override's proxied
         URLs need its Valkey password in Compose's environment."""
-        from stack.embedded.provision import compose_secrets, write_env_file
+        from stack.deploy.provision import compose_secrets, write_env_file
 
         if not (self.compose_dir / "proctor.env").exists():
             write_env_file(self.compose_dir / "proctor.env", compose_secrets())

@@ -1,6 +1,6 @@
 """The fault proxy in the compose network: a run's links (``ComposeSpec.links``) as override data.
 
-The same links as the embedded runner (``stack.embedded.links``), done with containers:
+The same links as the embedded runner (the table: ``stack.deploy.links``), done with containers:
 
 - a ``faultproxy`` service (``python -m chaos.faultproxy``, in the stack image) on the project
   network; each requested link is a proxy listening on a fixed port inside that container,
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from stack.embedded.links import FIXED_LINKS, LINKS_OF_ROLE, UPSTREAM_OF
+from stack.deploy.links import FIXED_LINKS, LINKS_OF_ROLE, UPSTREAM_OF
 
 __all__ = [
     "API_PORT",

@@ -35,7 +35,7 @@ def unavailable_reason() -> str | None:
             "apt-get); install Docker with Compose to run the compose scenarios")
 
 
-def prepare_engine(run_dir: Path, say=print) -> bool:  # noqa: ANN001 - a print-like callable
+def prepare_engine(run_dir: Path, say=print) -> bool:  # a print-like callable
     """Run set-up (no ``up``); return True if it started a dockerd that ``stop_engine`` must stop."""
     was_running = engine_answers()
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -16,11 +16,8 @@ Per lane finish -> outcome latency is the ``proctor_lane_latency_seconds`` histo
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +27,7 @@ import httpx
 
 from stack.cli_args import CliParser, positive_float
 from chaos.digest.sources import component_cpu, cpu_lines, fetch_lock, lock_line
+from stack.admin_client import AdminTargetError, resolve_target
 
 __all__ = ["NodeScrape", "digest_main", "parse_metrics", "render_digest", "scrape"]
 
@@ -131,11 +129,15 @@ def _node_urls(manifest: dict) -> list[str]:
     return [url for name, url in sorted(manifest.get("urls", {}).items()) if re.fullmatch(r"web_\d+", name)]
 
 
-def _admin(manifest: dict | None, admin_url: str | None) -> tuple[str, str] | None:
-    if admin_url:
-        return admin_url, os.environ.get("PROCTOR_ADMIN_TOKEN", "")
-    if manifest and manifest.get("urls", {}).get("admin"):
-        return manifest["urls"]["admin"], manifest.get("settings", {}).get("PROCTOR_ADMIN_TOKEN", "")
+def _admin(run_dir: Path | None, admin_url: str | None) -> tuple[str, str] | None:
+    """The exam lock's source through the one admin client; None (printed as n/a) when there is none."""
+    if not (run_dir or admin_url):
+        return None
+    try:
+        target = resolve_target(run_dir, admin_url)
+    except AdminTargetError:
+        return None
+    return target.url, target.token
     return None
 
 
@@ -155,7 +157,7 @@ def digest_main(argv: Sequence[str] | None = None) -> int:
     urls = args.url or (_node_urls(manifest) if manifest else [])
     if not urls:
         parser.error("name the nodes: a run folder with a manifest.json, or --url (repeatable)")
-    admin = _admin(manifest, args.admin_url)
+    admin = _admin(args.run_dir, args.admin_url)
     before, cpu_before, at = None, None, time.monotonic()
     while True:
         now, cpu, taken = scrape(urls), component_cpu(manifest), time.monotonic()

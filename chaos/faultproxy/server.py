@@ -220,7 +220,7 @@ class ThreadedFaultProxy:
         self._stop = asyncio.Event()
         try:
             await self.server.start()
-        except BaseException as exc:  # surfaced to start()
+        except BaseException as exc:  # noqa: BLE001 - surfaced to start()
             self._error = exc
             self._ready.set()
             return

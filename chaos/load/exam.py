@@ -22,10 +22,10 @@ import httpx
 from chaos.load.client import Call, ExamClient
 from chaos.history import History
 from chaos.load.revisions import RevisionSpec, revise_answers
+from chaos.ops.answers import ANSWER, answer_body, answer_headers, answer_path, answer_value
+from stack.ledger.grading import OPTIONS
 
 __all__ = ["WorkloadSpec", "WorkloadStats", "run_workload", "student_flow"]
-
-OPTIONS = "ABCD"
 
 
 @dataclass(frozen=True)
@@ -146,11 +146,10 @@ async def _answer(
     client: ExamClient, process: int, auth: dict[str, str], attempt_id: str, question: str, content: str
 ) -> int | None:
     key = f"ans-{uuid.uuid4().hex}"
-    value = {"attempt_id": attempt_id, "question": question, "content": content, "idempotency_key": key}
     result = await client.call(
         process,
-        Call("answer", "PUT", f"/v1/attempts/{attempt_id}/answers/{question}", value,
-             json={"content": content}, headers={**auth, "Idempotency-Key": key}),
+        Call(ANSWER, "PUT", answer_path(attempt_id, question), answer_value(attempt_id, question, content, key),
+             json=answer_body(content), headers=answer_headers(auth, key)),
     )
     return result.process if result.type == "ok" else None
 
@@ -175,7 +174,7 @@ async def run_workload(
     roster: Mapping[str, str] | None = None,
 ) -> WorkloadStats:
     """Drive students at ``spec.arrival_rate`` for ``spec.duration`` seconds, then wait for them.
-    ``roster``: {student_id: access code} of ``spec.exam_code`` (stack.embedded.secrets.read_roster)."""
+    ``roster``: {student_id: access code} of ``spec.exam_code`` (stack.deploy.secrets.read_roster)."""
     students = sorted((roster or {}).items())
     wanted = int(spec.arrival_rate * spec.duration)
     if len(students) < wanted:

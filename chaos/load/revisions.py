@@ -29,10 +29,9 @@ from dataclasses import dataclass, replace
 from chaos.load.client import CallResult, ExamClient
 from chaos.history import DELIBERATE_DUPLICATE
 from chaos.ops.revisions import read_call, revise_call
+from stack.ledger.grading import OPTIONS
 
 __all__ = ["RevisionSpec", "revise_answers"]
-
-OPTIONS = "ABCD"
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ class CompositeNemesis:
         for member in self.members:
             try:
                 member.heal()
-            except Exception as exc:  # every member heals even if one fails
+            except Exception as exc:  # noqa: BLE001 - every member heals even if one fails
                 errors.append(f"{type(member).__name__}: {exc}")
         if errors:
             raise NemesisError("heal failed: " + "; ".join(errors))

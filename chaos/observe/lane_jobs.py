@@ -72,9 +72,9 @@ def write_lane_jobs(run_dir: Path, rows: list[dict[str, Any]], exported_at: floa
     return path
 
 
-def job_records_background():  # noqa: ANN201 - a chaos.runner.Background
+def job_records_background():  # a chaos.runner.Background
     """A scenario background: once the load is over, store the job records of every lane."""
-    async def harvest(stack, history, stop: asyncio.Event) -> dict[str, Any]:  # noqa: ANN001
+    async def harvest(stack, history, stop: asyncio.Event) -> dict[str, Any]:
         from stack.valkey_client import valkey_client
 
         await stop.wait()

@@ -54,7 +54,7 @@ def plot_ai_lane(ledgers: Ledgers, time_scale: float, out_dir: Path, run_origin:
     return path
 
 
-def _calls_panel(axes, calls: list[float], window: float, origin: float) -> None:  # noqa: ANN001 - Axes
+def _calls_panel(axes, calls: list[float], window: float, origin: float) -> None:  # Axes
     in_window = [i + 1 - bisect_right(calls, at - window) for i, at in enumerate(calls)]
     axes.plot([at - origin for at in calls], in_window, drawstyle="steps-post", marker=".",
               label="calls in the last case-minute")  # a marker: a lone call is a point, not an invisible step
@@ -65,7 +65,7 @@ def _calls_panel(axes, calls: list[float], window: float, origin: float) -> None
     axes.legend(loc="upper right", fontsize="small")
 
 
-def _backlog_panel(axes, narratives: list, first_call: float, window: float, origin: float) -> None:  # noqa: ANN001
+def _backlog_panel(axes, narratives: list, first_call: float, window: float, origin: float) -> None:
     accepted = sorted(row.created_at for row in narratives)
     done = sorted(row.done_at for row in narratives if row.done_at is not None)
     times = sorted(set(accepted) | set(done))
@@ -81,7 +81,7 @@ def _backlog_panel(axes, narratives: list, first_call: float, window: float, ori
     axes.legend(loc="upper right", fontsize="small")
 
 
-def _pending_panel(axes, ledgers: Ledgers, origin: float) -> None:  # noqa: ANN001
+def _pending_panel(axes, ledgers: Ledgers, origin: float) -> None:
     rows = [r for r in ledgers.ai_reservations or () if r.reserved_at is not None]
     axes.set_title("Unknown outcomes: reservations pending (answer not heard yet)")
     axes.set_ylabel("pending")

@@ -64,7 +64,7 @@ def _admin(stack: Deployment) -> tuple[str, dict[str, str]]:
     return stack.urls["admin"], {"X-Admin-Token": stack.settings.admin_token}
 
 
-def pause_lane_for_backlog(lane: str):  # noqa: ANN201 - a Scenario.prepare
+def pause_lane_for_backlog(lane: str):  # a Scenario.prepare
     """``prepare``: pause the lane (operator action, audited) so its rows pile up during the load."""
 
     def prepare(stack: Deployment) -> None:
@@ -217,7 +217,7 @@ def demanded_pause_seconds(pauses: list[tuple[float, float]], since: float) -> f
     return total
 
 
-def lane_driver(plan: LanePlan):  # noqa: ANN201 - a chaos.runner.Background
+def lane_driver(plan: LanePlan):  # a chaos.runner.Background
     """The scenario background task: waits for the load to end, then drives the lane."""
 
     async def drive(stack: Deployment, history: History, stop: asyncio.Event) -> dict[str, Any]:
@@ -304,7 +304,7 @@ def _lane_scenario(name: str, description: str, plan: LanePlan, settings: dict[s
                     quiet_timeout=60.0, expect_valid=expect_valid)
 
 
-def _pause_all(*lanes: str):  # noqa: ANN202 - a Scenario.prepare
+def _pause_all(*lanes: str):  # a Scenario.prepare
     def prepare(stack: Deployment) -> None:
         for lane in lanes:
             pause_lane_for_backlog(lane)(stack)

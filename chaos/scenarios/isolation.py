@@ -53,7 +53,7 @@ def predicted_shared_wait(backlog: int, workers: int, time_scale: float) -> dict
     return {"case_seconds": case, "real_seconds": round(case * time_scale, 3)}
 
 
-def _pending_narratives(stack: Any) -> int:  # noqa: ANN401 - chaos.deployment.Deployment
+def _pending_narratives(stack: Any) -> int:  # chaos.deployment.Deployment
     from sqlalchemy import func, select
 
     from stack.ledger.engine import make_engine
@@ -68,7 +68,7 @@ def _pending_narratives(stack: Any) -> int:  # noqa: ANN401 - chaos.deployment.D
         engine.dispose()
 
 
-def seed_and_wait(stack: Any, count: int = BACKLOG_JOBS) -> dict[str, Any]:  # noqa: ANN401
+def seed_and_wait(stack: Any, count: int = BACKLOG_JOBS) -> dict[str, Any]:
     """Seed ``count`` finished attempts, then wait for the relay to enqueue their narratives."""
     from stack.ledger.backlog import seed_backlog
     from stack.ledger.engine import make_engine
@@ -87,7 +87,7 @@ def seed_and_wait(stack: Any, count: int = BACKLOG_JOBS) -> dict[str, Any]:  # n
     return {**seeded.as_dict(), "enqueued_after": round(time.monotonic() - started, 3)}
 
 
-def _prepare(stack: Any) -> None:  # noqa: ANN401
+def _prepare(stack: Any) -> None:
     backlog = seed_and_wait(stack)
     (stack.run_dir / "backlog.json").write_text(json.dumps(backlog))
 

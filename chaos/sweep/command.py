@@ -19,7 +19,6 @@ import signal
 import sys
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -27,6 +26,7 @@ from chaos.analyze import EXIT_UNKNOWN
 from stack.cli_args import CliParser
 from chaos.load.stress import CpuHog
 from chaos.sweep.table import RunOutcome, SweepTable
+from stack.paths import new_run_dir, update_latest_link
 
 __all__ = ["DEFAULT_FIRST_SEED", "EXCLUDED_BY_DEFAULT", "SWEEP_ROOT", "main", "run_sweep", "sweep_seeds"]
 
@@ -144,12 +144,9 @@ def _refuse_unsupported(parser: argparse.ArgumentParser, args: argparse.Namespac
 
 
 def _stamp_dir(root: Path) -> Path:
-    out = root / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = new_run_dir("sweep", root)
     out.mkdir(parents=True, exist_ok=False)
-    latest = root / "latest"
-    if latest.is_symlink() or not latest.exists():
-        latest.unlink(missing_ok=True)
-        latest.symlink_to(out.name)
+    update_latest_link(out, root)
     return out
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from stack.deploy import StackError
+
 __all__ = ["EmbeddedStack", "StackSpec", "StackError"]
 
 
-class StackError(RuntimeError):
-    """The embedded stack could not start, stay up or stop; the message says what and why."""
 
 
 if TYPE_CHECKING:

@@ -136,10 +136,9 @@ def _child_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
 
 
 def _up_detached(args: argparse.Namespace) -> int:
-    from stack.embedded.stack import default_run_dir
     from stack.embedded.supervisor import PROJECT_ROOT
 
-    run_dir = (args.run_dir or default_run_dir(args.name or DEFAULT_NAME)).resolve()
+    run_dir = (args.run_dir or paths.new_run_dir(args.name or DEFAULT_NAME)).resolve()
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "logs" / "supervisor.log"
     with open(log_path, "ab") as out:

@@ -95,7 +95,7 @@ def _handler(control: ControlServer) -> type[BaseHTTPRequestHandler]:
 
         do_GET = do_POST = _serve
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        def log_message(self, format: str, *args: Any) -> None:  # the stdlib's name
             pass  # the web node's audit log records every scale; no stderr noise in the runner
 
     return Handler

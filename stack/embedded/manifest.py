@@ -14,14 +14,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from stack import paths
 from stack.embedded import StackError
 
 __all__ = [
     "MANIFEST_NAME",
     "write_manifest",
     "read_manifest",
-    "update_latest_link",
     "package_versions",
 ]
 
@@ -49,21 +47,6 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise StackError(f"{path} is not valid JSON: {exc}") from None
     return data
-
-
-def update_latest_link(run_dir: Path, runs_dir: Path | None = None) -> Path | None:
-    """Point ``<runs_dir>/latest`` at ``run_dir`` when the run lives in ``runs_dir``
-    (default: ``stack.paths.runs_dir()``, read now, not at import)."""
-    runs_dir = paths.runs_dir() if runs_dir is None else runs_dir
-    run_dir = run_dir.resolve()
-    if run_dir.parent != runs_dir.resolve():
-        return None  # a custom run folder (a test's tmp_path) must not hijack `latest`
-    link = runs_dir / "latest"
-    tmp = runs_dir / f".latest-{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(run_dir.name)  # relative, so the results folder can be moved
-    os.replace(tmp, link)
-    return link
 
 
 def package_versions() -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +17,8 @@ from stack.config import ENV_NAMES, Settings, load_settings
 from stack.embedded import StackError
 from stack.embedded import valkey as vk
 from stack.embedded.links import validate_links
-from stack import paths
-from stack.embedded.ports import HOST
-from stack.embedded.secrets import HAPROXY_SOURCE, run_secrets
+from stack.deploy.ports import HOST
+from stack.deploy.secrets import HAPROXY_SOURCE, run_secrets
 from stack.priority import IDLE, niceness
 
 __all__ = [
@@ -32,7 +30,6 @@ __all__ = [
     "SCALABLE",
     "StackSpec",
     "component_argv",
-    "default_run_dir",
     "http_probe",
     "missing_component_modules",
     "probe_health",
@@ -224,15 +221,3 @@ def http_probe(url: str, timeout: float = 1.0, accept: str = "200") -> bool:
     except httpx.HTTPError:
         return False
     return {"200": status == 200, "not5xx": status < 500, "any": True}[accept]
-
-
-def default_run_dir(name: str) -> Path:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    base = paths.runs_dir() / f"{stamp}-{name}"
-    candidate, n = base, 1
-    while candidate.exists():
-        n += 1
-        candidate = base.with_name(f"{base.name}-{n}")
-    return candidate
-
-

@@ -33,16 +33,16 @@ from stack.embedded.certs import CertPaths, make_certs
 from stack.embedded.control import CONTROL_ENV, ControlServer
 from stack.embedded.drain import DrainReport, admit_server, drain_server_idle, retire_server
 from stack.embedded.links import LinkManager
-from stack.embedded.manifest import package_versions, update_latest_link, write_manifest
-from stack.embedded.secrets import HAPROXY_SOURCE, ROSTER_NAME, roster_student_ids, write_private_json
-from stack.embedded.ports import free_port
+from stack.embedded.manifest import package_versions, write_manifest
+from stack.paths import new_run_dir, update_latest_link
+from stack.deploy.secrets import HAPROXY_SOURCE, ROSTER_NAME, roster_student_ids, write_private_json
+from stack.deploy.ports import free_port
 from stack.embedded.spec import (
     COMPONENT_MODULES,
     DEFAULT_COMMANDS,
     LANES,
     SCALABLE,
     StackSpec,
-    default_run_dir,
     http_probe,
     missing_component_modules,
     stack_settings,
@@ -60,7 +60,6 @@ __all__ = [
     "COMPONENT_MODULES",
     "SCALABLE",
     "missing_component_modules",
-    "default_run_dir",
     "http_probe",
 ]
 
@@ -74,7 +73,7 @@ class EmbeddedStack:
         self.spec = spec or StackSpec()
         self.spec.validate()
         raw = self.spec.run_dir
-        self.run_dir = (Path(raw) if raw is not None else default_run_dir(self.spec.name)).resolve()
+        self.run_dir = (Path(raw) if raw is not None else new_run_dir(self.spec.name)).resolve()
         self.settings: Settings = Settings()
         self.startup_seconds: float | None = None
         self._sup: Supervisor | None = None

@@ -310,7 +310,7 @@ class Supervisor:
             return time.monotonic() - comp.started_at >= comp.spec.settle
         try:
             return bool(comp.spec.ready())
-        except Exception:  # a probe that raises simply says "not ready"
+        except Exception:  # noqa: BLE001 - a probe that raises simply says "not ready"
             return False
 
     def _spawn(self, comp: _Component) -> None:

@@ -22,8 +22,8 @@ from stack.embedded import valkey as vk
 from stack.embedded.certs import CertPaths
 from stack.embedded.links import COMPONENT as FAULTPROXY
 from stack.embedded.links import LinkManager
-from stack.embedded.ports import HOST
-from stack.embedded.secrets import HAPROXY_SOURCE
+from stack.deploy.ports import HOST
+from stack.deploy.secrets import HAPROXY_SOURCE
 from stack.embedded.spec import StackSpec, probe_health, python_component, web_component, worker_component
 from stack.embedded.supervisor import ProcessSpec, Probe, Supervisor
 

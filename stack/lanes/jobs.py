@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
@@ -68,6 +68,7 @@ class _Process:
     settings: Settings
     engine: Engine
     reader: Engine  # plain BEGIN on a WAL snapshot: reads never queue for the write lock answers need
+    sms_call: ProviderCall  # chosen once from the settings (sms_call below), kept by a forked horse
     http: httpx.Client | None = None  # built on the first provider call
 
 
@@ -99,10 +100,10 @@ def _current() -> _Process:
     if _process is None:
         settings = load_settings()
         engine = make_engine(settings)
-        _process = _Process(os.getpid(), settings, engine, make_reader(settings, engine))
+        _process = _Process(os.getpid(), settings, engine, make_reader(settings, engine), sms_call=sms_call(settings))
     elif _process.pid != os.getpid():  # a forked horse: the parent's engines, never its connections
         _drop_pools(_process, close=False)  # SQLAlchemy's after-fork recipe: the parent's sockets stay its own
-        _process = _Process(os.getpid(), _process.settings, _process.engine, _process.reader)
+        _process = _Process(os.getpid(), _process.settings, _process.engine, _process.reader, sms_call=_process.sms_call)
     return _process
 
 
@@ -227,7 +228,7 @@ def compute_merit_card(operation_id: str) -> dict[str, Any]:
     return _commit_outcome(process, operation_id, "merit", {**merit, "computed_at": time.time()})
 
 
-def _call_provider(process: _Process, url: str, request: dict[str, Any], reconcile: bool) -> dict[str, Any]:
+def _call_provider(process: _Process, url: str, request: dict[str, Any]) -> dict[str, Any]:
     """One side-effecting provider call, reconciled before any replay.
 
     A re-run may follow an unknown outcome (the worker died after the provider acted).
@@ -239,14 +240,30 @@ def _call_provider(process: _Process, url: str, request: dict[str, Any], reconci
     that succeeded.
     """
     op = request["operation_id"]
-    if reconcile and (recorded := _recorded_response(process, url, op)) is not None:
+    if (recorded := _recorded_response(process, url, op)) is not None:
         return recorded
-    headers = {"Idempotency-Key": op} if reconcile else {}
-    response = _http(process).post(url, json=request, headers=headers)
-    if reconcile and response.status_code == 409 and (recorded := _recorded_response(process, url, op)) is not None:
+    response = _http(process).post(url, json=request, headers={"Idempotency-Key": op})
+    if response.status_code == 409 and (recorded := _recorded_response(process, url, op)) is not None:
         return recorded
     response.raise_for_status()
     return response.json()
+
+
+def _send_blindly(process: _Process, url: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The negative control's provider call: a naive client that replays blindly, with no key
+    and no look-up first, so a re-run after an unknown outcome sends a second SMS."""
+    response = _http(process).post(url, json=request)
+    response.raise_for_status()
+    return response.json()
+
+
+ProviderCall = Callable[[_Process, str, dict[str, Any]], dict[str, Any]]
+
+
+def sms_call(settings: Settings) -> ProviderCall:
+    """How the SMS lane calls the gateway, chosen once per worker process: the one place
+    PROCTOR_SMS_IDEMPOTENCY is read (off = the negative control)."""
+    return _call_provider if settings.sms_idempotency else _send_blindly
 
 
 def _recorded_response(process: _Process, url: str, op: str) -> dict[str, Any] | None:
@@ -264,8 +281,6 @@ def send_result_sms(operation_id: str) -> dict[str, Any]:
         return {"operation_id": operation_id, "status": "ready", "replayed": True}
     to = f"student:{card['student_id']}"
     text = f"{card['exam_code']}: you scored {card['score']}/{card['max_score']}, position {card['position']}."
-    # Off only for the negative control: a naive client that replays blindly, with no key and
-    # no look-up first, so a re-run after an unknown outcome sends a second SMS.
     request = {"operation_id": operation_id, "to": to, "body": text}
     import httpx
 
@@ -275,8 +290,7 @@ def send_result_sms(operation_id: str) -> dict[str, Any]:
     if held is not None:
         return held
     try:
-        body = _call_provider(process, f"{process.settings.sms_url}/v1/messages", request,
-                              reconcile=process.settings.sms_idempotency)
+        body = process.sms_call(process, f"{process.settings.sms_url}/v1/messages", request)
     except httpx.HTTPStatusError as exc:
         handled = sms_refusals.on_refusal(process, operation_id, exc.response)
         if handled is None:

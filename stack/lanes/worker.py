@@ -38,15 +38,15 @@ from stack.priority import apply_niceness  # stdlib only: cheap before the heavy
 if __name__ == "__main__":  # before the heavy imports below, so a restart's imports run niced too
     apply_niceness(sys.argv[1] if len(sys.argv) > 1 else "")
 
-from redis import Redis  # noqa: E402
-from redis.exceptions import RedisError  # noqa: E402
-from rq import Queue, Worker  # noqa: E402
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue, Worker
 
-from stack.config import Settings, load_settings  # noqa: E402
-from stack.connection_stats import record_process_connections  # noqa: E402
-from stack.valkey_client import valkey_client, warm_tls  # noqa: E402
-from stack.lanes.jobs import prepare_worker  # noqa: E402 - in the parent, so each forked horse starts warm
-from stack.lanes.queues import LANES  # noqa: E402
+from stack.config import Settings, load_settings
+from stack.connection_stats import record_process_connections
+from stack.valkey_client import valkey_client, warm_tls
+from stack.lanes.jobs import prepare_worker  # in the parent, so each forked horse starts warm
+from stack.lanes.queues import LANES
 
 __all__ = [
     "LIVENESS_PREFIX",

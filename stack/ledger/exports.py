@@ -104,6 +104,7 @@ def _lane_state(conn: Connection) -> list[dict]:
     return [{**dict(r._mapping), "paused": bool(r.paused)} for r in conn.execute(query)]
 
 
+# One reader per name of stack/ledger/export_names.py, in its order (tests/unit/test_single_definitions.py).
 EXPORT_TABLES: dict[str, Callable[[Connection], list[dict]]] = {
     "attempts": _attempts,
     "answers": _answers,

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Body, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from stack.config import Settings
+from stack.headers import RECEIVED_AT_HEADER
 from stack.providers.faults import Admission, FaultState, Faults, Refusal
 from stack.providers.ledger import EffectLedger, IdempotencyConflict, Recorded
 
@@ -25,10 +26,6 @@ __all__ = ["RECEIVED_AT_HEADER", "Provider", "ResponseLost", "admin_router", "he
            "lookup", "perform"]
 
 IDEMPOTENCY_KEY_MAX = 255
-RECEIVED_AT_HEADER = "X-Received-At"
-"""The fake's extension: when the provider received the call (epoch seconds, the ``started_at``
-its own limit and the effect ledger count from), on every answer after the arrival, refusals
-included. A caller's limiter dates its slot from it (stack/lanes/ai/limiter.py ``release``)."""
 
 
 @dataclass

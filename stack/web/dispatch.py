@@ -85,7 +85,7 @@ def dispatch_pending(engine: Engine, client: Redis, settings: Settings, attempt_
                 moved += outbox.mark_enqueued(conn, row["operation_id"], number, job)
     except RedisError as exc:
         log.warning("dispatch of %s left for the relay: valkey error %s: %s", attempt_id, type(exc).__name__, exc)
-    except Exception:  # noqa: BLE001 - best effort by contract; the row stays pending
+    except Exception:  # best effort by contract; the row stays pending
         log.exception("dispatch of %s left for the relay", attempt_id)
     return moved
 
@@ -106,7 +106,7 @@ class ValkeyDispatcher:
         try:
             with self._clients.use("queue") as client:
                 return dispatch_pending(self._engine, client, self._settings, attempt_id)
-        except Exception:  # noqa: BLE001 - e.g. a bad URL while building the client
+        except Exception:  # e.g. a bad URL while building the client
             log.exception("dispatch of %s left for the relay", attempt_id)
             return 0
         finally:

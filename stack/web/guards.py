@@ -11,7 +11,6 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel
-from sqlalchemy.exc import OperationalError
 
 from stack.web.auth import bearer_principal
 from stack.web.ratelimit import ACCOUNT_ROUTE, too_many

@@ -22,7 +22,7 @@ import pytest
 
 from tests.unit.netsupport import free_port  # below the ephemeral range: no outgoing connection takes it
 from chaos.deployment.compose_setup import engine_answers as _engine_answers, unavailable_reason
-from stack.embedded.secrets import read_roster
+from stack.deploy.secrets import read_roster
 
 REPO = Path(__file__).resolve().parents[2]
 # A hang guard for a cold machine (engine install + base + image), not a verdict.

@@ -57,7 +57,7 @@ class PostgresServer:
             shutil.chown(self.folder, "postgres")
         data = self.folder / "data"
         self._run(str(self.bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
-        log = open(self.folder / "postgres.log", "wb")  # noqa: SIM115 - closed with the server
+        log = open(self.folder / "postgres.log", "wb")  # closed with the server
         self.process = subprocess.Popen(
             [*self.as_user, str(self.bindir / "postgres"), "-D", str(data), "-p", str(self.port),
              "-k", str(self.folder), "-c", "listen_addresses=127.0.0.1"],

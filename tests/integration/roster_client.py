@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from stack.embedded.secrets import read_roster
+from stack.deploy.secrets import read_roster
 
 __all__ = ["RosterClient"]
 

@@ -10,7 +10,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from stack.embedded.secrets import login_body
+from stack.deploy.secrets import login_body
 from stack.embedded.stack import EmbeddedStack, StackSpec
 from stack.embedded.watchdog import _read_stat
 

@@ -13,7 +13,7 @@ from redis.retry import Retry
 
 from stack.embedded.binaries import find_valkey
 from stack.embedded.certs import CertPaths, make_certs
-from stack.embedded.ports import free_port
+from stack.deploy.ports import free_port
 from stack.embedded.supervisor import ProcessSpec, Supervisor
 from stack.embedded.valkey import tls_ping, valkey_argv, valkey_url, write_valkey_config
 

@@ -4,9 +4,7 @@ still counted once (the 60 s overlap), and init_ledger adds the index to an exis
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -19,8 +17,7 @@ from stack.ledger.engine import init_ledger, make_engine
 from stack.web.lane_latency import LaneLatency
 from stack.web.metrics import LANE_LATENCY_BOUNDS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtests"))
-from bench_metrics_scrape import seed_done_rows  # noqa: E402
+from bench_metrics_scrape import seed_done_rows
 
 pytestmark = pytest.mark.integration
 

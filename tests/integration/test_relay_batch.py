@@ -60,7 +60,7 @@ def test_a_crash_between_valkey_and_the_ledger_loses_no_row_and_sends_no_duplica
     mark = outbox.mark_enqueued_many
     calls = []
 
-    def crash_on_the_second_batch(conn, sent, now=None):  # noqa: ANN001, ANN202
+    def crash_on_the_second_batch(conn, sent, now=None):
         calls.append(len(sent))
         if len(calls) == 2:
             raise RuntimeError("relay killed after the pipeline, before the commit")

@@ -9,7 +9,7 @@ import pytest
 from web_support import TestClient, auth, token_for
 
 from stack.config import KNOWN_DEFAULT_SECRETS, Settings, SettingsError, load_settings
-from stack.embedded.secrets import run_secrets
+from stack.deploy.secrets import run_secrets
 from stack.web.app import create_app
 from stack.web.auth import issue_token
 

@@ -40,7 +40,7 @@ def test_drain_has_an_undrain(app_client: TestClient, admin_client: TestClient) 
 
 def _request(peer: str, forwarded: str | None, trusted: tuple[str, ...]) -> Request:
     class _App:
-        class state:  # noqa: N801 - mimics FastAPI's app.state
+        class state:  # mimics FastAPI's app.state
             proctor = type("S", (), {"settings": Settings(trusted_proxies=trusted)})()
 
     headers = [(b"x-forwarded-for", forwarded.encode())] if forwarded is not None else []

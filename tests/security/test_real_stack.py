@@ -19,7 +19,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from stack.embedded.secrets import ROSTER_NAME, read_roster
+from stack.deploy.secrets import ROSTER_NAME, read_roster
 from stack.embedded.stack import EmbeddedStack, StackSpec
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import socket
 import threading
 import time
@@ -12,31 +11,11 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from stack.deploy.ports import free_port
+
 __all__ = ["REPO", "ServedApp", "free_port"]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-_LISTEN_PORTS = range(20000, 32768)
-"""Below the kernel's ephemeral range (32768-60999 on Linux): a port handed to a server
-later can then not be taken meanwhile by one of the machine's own outgoing connections,
-which is how a test once lost its port (Errno 98 on a port the kernel had just given out)."""
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago, chosen outside the ephemeral range."""
-    rng = random.Random()
-    for _ in range(100):
-        port = rng.choice(_LISTEN_PORTS)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as sock:  # a crowded range: let the kernel choose
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ServedApp:

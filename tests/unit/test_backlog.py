@@ -29,7 +29,7 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     engine.dispose()
 
 
-def _count(engine: Engine, table, *where) -> int:  # noqa: ANN001 - a sqlalchemy Table
+def _count(engine: Engine, table, *where) -> int:  # a sqlalchemy Table
     with engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
 

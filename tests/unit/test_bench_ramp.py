@@ -3,12 +3,10 @@ without running a ramp: the knee rule, /proc parsing, the profile summary."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "loadtests"))
 
 from bench_ramp import KNEE_P99, _step_row, knee  # noqa: E402
 from proc_cpu import _TICKS, ProcessTable, _parse_stat  # noqa: E402

@@ -1,6 +1,6 @@
 """Import boundaries between the parts of Proctor, as a test (issue #8, item 9).
 
-A small AST walk rather than import-linter: four rules need about sixty lines and no
+A small AST walk rather than import-linter: the rules need about sixty lines and no
 extra dependency, "only the standard library" is a predicate (``sys.stdlib_module_names``)
 rather than a list of forbidden packages, and the walk counts every import: inside
 functions, in ``TYPE_CHECKING`` blocks, and ``importlib.import_module`` with a literal
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -74,10 +74,11 @@ class Rule:
     name: str
     folder: str
     forbidden: Callable[[str], bool]
+    files: str = "*.py"  # which files under ``folder`` the rule holds for
 
     def violations(self, root: Path) -> list[str]:
         found = []
-        for path in sorted((root / self.folder).rglob("*.py")):
+        for path in sorted((root / self.folder).rglob(self.files)):
             for line, name in imports_of(path, root):
                 if self.forbidden(name):
                     found.append(f"{path.relative_to(root)}:{line} imports {name}")
@@ -94,6 +95,11 @@ RULES = [
                            or _within(name, "chaos.faultproxy"))),
     Rule("the harness never imports locust (gevent patches the process)", "chaos",
          lambda name: _top(name) == "locust"),
+    Rule("the ledger never imports the lanes, rq or redis", "stack/ledger",
+         lambda name: _within(name, "stack.lanes") or _top(name) in ("rq", "redis")),
+    Rule("the compose deployment never imports the embedded deployment", "chaos/deployment",
+         lambda name: _within(name, "stack.embedded") or _within(name, "chaos.deployment.embedded"),
+         files="compose*.py"),
 ]
 _IDS = [rule.folder for rule in RULES]
 
@@ -114,6 +120,11 @@ _PLANTED = {
                          "chaos/faultproxy/bad.py:2 imports chaos.history"),
     "chaos": ("chaos/bad.py", "import importlib\nimportlib.import_module('locust.env')\n",
               "chaos/bad.py:2 imports locust.env"),
+    "stack/ledger": ("stack/ledger/bad.py", "from stack.ledger import outbox\nfrom stack.lanes.queues import job_id\n",
+                     "stack/ledger/bad.py:2 imports stack.lanes.queues"),
+    "chaos/deployment": ("chaos/deployment/compose_bad.py", "from stack.deploy.links import UPSTREAM_OF\n"
+                         "def later():\n    from stack.embedded.links import LinkManager\n",
+                         "chaos/deployment/compose_bad.py:3 imports stack.embedded.links"),
 }
 
 
@@ -133,6 +144,9 @@ _CLEAN = {  # allowed imports only: every rule must report nothing on this tree
     "chaos/faultproxy/ok.py": "from __future__ import annotations\nimport asyncio\n"
                               "from .link import Link\nfrom . import stage\n",
     "chaos/ok.py": "import subprocess\nsubprocess.run(['locust', '-f', 'x.py'])\n",
+    "stack/ledger/ok.py": "from sqlalchemy import select\nfrom stack.ledger.outbox import operation_id\n",
+    "chaos/deployment/compose_ok.py": "from stack.deploy.ports import free_ports\nfrom .final_read import final_read\n",
+    "chaos/deployment/embedded_ok.py": "from stack.embedded.stack import EmbeddedStack\n",  # not a compose file
 }
 
 
@@ -150,3 +164,62 @@ def test_relative_imports_resolve_against_the_package() -> None:
     assert isinstance(node, ast.ImportFrom)
     assert _resolve(node, "chaos.faultproxy.link", is_package=False) == "chaos.history"
     assert _resolve(node, "chaos.faultproxy", is_package=True) == "chaos.history"
+
+
+# --- production code never reads a control (issue #20, item 8) -------------------------------
+# Each negative-control switch (stack.config.CONTROLS) is read once, at start-up, by the function
+# that turns it into a policy object; a read anywhere else is a control branching in product code.
+CONTROL_READERS: dict[str, set[str]] = {
+    "rate_limits": {"stack/web/app.py:create_app"},
+    "reconciler_enabled": {"stack/relay.py:relay_passes"},
+    "sms_idempotency": {"stack/lanes/jobs.py:sms_call"},
+    "valkey_fresh_connections": {"stack/valkey_client.py:valkey_client"},
+    "answer_write_behind": {"stack/web/app.py:_answer_sink"},
+    "answer_revisions": {"stack/web/app.py:_answer_sink"},
+    "shared_lane": {"stack/lanes/queues.py:lane_routes"},
+    "ai_shared_limiter": {"stack/lanes/ai/job.py:LaneConfig.from_settings"},
+    "ai_retry_after": {"stack/lanes/ai/job.py:LaneConfig.from_settings"},
+    "ai_ask_before_replay": {"stack/lanes/ai/job.py:LaneConfig.from_settings"},
+    "allow_default_secrets": {"stack/config.py:insecure_secrets"},
+}
+
+
+def control_reads(path: Path, root: Path, controls: frozenset[str]) -> Iterator[tuple[str, str]]:
+    """(control, "file:Qualified.function") for every ``<x>.<control>`` read in ``path``."""
+    rel = path.relative_to(root).as_posix()
+
+    def visit(node: ast.AST, scope: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+        for child in ast.iter_child_nodes(node):
+            inner = scope
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = (*scope, child.name)
+            if isinstance(child, ast.Attribute) and child.attr in controls and isinstance(child.ctx, ast.Load):
+                yield child.attr, f"{rel}:{'.'.join(scope) or '<module>'}"
+            yield from visit(child, inner)
+
+    yield from visit(ast.parse(path.read_text(), str(path)), ())
+
+
+def stray_control_reads(root: Path, controls: frozenset[str], readers: dict[str, set[str]]) -> list[str]:
+    found = []
+    for path in sorted((root / "stack").rglob("*.py")):
+        for control, where in control_reads(path, root, controls):
+            if where not in readers.get(control, set()):
+                found.append(f"{where} reads {control}")
+    return found
+
+
+def test_production_code_never_reads_a_control() -> None:
+    from stack.config import CONTROLS, Settings
+
+    assert set(CONTROL_READERS) == set(CONTROLS) <= {f.name for f in fields(Settings)}
+    assert stray_control_reads(ROOT, CONTROLS, CONTROL_READERS) == []
+
+
+def test_a_control_read_in_product_code_is_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"stack/relay.py": "def relay_passes(settings):\n    return settings.reconciler_enabled\n"})
+    assert stray_control_reads(root, frozenset({"reconciler_enabled"}), CONTROL_READERS) == []  # the selector may
+    _tree(tmp_path, {"stack/relay.py": "class Relay:\n    def run_once(self):\n"
+                                       "        if self.settings.reconciler_enabled:\n            pass\n"})
+    assert stray_control_reads(root, frozenset({"reconciler_enabled"}), CONTROL_READERS) == [
+        "stack/relay.py:Relay.run_once reads reconciler_enabled"]

@@ -13,7 +13,7 @@ def _record_missing_help(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     missing: list[str] = []
     real = argparse._ActionsContainer.add_argument
 
-    def recording(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def recording(self, *args, **kwargs):
         action = real(self, *args, **kwargs)
         if not action.help and action.dest != "help":
             missing.append("/".join(action.option_strings) or action.dest)

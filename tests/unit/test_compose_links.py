@@ -21,7 +21,7 @@ from chaos.deployment.compose_engine import Engine, EngineError
 from chaos.deployment.compose_files import PYTHON_SERVICES, component_for_service, override_document, valkey_entry
 from chaos.deployment.compose_links import add_links, consumer_env, link_ports, populate_items
 from stack.embedded.links import FIXED_LINKS, LINKS_OF_ROLE, LinkManager
-from stack.embedded.provision import compose_secrets, write_env_file
+from stack.deploy.provision import compose_secrets, write_env_file
 
 VALKEY_LINKS = ("valkey_web", "valkey_workers", "valkey_relay")
 ROLES = {s: c.role for s in PYTHON_SERVICES if (c := component_for_service(s)) is not None}

@@ -27,7 +27,7 @@ def test_the_monitor_records_failed_jobs_and_the_scraped_nodes_totals() -> None:
     assert (sample["requests"], sample["errors_5xx"]) == (40.0, 1.0)
 
 
-def _lines(axes) -> dict[str, list[float]]:  # noqa: ANN001 - matplotlib Axes
+def _lines(axes) -> dict[str, list[float]]:  # matplotlib Axes
     return {line.get_label(): list(line.get_ydata()) for line in axes.get_lines()}
 
 

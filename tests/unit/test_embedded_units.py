@@ -12,7 +12,7 @@ import stack.embedded
 from stack.embedded import StackError, binaries
 from stack.embedded.certs import CertPaths
 from stack.embedded.haproxy import remove_admin_socket, write_haproxy_config
-from stack.embedded.ports import free_ports
+from stack.deploy.ports import free_ports
 from stack.embedded.stack import EmbeddedStack, StackSpec
 from stack.embedded.valkey import write_valkey_config
 

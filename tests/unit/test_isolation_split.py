@@ -4,13 +4,11 @@ on a hand-written run folder: the parts add up, the backlog's cards and unmatche
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "loadtests"))
 
 from isolation_split import PARTS, merit_split, split_summary  # noqa: E402
 

@@ -19,8 +19,8 @@ def test_the_environment_moves_every_folder(tmp_path: Path) -> None:
 def test_the_stack_puts_run_folders_and_latest_where_the_rule_says(tmp_path: Path, monkeypatch) -> None:
     """Read when a run starts, not when the package was imported (nor from the package's location)."""
     from stack.embedded.cli import _run_dir_arg
-    from stack.embedded.manifest import update_latest_link
-    from stack.embedded.spec import default_run_dir
+    from stack.paths import new_run_dir as default_run_dir
+    from stack.paths import update_latest_link
 
     monkeypatch.setenv("PROCTOR_RESULTS_DIR", str(tmp_path / "res"))
     run_dir = default_run_dir("demo")

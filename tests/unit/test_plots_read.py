@@ -4,12 +4,11 @@ p99 gate line, lanes that stay visible when equal, and the AI plot's shared time
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from chaos.history import FaultWindow, Op, fault_windows
+from chaos.history import Op, fault_windows
 from chaos.plots.digest import plot_digest
 from chaos.plots.run import load_end, plot_queues, plot_throughput
 from chaos.plots.style import END_OF_LOAD
@@ -38,7 +37,7 @@ def _history(faults: int) -> list[Op]:
     return sorted(ops, key=lambda op: op.time)
 
 
-def _save(figure, name: str) -> None:  # noqa: ANN001
+def _save(figure, name: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(figure).print_png(str(OUT / name))
 
@@ -130,7 +129,7 @@ def test_ai_lane_shares_the_run_time_origin(tmp_path: Path) -> None:
     captured = {}
     real_print = FigureCanvasAgg.print_png
 
-    def keep(canvas, path, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+    def keep(canvas, path, *args, **kwargs):
         captured["fig"] = canvas.figure
         return real_print(canvas, path, *args, **kwargs)
 
@@ -146,7 +145,7 @@ def test_ai_lane_shares_the_run_time_origin(tmp_path: Path) -> None:
     assert not any("theoretical" in line.get_label() for line in backlog.lines)
 
 
-def _effect_fields(cls) -> dict:  # noqa: ANN001
+def _effect_fields(cls) -> dict:
     import dataclasses
 
     return {f.name: (f.default if f.default is not dataclasses.MISSING else None) for f in dataclasses.fields(cls)}

@@ -1,4 +1,4 @@
-"""stack.embedded.provision: the compose stack's secrets env file and its roster."""
+"""stack.deploy.provision: the compose stack's secrets env file and its roster."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stack.config import SettingsError, insecure_secrets, load_settings
-from stack.embedded.provision import compose_secrets, env_file_text, main, write_env_file, write_roster
+from stack.deploy.provision import compose_secrets, env_file_text, main, write_env_file, write_roster
 from stack.ledger.engine import make_engine
 from stack.ledger.roster import verify_access_code
 

@@ -62,7 +62,7 @@ def _stored(engine: Engine, attempt_id: str) -> int | None:
 def _merit_and_answer_reads(engine: Engine, attempt_id: str) -> tuple[dict, int]:
     reads = []
 
-    def record(_conn, _cursor, statement, *_args) -> None:  # noqa: ANN001 - SQLAlchemy's event signature
+    def record(_conn, _cursor, statement, *_args) -> None:  # SQLAlchemy's event signature
         if "FROM answers" in statement:
             reads.append(statement)
 

@@ -29,7 +29,7 @@ def running_valkey(workdir: Path) -> Iterator[Redis]:
             try:
                 client.ping()
                 break
-            except Exception:
+            except Exception:  # noqa: BLE001 - not up yet: retry until the deadline
                 assert time.monotonic() < deadline, "valkey-server did not start (package valkey-server)"
                 time.sleep(0.05)
         yield client

@@ -33,12 +33,12 @@ from stack.lanes.ai.limiter import CALLS_KEY, PAUSE_KEY, SharedLimiter
 from stack.lanes.ai.policy import RetryClock, classify
 from stack.config import CASE_PROVIDER_CALLS_PER_MINUTE, Settings, SettingsError
 from stack.lanes import jobs
+from stack.headers import RECEIVED_AT_HEADER
 from stack.ledger import outbox, outcomes
 
 __all__ = ["LaneConfig", "Step", "check_startup", "run_narrative", "write_narrative"]
 
 log = logging.getLogger("proctor.ailane")
-RECEIVED_AT_HEADER = "X-Received-At"  # the fake provider's arrival time (stack/providers/__init__.py)
 _RQ_CALLBACK_SECONDS = 60.0
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends
 
+from stack.ledger.export_names import EXPORT_TABLE_NAMES
 from stack.ledger.outcomes import audit
 from stack.ledger.exports import export_rows
 from stack.web.routes.common import StateDep, require_admin
@@ -21,8 +22,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 
-ExportTable = Literal["attempts", "answers", "answer_revisions", "outbox", "outcomes", "exams", "ai_reservations",
-                      "audit_log", "alerts", "lane_state"]
+ExportTable = Literal[EXPORT_TABLE_NAMES]  # a path outside the list is a 422 naming the table
 
 
 @router.post("/drain")

@@ -174,7 +174,7 @@ class RequestGuard:
                 await self._reply(stamped, 413, {"detail": f"request body over {self.limit} bytes"})
             else:
                 await self.app(scope, _replay(body, receive), stamped)
-        except Exception:  # noqa: BLE001 - the last line of defence: log, answer 500 if we still can
+        except Exception:  # the last line of defence: log, answer 500 if we still can
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if not status["started"]:
                 await self._reply(stamped, 500, {"detail": "internal error"})

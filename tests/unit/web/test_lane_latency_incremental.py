@@ -4,9 +4,7 @@ counted twice; a scrape reads only the rows done since the previous one (plus th
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, update
@@ -16,8 +14,7 @@ from stack.ledger.schema import outbox as outbox_table
 from stack.web.lane_latency import LaneLatency
 from stack.web.metrics import LANE_LATENCY_BOUNDS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "loadtests"))
-from bench_metrics_scrape import seed_done_rows  # noqa: E402
+from bench_metrics_scrape import seed_done_rows
 
 EXAM = "NOVA-101"
 
@@ -74,7 +71,7 @@ def test_a_scrape_reads_only_rows_done_since_the_previous_one(ledger: Engine) ->
     assert tracker.rows_read == 507 + 1  # the last row, inside the 1 s overlap, re-read and skipped
 
 
-def test_a_row_marked_done_after_a_scrape_lands_once_and_counts_never_fall(ledger: Engine, app_client) -> None:  # noqa: ANN001
+def test_a_row_marked_done_after_a_scrape_lands_once_and_counts_never_fall(ledger: Engine, app_client) -> None:
     from web_support import answer, start, token_for
 
     token = token_for(app_client, "s-3")
@@ -97,7 +94,7 @@ def test_bad_bounds_and_overlap_are_named() -> None:
         LaneLatency(LANE_LATENCY_BOUNDS, overlap=-1)
 
 
-def test_metrics_endpoint_counts_rows_done_between_two_scrapes(app_client, ledger: Engine) -> None:  # noqa: ANN001
+def test_metrics_endpoint_counts_rows_done_between_two_scrapes(app_client, ledger: Engine) -> None:
     now = time.time()
     seed_done_rows(ledger, EXAM, [now - 100 + i for i in range(6)], prefix="a", latency=lambda i: 0.3)
     first = app_client.get("/metrics").text
@@ -110,7 +107,7 @@ def test_metrics_endpoint_counts_rows_done_between_two_scrapes(app_client, ledge
     assert f"{merit} 2.0" in first and f"{merit} 3.0" in second  # kinds cycle merit, narrative, sms
 
 
-def test_a_ledger_made_before_the_index_gets_it_at_init(ledger: Engine, settings) -> None:  # noqa: ANN001
+def test_a_ledger_made_before_the_index_gets_it_at_init(ledger: Engine, settings) -> None:
     from sqlalchemy import inspect, text
 
     from stack.ledger.engine import init_ledger

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,8 +16,7 @@ from web_support import ADMIN, ROSTER_KEY, TestClient, closed_port
 
 from chaos.cli import ai_lane as ops_cmd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # netsupport lives in tests/unit
-from netsupport import ServedApp, free_port  # noqa: E402
+from netsupport import ServedApp, free_port
 from stack.lanes.ai import billing, lanestate
 from stack.config import Settings
 from stack.ledger import outbox, outcomes

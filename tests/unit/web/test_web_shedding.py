@@ -28,7 +28,7 @@ class _HeldApp:
         self.all_entered = asyncio.Event()
         self.expected = 0
 
-    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001 - ASGI
+    async def __call__(self, scope, receive, send) -> None:  # ASGI
         if scope["path"] == "/hold":
             self.entered += 1
             if self.entered >= self.expected:
@@ -38,7 +38,7 @@ class _HeldApp:
         await send({"type": "http.response.body", "body": b"ok"})
 
 
-async def _call(app, path: str) -> tuple[int, dict[bytes, bytes]]:  # noqa: ANN001
+async def _call(app, path: str) -> tuple[int, dict[bytes, bytes]]:
     replies: list[dict] = []
 
     async def receive() -> dict:
@@ -87,7 +87,7 @@ def test_below_the_bound_nothing_is_shed() -> None:
 
 
 def test_a_failing_request_gives_its_slot_back() -> None:
-    async def failing(scope, receive, send) -> None:  # noqa: ANN001
+    async def failing(scope, receive, send) -> None:
         raise RuntimeError("boom")
 
     async def scenario() -> int:

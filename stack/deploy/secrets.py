@@ -13,7 +13,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Mapping
 
-from stack.embedded import StackError
+from stack.deploy import StackError
 
 __all__ = [
     "HAPROXY_SOURCE",

@@ -1,12 +1,12 @@
 """Secrets and roster for a stack that is not started by ``proctor up`` (the compose stack).
 
-``python -m stack.embedded.provision env-file PATH`` (on the host, by scripts/compose-setup.sh)
+``python -m stack.deploy.provision env-file PATH`` (on the host, by scripts/compose-setup.sh)
 writes the per-run secrets as a 0600 env file that docker-compose reads (``env_file:``):
 the same three Settings secrets ``proctor up`` draws (``run_secrets``), plus the passwords
 of Valkey and PostgreSQL, and the two URLs that carry them. The committed compose file
 therefore holds no secret.
 
-``python -m stack.embedded.provision roster DIR`` (in the one-shot ``ledger-init`` container)
+``python -m stack.deploy.provision roster DIR`` (in the one-shot ``ledger-init`` container)
 creates the ledger (``init_ledger``), enrols ``PROCTOR_ROSTER_SIZE`` students per exam with
 fresh access codes (``issue_roster``: only their HMACs reach the ledger) and writes the codes
 to ``DIR/roster.json`` (0600), the file the harness logs students in with.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from stack.config import ENV_NAMES, SettingsError, load_settings
-from stack.embedded.secrets import ROSTER_NAME, roster_student_ids, run_secrets, write_private_json
+from stack.deploy.secrets import ROSTER_NAME, roster_student_ids, run_secrets, write_private_json
 
 __all__ = ["compose_secrets", "env_file_text", "main", "write_env_file", "write_roster"]
 
@@ -86,7 +86,7 @@ def write_roster(directory: Path, environ: Mapping[str, str] | None = None) -> P
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stack.embedded.provision", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m stack.deploy.provision", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     env_file = commands.add_parser("env-file", help="write fresh secrets to a 0600 env file for docker-compose")
     env_file.add_argument("path", type=Path)
