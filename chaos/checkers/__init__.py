@@ -50,6 +50,7 @@ __all__ = [
     "check_ai_provider_limit",
     "check_answer_reads",
     "check_answers",
+    "mark_vacuous",
     "check_connections",
     "check_duplicate_charges",
     "check_effects",

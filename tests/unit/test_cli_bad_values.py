@@ -25,7 +25,7 @@ CASES: list[tuple[list[str], str]] = [
     (["down", NOWHERE], "no manifest"),
     (["down", NOWHERE, "--all"], "--all"),
     (["scale", "web=x"], "POOL=N"),
-    (["scale", "web=1", "--run-dir", NOWHERE], "--run-dir"),
+    (["scale", "web=1", "--run-dir", NOWHERE], "no manifest"),
     (["lock", "NOVA-101", "--min-web", "0"], "--min-web"),
     (["lock", "NOVA-101", "--opens", "yesterday"], "--opens"),
     (["demo", "--time-scale", "-1"], "--time-scale"),
