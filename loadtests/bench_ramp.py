@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "loadtests")]
 
 from chaos.history import read_history  # noqa: E402
-from chaos.ramp.gate import completions, latency_quantiles, read_ticks  # noqa: E402
+from chaos.ramp.gate import completions, is_open, latency_quantiles, read_ticks  # noqa: E402
 from proc_cpu import Sampler  # noqa: E402
 from profile_spy import start_profile, summarise  # noqa: E402
 from stack.paths import bench_dir, new_run_dir  # noqa: E402
@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--step-seconds", type=float, default=15.0)
     p.add_argument("--questions", type=int, default=20, help="answers per student (the full mix is 20)")
     p.add_argument("--web", type=int, default=2, help="web nodes")
+    p.add_argument("--arrivals", choices=("open", "closed"), default="open",
+                   help="the ramp's arrival model; the knee's p99 is the corrected one in the open model. The "
+                        "figures in docs/ramp.md before issue #24 were measured closed")
     p.add_argument("--label", default="run", help="key of this run in ramp.json (e.g. before, after)")
     p.add_argument("--profile", default="web_1", help="component to sample with py-spy for the whole ramp ('' = none)")
     return p
@@ -97,7 +100,7 @@ def _profile_when_ready(run_dir: Path, component: str, seconds: float, child: su
 def _run_ramp(args: argparse.Namespace, run_dir: Path) -> tuple[int, Sampler, float, dict[str, Any] | None]:
     command = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", args.steps, "--step-seconds",
                str(args.step_seconds), "--questions", str(args.questions), "--run-dir", str(run_dir),
-               "--", "--ramp-web", str(args.web), "--loglevel", "WARNING"]
+               "--arrivals", args.arrivals, "--", "--ramp-web", str(args.web), "--loglevel", "WARNING"]
     started = time.time()
     # Its own process group: the load generator's CPU is that group's (the stack leads its own session).
     child = subprocess.Popen(command, cwd=ROOT, start_new_session=True)
@@ -131,12 +134,13 @@ def _step_rows(run_dir: Path, sampler: Sampler) -> list[dict[str, Any]]:
     for step in config["plan"]["schedule"]:
         start, end = origin + step["start"], origin + step["end"]
         ops = [op for op in done if start <= float(op.extra["wall"]) < end]
-        rows.append(_step_row(step, ops, end - start, sampler.at(start), sampler.at(end)))
+        rows.append(_step_row(step, ops, end - start, sampler.at(start), sampler.at(end), is_open(config)))
     return rows
 
 
-def _step_row(step: dict[str, Any], ops: list, window: float, first: dict | None, last: dict | None) -> dict[str, Any]:
-    quantiles = latency_quantiles(ops)
+def _step_row(step: dict[str, Any], ops: list, window: float, first: dict | None, last: dict | None,
+              corrected: bool = False) -> dict[str, Any]:
+    quantiles = latency_quantiles(ops, corrected=corrected)
     row: dict[str, Any] = {"target": step["rate"], "users": step["users"], "requests": len(ops),
                            "failed": sum(1 for op in ops if op.type != "ok"),
                            "achieved": round(len(ops) / window, 2), "p50": quantiles["p50"], "p99": quantiles["p99"]}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -25,15 +26,23 @@ import time
 from pathlib import Path
 
 from locust import FastHttpUser, LoadTestShape, events, task
+from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 from locust.user.wait_time import constant_throughput
 
+from ramp_arrivals import ARRIVAL_MODES, DISTRIBUTIONS, ArrivalSchedule, GeneratorMeter, OpenArrivals, default_slots
+from ramp_distributed import DRAIN_LIMIT, SCHEDULE_GRACE, MasterSide, WorkerSide, is_loopback, require_token
 from ramp_plan import DEFAULT_STEPS, RampPlan, parse_steps
 from ramp_stack import PROJECT_ROOT, EmbeddedRampStack, StackStartError, read_manifest
-from ramp_student import QUESTIONS, Student, StudentCursor, history_for
+from ramp_student import QUESTIONS, Student, StudentCursor, StudentPool, history_for
+from ramp_wire import TOKEN_ENV
 from stack.paths import new_run_dir
 
 _state: dict[str, object] = {}  # the master's stack and run folder (module state: one Locust process)
+_in_flight = [0]  # this process's requests between claim (or task start) and completion
+_TOKEN_GIVEN = bool(os.environ.get(TOKEN_ENV))
+_TOKEN = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
+"""The run's worker token: drawn at import, before ``--processes`` forks, so forked workers share it."""
 
 
 @events.init_command_line_parser.add_listener
@@ -63,10 +72,39 @@ def _options(parser) -> None:  # Locust's parser
     group.add_argument("--ramp-ai-url", default="", help="with --host: the AI provider (its effect ledger)")
     group.add_argument("--ramp-sms-url", default="", help="with --host: the SMS gateway (its effect ledger)")
     group.add_argument("--ramp-haproxy-socket", default="", help="with --host: HAProxy's stats socket, if any")
+    group.add_argument("--ramp-arrivals", default="open", choices=ARRIVAL_MODES,
+                       help="open: request starts scheduled at the step's rate, latency corrected from the intended "
+                            "start (default); closed: users wait for each response (Locust's model)")
+    group.add_argument("--ramp-distribution", default="poisson", choices=DISTRIBUTIONS,
+                       help="open model: gaps between intended starts (seeded by --ramp-seed)")
+    group.add_argument("--ramp-max-in-flight", type=int, default=0,
+                       help="open model: in-flight slots (k6's maxVUs); 0 = highest step rate x 2 s, at least 10")
+    group.add_argument("--ramp-max-send-lag", type=float, default=0.0,
+                       help="open model: an arrival sent later than this after its intended start is delayed by "
+                            "the generator; 0 = a tenth of --ramp-p99")
+    group.add_argument("--ramp-max-delayed-ratio", type=float, default=0.01,
+                       help="gate: delayed / scheduled arrivals the generator may miss before the run is unknown")
+    group.add_argument("--ramp-max-queue", type=float, default=10.0,
+                       help="open model: an arrival that waited this long for a slot is dropped, never sent")
+    group.add_argument("--ramp-allow-remote-workers", action="store_true",
+                       help="let the master bind beyond loopback (clear text: a trusted network only)")
+    group.add_argument("--ramp-master-timeout", type=float, default=10.0,
+                       help="a worker quits after this many seconds without the master's heartbeat")
 
 
 def plan_of(options) -> RampPlan:  # argparse namespace
     return RampPlan(parse_steps(options.ramp_steps), options.ramp_step_seconds, options.ramp_per_user_rate)
+
+
+def slots_of(options) -> int:
+    """Open model: in-flight slots of the whole run (all workers together)."""
+    return options.ramp_max_in_flight or default_slots(plan_of(options).steps)
+
+
+def send_lag_of(options) -> float:
+    """The lag past which an arrival counts as delayed: given, or a tenth of the p99 limit (a lag
+    that size cannot carry a request over the limit by itself)."""
+    return options.ramp_max_send_lag or options.ramp_p99 / 10
 
 
 def _validate(options) -> None:
@@ -75,27 +113,62 @@ def _validate(options) -> None:
         plan_of(options)
     except ValueError as exc:
         sys.exit(f"exam_ramp: {exc}")
-    for name, low, high in (("questions", 1, QUESTIONS), ("polls", 1, None), ("max_tries", 1, None)):
+    for name, low, high in (("questions", 1, QUESTIONS), ("polls", 1, None), ("max_tries", 1, None),
+                            ("max_in_flight", 0, None)):
         value = getattr(options, f"ramp_{name}")
         if value < low or (high is not None and value > high):
             sys.exit(f"exam_ramp: --ramp-{name.replace('_', '-')}={value}: must be >= {low}"
                      + (f" and <= {high} (the exam's questions)" if high else ""))
+    for name in ("max_send_lag", "max_queue", "master_timeout", "max_delayed_ratio"):
+        if getattr(options, f"ramp_{name}") < 0:
+            sys.exit(f"exam_ramp: --ramp-{name.replace('_', '-')}={getattr(options, f'ramp_{name}')}: must be >= 0")
+
+
+def _check_bind(options) -> None:
+    """The master listens on loopback unless told otherwise: its channel is clear text."""
+    host = options.master_bind_host
+    if not is_loopback(host) and not options.ramp_allow_remote_workers:
+        sys.exit(f"exam_ramp: --master-bind-host={host} listens beyond loopback; Locust's channel is clear text and "
+                 "carries access codes: use --master-bind-host 127.0.0.1, or add --ramp-allow-remote-workers "
+                 "on a trusted network")
 
 
 @events.init.add_listener
 def _on_init(environment, **_kwargs) -> None:
-    if isinstance(environment.runner, WorkerRunner) or environment.parsed_options is None:
-        return  # workers get host, roster and run folder from the master with the spawn message
+    if isinstance(environment.runner, WorkerRunner):
+        require_token(environment, _TOKEN_GIVEN)  # then plan, roster and target come from the master
+        _state["worker"] = WorkerSide(environment, _TOKEN, environment.parsed_options.ramp_master_timeout,
+                                      _generator_summary, _schedule_over, lambda: _in_flight[0])
+        return
+    if environment.parsed_options is None:
+        return
     options = environment.parsed_options
     _validate(options)
     _remember_signals()
+    if isinstance(environment.runner, MasterRunner):
+        _check_bind(options)
+        _state["master"] = MasterSide(environment, _TOKEN, options.expect_workers)
     run_dir = Path(options.ramp_run_dir or new_run_dir("ramp")).resolve()
     _state["run_dir"] = run_dir
     targets = _targets(environment, options, run_dir)
     options.ramp_run_dir = str(run_dir)
     options.ramp_roster = targets["roster"]
     environment.host = targets["api"]
-    _write_config(run_dir, options, targets)
+    _write_config(run_dir, options, targets, distributed=isinstance(environment.runner, MasterRunner))
+    if isinstance(environment.runner, MasterRunner):
+        _state["master"].configure(run_dir, targets["roster"])
+        _announce_token(run_dir)
+
+
+def _announce_token(run_dir: Path) -> None:
+    """Workers started by hand need the token: given in the environment, or written here (0600)."""
+    if _TOKEN_GIVEN:
+        return
+    path = run_dir / "worker_token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w") as out:
+        out.write(_TOKEN + "\n")
+    print(f"exam_ramp: workers started by hand need {TOKEN_ENV}=$(cat {path})", flush=True)
 
 
 def _remember_signals() -> None:
@@ -145,25 +218,43 @@ def _targets(environment, options, run_dir: Path) -> dict[str, str]:
             "haproxy_socket": urls.get("haproxy_socket", ""), "stack_dir": str(stack_dir)}
 
 
-def _write_config(run_dir: Path, options, targets: dict[str, str]) -> None:
+def _write_config(run_dir: Path, options, targets: dict[str, str], distributed: bool) -> None:
     """What chaos.ramp.command needs after Locust: the plan, the gate, the targets (no secret)."""
     config = {"plan": plan_of(options).to_dict(), "targets": targets, "exam_code": options.ramp_exam,
               "questions": options.ramp_questions, "polls": options.ramp_polls, "seed": options.ramp_seed,
               "max_tries": options.ramp_max_tries, "settle": options.ramp_settle,
               "quiet_timeout": options.ramp_quiet_timeout, "locust_processes": getattr(options, "processes", None),
+              "arrivals": {"mode": options.ramp_arrivals, "distribution": options.ramp_distribution,
+                           "slots": slots_of(options), "slots_given": bool(options.ramp_max_in_flight),
+                           "max_send_lag": send_lag_of(options), "max_send_lag_given": bool(options.ramp_max_send_lag),
+                           "max_queue": options.ramp_max_queue},
+              "distributed": distributed,
               "gate": {"p99": options.ramp_p99, "max_failure_ratio": options.ramp_max_failure_ratio,
-                       "min_rate_ratio": options.ramp_min_rate_ratio},
+                       "min_rate_ratio": options.ramp_min_rate_ratio,
+                       "max_delayed_ratio": options.ramp_max_delayed_ratio},
               "argv": sys.argv[1:]}
     (run_dir / "ramp_config.json").write_text(json.dumps(config, indent=2))
 
 
 @events.quitting.add_listener
 def _on_quitting(environment, **_kwargs) -> None:
-    if isinstance(environment.runner, WorkerRunner) or "run_dir" not in _state:
+    if isinstance(environment.runner, WorkerRunner):
+        worker = _state.get("worker")
+        if isinstance(worker, WorkerSide) and worker.setup is None:
+            print("exam_ramp: the master never accepted this worker (is its PROCTOR_RAMP_TOKEN this run's?)",
+                  file=sys.stderr, flush=True)
+            environment.process_exit_code = 2
+        return
+    if "run_dir" not in _state:
         return
     run_dir = Path(str(_state["run_dir"]))
     if (run_dir / "ramp_ticks.jsonl").exists() and not _state.get("plan_done"):
         _mark_interrupted(run_dir)
+    master = _state.get("master")
+    if isinstance(master, MasterSide):
+        master.close()
+    else:
+        _write_generator_summary(run_dir / "histories", f"local-{os.getpid()}")
     try:
         code = _finalize(run_dir)
     finally:
@@ -205,52 +296,180 @@ def _finalize(run_dir: Path) -> int:
     return done.returncode
 
 
+# ------------------------------------------------------------------ the generator of this process
+def _generator(options, cursor: StudentCursor, history) -> dict[str, object]:
+    """This process's meter (CPU per step) and, in the open model, its arrival schedule: made
+    when its first user starts, which is where its clock begins."""
+    if "generator" not in _state:
+        plan = plan_of(options)
+        meter = GeneratorMeter(plan.step_seconds, len(plan.steps))
+        generator: dict[str, object] = {"meter": meter, "arrivals": None}
+        if options.ramp_arrivals == "open":
+            generator["students"] = StudentPool(cursor, options, history)
+            worker = _state.get("worker")
+            part, parts = (worker.setup["worker"], worker.setup["workers"]) if isinstance(worker, WorkerSide) else (0, 1)
+            schedule = ArrivalSchedule(plan.steps, plan.step_seconds, options.ramp_distribution,
+                                       seed=f"{options.ramp_seed}-arrivals-{part}", share=1.0 / parts)
+            generator["arrivals"] = OpenArrivals(schedule, meter, send_lag_of(options), options.ramp_max_queue)
+        _state["generator"] = generator
+    return _state["generator"]  # type: ignore[return-value]
+
+
+def _schedule_over() -> bool:
+    """This process sent (or gave up) every arrival of its schedule; always true in the closed model."""
+    generator = _state.get("generator")
+    arrivals = generator.get("arrivals") if isinstance(generator, dict) else None
+    if not isinstance(arrivals, OpenArrivals):
+        return True
+    return arrivals.finished or time.monotonic() - arrivals.origin >= arrivals.schedule.duration + 0.5
+
+
+def _generator_summary() -> dict[str, object] | None:
+    generator = _state.get("generator")
+    if not isinstance(generator, dict):
+        return None
+    arrivals = generator["arrivals"]
+    if isinstance(arrivals, OpenArrivals):
+        arrivals.close()
+    return {"mode": "open" if arrivals else "closed", "pid": os.getpid(), **generator["meter"].summary()}
+
+
+def _write_generator_summary(folder: Path, name: str) -> None:
+    summary = _generator_summary()
+    if summary is not None:
+        (folder / f"generator-{name}.json").write_text(json.dumps(summary))
+
+
+# ------------------------------------------------------------------ users
 class ExamStudent(FastHttpUser):
-    """One simulated exam client; each task run is exactly one request (the pacing unit)."""
+    """One simulated exam client; each task run is exactly one request. Closed model: a user
+    paces itself (constant_throughput). Open model: a user is an in-flight slot that sends the
+    process's next scheduled arrival at its intended start."""
 
     network_timeout = 10.0
     connection_timeout = 5.0
 
     def on_start(self) -> None:
         options = self.environment.parsed_options
+        worker = _state.get("worker")
+        if isinstance(worker, WorkerSide):
+            if not worker.ready.wait(timeout=options.ramp_master_timeout * 3):
+                raise StopUser()  # never set up by the master: this worker sends nothing
+            self.history, self.cursor = worker.history, _worker_cursor(worker, options.ramp_exam)
+        else:
+            self.history = history_for(Path(options.ramp_run_dir), _role(self.environment))
+            self.cursor = StudentCursor.shared(options.ramp_roster, options.ramp_exam, 0)
         self._pace = constant_throughput(options.ramp_per_user_rate)
-        self.history = history_for(Path(options.ramp_run_dir), _role(self.environment))
-        self.cursor = StudentCursor.shared(options.ramp_roster, options.ramp_exam, _worker_index(self.environment))
+        generator = _generator(options, self.cursor, self.history)
+        self.meter, self.arrivals, self.students = generator["meter"], generator["arrivals"], generator.get("students")
         self.student: Student | None = None
 
     def wait_time(self) -> float:
-        return self._pace(self)
+        return 0.0 if self.arrivals is not None else self._pace(self)
 
     @task
     def step(self) -> None:
-        if self.student is None or self.student.done:
-            self.student = self.cursor.next_student(self.environment.parsed_options, self.history)
-        self.student.step(self.client)
+        worker = _state.get("worker")
+        if isinstance(worker, WorkerSide) and worker.draining:
+            time.sleep(0.5)  # the master asked for the end of the history: nothing new is sent
+            return
+        if self.arrivals is not None and self.arrivals.finished:
+            time.sleep(0.5)  # this process's schedule is over; the shape ends the run
+            return
+        _in_flight[0] += 1  # from the claim on: a drain waits for a slot sleeping toward its arrival too
+        try:
+            self._next_request(worker)
+        finally:
+            _in_flight[0] -= 1
+
+    def _next_request(self, worker: WorkerSide | None) -> None:
+        if self.arrivals is None:
+            self._send(None)
+            return
+        claimed = self.arrivals.claim()
+        if claimed is None:
+            return  # the schedule is over (finished is set)
+        arrival, queued = claimed
+        intended = self.arrivals.origin + arrival.offset
+        time.sleep(max(0.0, intended - time.monotonic()))
+        if isinstance(worker, WorkerSide) and worker.draining:
+            return  # claimed, never sent: the ramp ended first
+        now = time.monotonic()
+        self.arrivals.sent(arrival, queued, now - intended)
+        self._send((time.time() - (now - intended), intended))
+
+    def _send(self, intended: tuple[float, float] | None) -> None:
+        if self.students is not None:
+            student = self.students.acquire()  # open model: any idle student of this process
+        else:
+            if self.student is None or self.student.done:  # closed model: this user's own student
+                self.student = self.cursor.next_student(self.environment.parsed_options, self.history)
+            student = self.student
+        try:
+            student.step(self.client, intended)
+        finally:
+            if self.students is not None:
+                self.students.release(student)
+            self.meter.completed()
 
 
-def _worker_index(environment) -> int:
-    return max(0, getattr(environment.runner, "worker_index", 0))
+def _worker_cursor(worker: WorkerSide, exam: str) -> StudentCursor:
+    if "cursor" not in _state:
+        _state["cursor"] = StudentCursor.from_students(worker.setup["roster"][exam], exam)
+    return _state["cursor"]  # type: ignore[return-value]
 
 
 def _role(environment) -> str:
-    if isinstance(environment.runner, WorkerRunner):
-        return f"worker{_worker_index(environment)}"
     return "master" if isinstance(environment.runner, MasterRunner) else "local"
 
 
 class ExamRamp(LoadTestShape):
-    """Steps of offered req/s; each tick records target, users and Locust's request counts."""
+    """Steps of offered req/s; each tick records target, users and Locust's request counts.
+    Distributed: the ramp's clock starts once every expected worker is set up, and after the
+    last step the master waits for each worker's end of history (or its loss) before it quits."""
+
+    _started = False
 
     def tick(self):  # Locust's contract: (users, spawn_rate) or None
         options = self.runner.environment.parsed_options
+        master = _state.get("master")
+        if isinstance(master, MasterSide) and not self._started:
+            # Wait here, not with a (0 users) tick: Locust would dispatch to whatever workers are
+            # connected, a refused one included, and its spawn could wait for it forever.
+            while not master.all_ready():
+                if self.get_run_time() > options.ramp_master_timeout * 6:
+                    print(f"exam_ramp: {len(master.ready)} of {master.expected} workers set up after "
+                          f"{self.get_run_time():.0f}s: the ramp does not start", file=sys.stderr, flush=True)
+                    return None
+                time.sleep(0.2)  # gevent-patched: the message handlers run meanwhile
+            self.reset_time()
+        self._started = True
         plan = plan_of(options)
         elapsed = self.get_run_time()
         step = plan.at(elapsed)
         self._record(options, elapsed, step)
         if step is None:
             _state["plan_done"] = True
+            return self._after_last_step(master, options, elapsed - plan.duration)
+        users = slots_of(options) if options.ramp_arrivals == "open" else step.users
+        self._last = (users, float(max(users, 10)))
+        return self._last
+
+    def _after_last_step(self, master, options, overtime: float):
+        """Local: the process's own schedule (begun with its first user) may have arrivals left,
+        and requests in flight; wait for both (bounded). Distributed: every worker's end."""
+        if not isinstance(master, MasterSide):
+            if options.ramp_arrivals == "closed":
+                return None  # closed users have no schedule to finish
+            done = _schedule_over() and _in_flight[0] == 0
+            return None if done or overtime > SCHEDULE_GRACE else self._last
+        master.drain()
+        if master.drained() or overtime > DRAIN_LIMIT:
+            if not master.drained():
+                print(f"exam_ramp: workers still draining after {DRAIN_LIMIT:g}s: their histories are incomplete",
+                      file=sys.stderr, flush=True)
             return None
-        return step.users, float(max(step.users, 10))
+        return self._last
 
     def _record(self, options, elapsed: float, step) -> None:
         total = self.runner.stats.total

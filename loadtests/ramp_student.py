@@ -26,7 +26,7 @@ from typing import Any
 from chaos.ops.answers import ANSWER, answer_body, answer_headers, answer_path, answer_value
 from stack.ledger.grading import OPTIONS
 
-__all__ = ["QUESTIONS", "HistoryWriter", "Student", "StudentCursor", "classify", "history_for"]
+__all__ = ["QUESTIONS", "HistoryWriter", "Student", "StudentCursor", "StudentPool", "classify", "history_for"]
 
 QUESTIONS = 20  # the embedded stack's exam (PROCTOR_EXAMS NOVA-101:20): q1 .. q20
 _writers: dict[str, "HistoryWriter"] = {}
@@ -41,16 +41,20 @@ def classify(status: int | None) -> str:
 
 
 class HistoryWriter:
-    """Append-only JSONL, 0600, line-buffered; one per Locust process (greenlets share it)."""
+    """Append-only JSONL, one per Locust process (greenlets share it). Lines go to a file
+    (0600, line-buffered) or, on a remote worker, to a ``sink`` that streams them to the master.
+    ``counts`` is how many ops of each ``f`` and ``type`` were written (what a worker says it sent)."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
+    def __init__(self, path: Path | None = None, sink: Any = None) -> None:
+        self.path, self._sink, self._file = path, sink, None
         self._origin = time.monotonic()
         self._index = itertools.count()
         self._processes = itertools.count()
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._file = open(fd, "a", encoding="utf-8", buffering=1)
+        self.counts: dict[str, int] = {}
+        if sink is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._file = open(fd, "a", encoding="utf-8", buffering=1)
 
     def new_process(self) -> int:
         return next(self._processes)
@@ -59,10 +63,17 @@ class HistoryWriter:
         op = {"index": next(self._index), "time": round(time.monotonic() - self._origin, 6), "process": process,
               "type": type_, "f": f, "value": value, "wall": time.time()}
         op.update({k: v for k, v in fields.items() if v is not None})
-        self._file.write(json.dumps(op, separators=(",", ":")) + "\n")  # one write per line: never interleaved
+        line = json.dumps(op, separators=(",", ":")) + "\n"
+        key = f"{f} {type_}"
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if self._file is not None:
+            self._file.write(line)  # one write per line: never interleaved
+        else:
+            self._sink.write(line)
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
 def history_for(run_dir: Path, role: str) -> HistoryWriter:
@@ -84,6 +95,11 @@ class StudentCursor:
         self._numbers = itertools.count()
 
     @classmethod
+    def from_students(cls, students: dict[str, str], exam_code: str) -> "StudentCursor":
+        """A worker's own part of the roster, as the master sent it (no file, no offset)."""
+        return cls(students, exam_code, 0)
+
+    @classmethod
     def shared(cls, roster_path: str, exam_code: str, offset: int) -> "StudentCursor":
         key = (roster_path, exam_code)
         if key not in _cursors:
@@ -98,6 +114,24 @@ class StudentCursor:
         student_id, code = self.students[next(self._next) % len(self.students)]
         rng = random.Random(f"{options.ramp_seed}-{os.getpid()}-{next(self._numbers)}")
         return Student(student_id, code, self.exam_code, rng, history, options)
+
+
+class StudentPool:
+    """Open model: the students of one process, shared by its in-flight slots. An arrival takes
+    the idle student waiting longest (a new one only when every student is in flight), so the
+    students in progress are about as many as the requests in flight and each one finishes,
+    instead of one student per slot crawling through its exam at rate / slots."""
+
+    def __init__(self, cursor: StudentCursor, options: Any, history: HistoryWriter) -> None:
+        self.cursor, self.options, self.history = cursor, options, history
+        self._idle: list[Student] = []
+
+    def acquire(self) -> "Student":
+        return self._idle.pop(0) if self._idle else self.cursor.next_student(self.options, self.history)
+
+    def release(self, student: "Student") -> None:
+        if not student.done:
+            self._idle.append(student)
 
 
 class Student:
@@ -116,9 +150,13 @@ class Student:
         self.finished = self.done = False
         self.tries = 0
 
-    def step(self, client: Any) -> None:
+    def step(self, client: Any, intended: tuple[float, float] | None = None) -> None:
+        """One request. ``intended`` (open model): its scheduled start as (wall, monotonic); the
+        invoke and the completion then carry ``intended`` (epoch seconds) and the completion
+        ``corrected_latency`` (seconds from the intended start), beside ``latency`` (from the send)."""
         f, method, path, value, body, headers = self._next_call()
-        self.history.append(self.process, "invoke", f, value)
+        scheduled = {"intended": round(intended[0], 6)} if intended else {}
+        self.history.append(self.process, "invoke", f, value, **scheduled)
         started = time.monotonic()
         status = node = error = None
         data: dict[str, Any] = {}
@@ -135,7 +173,8 @@ class Student:
         if kind != "ok" and error is None:
             error = str(data.get("detail", data))[:300] if data else f"HTTP {status}"
         self.history.append(self.process, kind, f, value, status=status, node=node, receipt_id=data.get("receipt_id"),
-                            latency=round(time.monotonic() - started, 6), error=error)
+                            latency=round(time.monotonic() - started, 6), error=error, **scheduled,
+                            corrected_latency=round(time.monotonic() - intended[1], 6) if intended else None)
         self._advance(f, kind, data)
 
     def _next_call(self) -> tuple[str, str, str, dict[str, Any], dict[str, Any] | None, dict[str, str]]:

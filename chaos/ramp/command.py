@@ -30,7 +30,9 @@ from chaos.analyze import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, analyze, exit_
 from chaos.deployment.final_read import final_read, provider_urls
 from chaos.history import read_history
 from chaos.interrupt import read_marker
-from chaos.ramp.gate import completions, error_split, gate, latency_quantiles, read_ticks, step_rates, time_series
+from chaos.ramp.gate import (completions, error_split, gate, is_open, latency_quantiles, read_ticks, step_rates,
+                             time_series)
+from chaos.ramp.generator import generator_gate, generator_steps, read_generators
 from chaos.ramp.merge import merge_histories
 from chaos.ramp.report import write_ramp_report
 from stack.cli_args import CliParser, csv_positive_floats, fraction, positive_float, positive_int
@@ -38,7 +40,7 @@ from stack.cli_args import CliParser, csv_positive_floats, fraction, positive_fl
 __all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main", "verdict_code"]
 
 EXIT_LOAD_GATE = 3
-LOCUSTFILE = Path(__file__).resolve().parents[2] / "loadtests" / "exam_ramp.py"
+LOCUSTFILE = Path(__file__).resolve().parents[2] / "loadtests" / "exam_ramp.py"  # chaos/ramp/command.py -> repo
 _HAPROXY_FIELDS = ("hrsp_5xx", "econ", "eresp", "ereq", "dreq", "wretr", "wredis", "qmax", "cli_abrt", "srv_abrt",
                    "connect", "reuse")  # connections opened to a server vs requests on a reused one
 
@@ -95,11 +97,15 @@ def _machine() -> str:
     return f"{os.cpu_count()} cores, load average {load[0]:.2f} at the end, {platform.python_implementation()}"
 
 
-def verdict_code(invariants_valid: Any, history_problems: Sequence[str], criteria: Sequence[dict[str, Any]]) -> int:
-    """Invariants first (a lost answer matters more than a slow one), then the load gate."""
+def verdict_code(invariants_valid: Any, history_problems: Sequence[str], criteria: Sequence[dict[str, Any]],
+                 generator_kept_up: bool = True) -> int:
+    """Invariants first (a lost answer matters more than a slow one), then whether the generator
+    offered the plan's load (if not, no load criterion can be judged: unknown), then the load gate."""
     verdict = exit_code(invariants_valid) if not history_problems else EXIT_UNKNOWN
     if verdict != EXIT_VALID:
         return verdict
+    if not generator_kept_up:
+        return EXIT_UNKNOWN
     return EXIT_VALID if all(g["passed"] for g in criteria) else EXIT_LOAD_GATE
 
 
@@ -118,7 +124,13 @@ def finalize(run_dir: Path) -> int:
     ticks = read_ticks(run_dir)
     steps = step_rates(config, ticks, done)
     criteria = gate(config, steps, done)
-    code = verdict_code(invariants["valid"], merged.problems, criteria)
+    summaries, generator_problems = read_generators(run_dir)
+    notes += generator_problems
+    generator = generator_steps(summaries, len(config["plan"]["schedule"]))
+    kept_up = generator_gate(config, generator)
+    if not kept_up["passed"]:
+        notes.append("the generator, not the stack, was short: " + kept_up["derivation"])
+    code = verdict_code(invariants["valid"], merged.problems, criteria, kept_up["passed"])
     cut = read_marker(run_dir)
     if cut is not None:  # a cut ramp neither passed nor failed its gate: it did not finish
         code = interrupted_code(cut)
@@ -127,7 +139,11 @@ def finalize(run_dir: Path) -> int:
               "interrupted": cut,
               "invariants": {"valid": invariants["valid"], "checkers": {n: c["valid"] for n, c in
                                                                          invariants["checkers"].items()}},
-              "gate": criteria, "steps": steps, "latency": latency_quantiles(done), "errors": error_split(done),
+              "gate": criteria, "steps": steps, "generator": {"kept_up": kept_up, "steps": generator,
+                                                               "processes": len(summaries)},
+              "arrivals": config.get("arrivals", {"mode": "closed"}),
+              "latency": latency_quantiles(done), "errors": error_split(done),
+              "latency_corrected": latency_quantiles(done, corrected=True) if is_open(config) else None,
               "requests": len(done), "history_files": merged.files,
               "haproxy": haproxy_counters(config["targets"].get("haproxy_socket", "")),
               "valkey": _valkey_counters(stack_dir), "stack_processes": _stack_identities(stack_dir), "notes": notes}
@@ -179,12 +195,27 @@ def print_summary(run_dir: Path) -> int:
     return int(report["exit_code"])
 
 
+def _seconds(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
 def _print_summary(report: dict[str, Any]) -> None:
-    print(f"ramp: {report['verdict']} (exit {report['exit_code']}); invariants valid={report['invariants']['valid']}")
+    print(f"ramp: {report['verdict']} (exit {report['exit_code']}); invariants valid={report['invariants']['valid']}; "
+          f"arrivals {report['arrivals']['mode']}")
     for g in report["gate"]:
         print(f"  {g['name']:<20} limit={g['limit']} measured={g['measured']} {'ok' if g['passed'] else 'FAILED'}")
+    kept_up = report["generator"]["kept_up"]
+    if kept_up["applies"]:
+        print(f"  generator_kept_up    {'ok' if kept_up['passed'] else 'NO: the generator was short'}: "
+              f"{kept_up['derivation']}")
+    generator = {row["step"]: row for row in report["generator"]["steps"]}
     for s in report["steps"]:
-        print(f"  step {s['step']}: target {s['target']:g} req/s, achieved {s['achieved']:.1f} ({s['ratio']:.2f})")
+        g = generator.get(s["step"], {})
+        print(f"  step {s['step']}: target {s['target']:g} req/s, achieved {s['achieved']:.1f} ({s['ratio']:.2f}); "
+              f"p99 corrected {_seconds(s.get('p99_corrected'))}, service {_seconds(s.get('p99_service'))}; "
+              f"generator: sent {g.get('sent', '-')}/{g.get('scheduled', '-')} scheduled, delayed "
+              f"{g.get('delayed', '-')}, dropped {g.get('dropped', '-')}, {g.get('cpu_ms_per_request')} ms CPU/request, "
+              f"busy {g.get('busy_share')}")
     print(f"  errors by layer: {report['errors']['layers']}")
     print(f"report: {report['run_dir']}/ramp.md")
 
@@ -206,6 +237,10 @@ def _ramp_parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", type=positive_int, default=None, help="questions per exam")
     p.add_argument("--run-dir", default=None, help="the ramp's run folder (default a new one under results/runs)")
     p.add_argument("--processes", type=positive_int, default=None, help="Locust worker processes (distributed mode)")
+    p.add_argument("--arrivals", choices=("open", "closed"), default=None,
+                   help="open (default): scheduled starts, corrected latency; closed: Locust's users")
+    p.add_argument("--max-in-flight", type=positive_int, default=None, help="open model: in-flight slots")
+    p.add_argument("--max-send-lag", type=positive_float, default=None, help="open model: delayed past this (seconds)")
     return p
 
 
@@ -215,7 +250,8 @@ def locust_argv(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
                         ("--ramp-per-user-rate", args.per_user_rate), ("--ramp-p99", args.p99),
                         ("--ramp-max-failure-ratio", args.max_failure_ratio),
                         ("--ramp-min-rate-ratio", args.min_rate_ratio), ("--ramp-questions", args.questions),
-                        ("--ramp-run-dir", args.run_dir)):
+                        ("--ramp-run-dir", args.run_dir), ("--ramp-arrivals", args.arrivals),
+                        ("--ramp-max-in-flight", args.max_in_flight), ("--ramp-max-send-lag", args.max_send_lag)):
         if value is not None:
             argv += [flag, str(value)]
     if args.processes:

@@ -12,15 +12,18 @@ history, as they do for the chaos workload.
 from __future__ import annotations
 
 import heapq
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
 from chaos.history import HistoryFormatError, Op, read_history, write_history
 
-__all__ = ["HISTORIES_DIR", "MergedHistory", "merge_histories"]
+__all__ = ["HISTORIES_DIR", "STREAMS_FILE", "MergedHistory", "merge_histories", "stream_problems"]
 
 HISTORIES_DIR = "histories"
+STREAMS_FILE = "streams.json"
+"""The master's record of each remote worker's history stream (loadtests/ramp_wire.py)."""
 
 
 @dataclass
@@ -59,6 +62,7 @@ def merge_histories(run_dir: Path, dest_name: str = "history.jsonl") -> MergedHi
         streams.append(list(_tagged(read.ops, number)))
     if not result.files:
         result.problems.append(f"no process history in {run_dir / HISTORIES_DIR}: the load never ran")
+    result.problems += stream_problems(run_dir / HISTORIES_DIR)
     merged = list(heapq.merge(*streams, key=lambda item: item[0]))
     origin = merged[0][0] if merged else 0.0
     processes: dict[tuple[int, object], int] = {}
@@ -70,3 +74,46 @@ def merge_histories(run_dir: Path, dest_name: str = "history.jsonl") -> MergedHi
 
     result.ops = write_history(run_dir / dest_name, (rewritten(index, *item) for index, item in enumerate(merged)))
     return result
+
+
+def stream_problems(folder: Path) -> list[str]:
+    """Why a distributed run's streamed histories are not whole, per worker: an end of history
+    never received (the worker died or was cut off), a batch missing, or what arrived differing
+    from what the worker said it sent. [] when there was no stream (a local run) or all is whole."""
+    path = folder / STREAMS_FILE
+    if not path.exists():
+        return []
+    try:
+        manifest = json.loads(path.read_text())
+    except ValueError as exc:
+        return [f"{STREAMS_FILE}: unreadable ({exc})"]
+    workers = manifest.get("workers", [])
+    problems = []
+    if len(workers) < int(manifest.get("expected", 0)):
+        problems.append(f"{len(workers)} of {manifest['expected']} expected workers were accepted: "
+                        "the plan's load was not all offered")
+    for w in workers:
+        problems += _worker_problems(w)
+    return problems
+
+
+def _worker_problems(w: dict) -> list[str]:
+    name = f"worker{w['worker']} (pid {w['pid']} on {w['host']}, {w['file']})"
+    received, end = w["received"], w.get("end")
+    if end is None:
+        return [f"{name}: no end of history: the worker died or lost the master mid-run; received "
+                f"{received['lines']} ops in {received['batches']} batches, the rest (its later and in-flight "
+                "requests) is missing"]
+    problems = []
+    if end.get("in_flight_left"):
+        problems.append(f"{name}: {end['in_flight_left']} requests still in flight when it ended: their completions "
+                        "are missing")
+    if w.get("gaps"):
+        problems.append(f"{name}: batches missing or out of order at {w['gaps'][:10]}")
+    if end.get("lines") != received["lines"] or end.get("batches") != received["batches"]:
+        problems.append(f"{name}: sent {end.get('lines')} ops in {end.get('batches')} batches, received "
+                        f"{received['lines']} in {received['batches']}")
+    if (end.get("counts") or {}) != received["counts"]:
+        problems.append(f"{name}: ops per call and type differ: sent {end.get('counts')}, received "
+                        f"{received['counts']}")
+    return problems

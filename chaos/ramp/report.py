@@ -33,10 +33,18 @@ def _markdown(report: dict[str, Any]) -> str:
              "## Gate", "", "| criterion | limit | measured | held |", "|---|---|---|---|"]
     lines += [f"| {g['name']} | {_fmt(g['limit'])} | {_fmt(g['measured'])} | {'yes' if g['passed'] else 'NO'} |"
               for g in report["gate"]]
-    lines += ["", "## Achieved vs offered, per step", "", "| step | target req/s | users | window s | completed | "
-              "achieved req/s | ratio |", "|---|---|---|---|---|---|---|"]
+    arrivals = report.get("arrivals") or {"mode": "closed"}
+    users = "slots" if arrivals["mode"] == "open" else "users"
+    lines += ["", "## Achieved vs offered, per step", "",
+              f"Arrivals: **{arrivals['mode']}** model" + (f" ({arrivals.get('distribution')}, {arrivals.get('slots')} "
+                                                         "in-flight slots)" if arrivals["mode"] == "open" else "")
+              + ". p99 corrected: from each request's intended start; service: from its actual send.", "",
+              f"| step | target req/s | {users} | window s | completed | achieved req/s | ratio | p99 corrected s | "
+              "p99 service s |", "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {s['step']} | {s['target']:g} | {s['users']} | {s['window']:.1f} | {s['completed']} | "
-              f"{s['achieved']:.1f} | {s['ratio']:.3f} |" for s in report["steps"]]
+              f"{s['achieved']:.1f} | {s['ratio']:.3f} | {_fmt(s.get('p99_corrected'))} | {_fmt(s.get('p99_service'))} |"
+              for s in report["steps"]]
+    lines += _generator_lines(report.get("generator"))
     lines += ["", "## Errors by layer", "", "| | application | load balancer | client | rejected (4xx) |",
               "|---|---|---|---|---|",
               f"| seed's ramp (incident) | {SEED_LINE['application']} | {SEED_LINE['load_balancer']} | - | - |",
@@ -56,6 +64,22 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _generator_lines(generator: dict[str, Any] | None) -> list[str]:
+    if not generator:
+        return []
+    kept_up = generator["kept_up"]
+    lines = ["", "## The load generator, per step", "",
+             f"Kept up: **{'yes' if kept_up['passed'] else 'NO: the generator, not the stack, was short'}** "
+             f"({kept_up['derivation']}); {generator['processes']} Locust process(es) with users. Busy share: CPU "
+             "seconds / wall seconds of the busiest process (1.0 = one core flat out).", "",
+             "| step | scheduled | sent | queued | delayed | late | dropped | max lag s | completed | Locust CPU s | "
+             "CPU ms / request | busy share |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {g['step']} | {g['scheduled']} | {g['sent']} | {g['queued']} | {g['delayed']} | {g['late']} | "
+              f"{g['dropped']} | {_fmt(g['max_lag'])} | {g['completed']} | {_fmt(g['cpu_seconds'])} | "
+              f"{_fmt(g['cpu_ms_per_request'])} | {_fmt(g['busy_share'])} |" for g in generator["steps"]]
+    return lines
+
+
 def plot_ramp(series: dict[str, list[Any]], path: Path, p99_limit: float | None = None) -> Path | None:
     """Offered vs achieved rate, p50/p99 and errors per layer over time (three panels)."""
     if not series or not series.get("t"):
@@ -70,8 +94,11 @@ def plot_ramp(series: dict[str, list[Any]], path: Path, p99_limit: float | None 
     rate.plot(series["t"], series["achieved"], label="achieved (completions/s)")
     rate.set_ylabel("req/s")
     rate.legend(loc="upper left")
-    for key in ("p50", "p99"):
-        latency.plot(series["t"], [v if v is not None else float("nan") for v in series[key]], label=key)
+    for key, label in (("p50", "p50 service"), ("p99", "p99 service (from the send)"),
+                       ("p99_corrected", "p99 corrected (from the intended start)")):
+        values = series.get(key) or []
+        if any(v is not None for v in values):
+            latency.plot(series["t"], [v if v is not None else float("nan") for v in values], label=label)
     if p99_limit is not None:
         latency.axhline(p99_limit, color="tab:red", linestyle="--", label=f"gate: p99 <= {p99_limit:g} s")
     latency.set_ylabel("latency s")
