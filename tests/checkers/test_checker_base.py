@@ -116,7 +116,7 @@ EXPORTS = {
         "CHECKERS", "CheckOptions", "Checker", "DETAIL_SECTIONS", "OptionsError", "Result", "UNKNOWN", "check_answers",
         "check_connections",
         "check_ai_billing", "check_ai_paused_calls", "check_ai_provider_limit", "check_duplicate_charges", "check_retry_after",
-        "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
+        "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "mark_vacuous", "run_checkers",
         "check_answer_reads", "check_final_answers", "check_revisions",
     ],
     "chaos.checkers.base": [
