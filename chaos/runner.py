@@ -23,7 +23,7 @@ from chaos.deployment import Deployment
 from chaos.deployment.targets import DEFAULT_TARGET, build_deployment
 from chaos.history import History
 from chaos.interrupt import Interrupted, write_marker
-from chaos.observe.monitor import run_monitor
+from chaos.observe.monitor import admin_urls, require_samples, run_monitor
 from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderNemesis, run_schedule
 from chaos.load.exam import WorkloadSpec, WorkloadStats, run_workload
 import stack.config as stack_config
@@ -242,7 +242,7 @@ async def _load_and_faults_body(
 ) -> WorkloadStats:
     started = time.monotonic()
     stop_monitor = asyncio.Event()
-    monitor = asyncio.create_task(run_monitor(stack.urls["api"], history, 0.5, stop_monitor))
+    monitor = asyncio.create_task(run_monitor(lambda: admin_urls(stack.urls), history, 0.5, stop_monitor))
     schedule = asyncio.create_task(run_schedule(nemesis, faults, history, started))
     counts: Counter = Counter()
     ticker = asyncio.create_task(_tick(counts, started, progress))
@@ -256,13 +256,14 @@ async def _load_and_faults_body(
         stop_background.set()
         for name, task in background.items():
             stats.background[name] = await task
-        return stats
     finally:
         for task in (schedule, ticker, *background.values()):
             task.cancel()
         stop_monitor.set()
         stop_background.set()
         await asyncio.gather(monitor, schedule, ticker, *background.values(), return_exceptions=True)
+    require_samples(monitor.result(), admin_urls(stack.urls))
+    return stats
 
 
 async def _tick(counts: Counter, started: float, progress: Progress) -> None:
@@ -284,7 +285,7 @@ def _scenario_meta(
         "seed": seed,
         "time_scale": settings.time_scale,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
-                     if k not in {"token_secret", "admin_token", "roster_key"}},
+                     if k not in {"token_secret", "admin_token", "roster_key", "proxy_secret"}},
         # The seed's durations, for the report's case-vs-real table: `proctor check` imports no stack code.
         "case_constants": {name: getattr(stack_config, name) for name in stack_config.__all__ if name.startswith("CASE_")},
         "options": scenario.options,

@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,7 @@ from chaos.analyze import EXIT_UNKNOWN
 from chaos.history import read_history
 from chaos.ramp.gate import completions, corrected_latency
 from stack.embedded.watchdog import is_alive
-from stack.paths import runs_dir
+from stack.paths import new_run_dir
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
@@ -82,7 +81,7 @@ def _freeze(pids: list[int], seconds: float) -> tuple[float, float]:
 
 
 def test_a_frozen_node_shows_in_the_corrected_latency_and_not_in_the_service_time():
-    run_dir = runs_dir() / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-ramp-stall"
+    run_dir = new_run_dir("ramp-stall")
     argv = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", f"{RATE:g},{CALM:g}", "--step-seconds", str(STEP_SECONDS),
             "--questions", "5", "--run-dir", str(run_dir), "--arrivals", "open", "--max-in-flight", str(SLOTS),
             "--max-send-lag", str(SEND_LAG), "--p99", "60", "--max-failure-ratio", "1", "--min-rate-ratio", "0",

@@ -34,7 +34,7 @@ from ramp_arrivals import ARRIVAL_MODES, DISTRIBUTIONS, ArrivalSchedule, Generat
 from ramp_distributed import DRAIN_LIMIT, SCHEDULE_GRACE, MasterSide, WorkerSide, is_loopback, require_token
 from ramp_plan import DEFAULT_STEPS, RampPlan, parse_steps
 from ramp_stack import PROJECT_ROOT, EmbeddedRampStack, StackStartError, read_manifest
-from ramp_student import QUESTIONS, Student, StudentCursor, StudentPool, history_for
+from ramp_student import QUESTIONS, RosterExhausted, Student, StudentCursor, StudentPool, history_for, students_needed
 from ramp_wire import TOKEN_ENV
 from stack.paths import new_run_dir
 
@@ -151,6 +151,7 @@ def _on_init(environment, **_kwargs) -> None:
     run_dir = Path(options.ramp_run_dir or new_run_dir("ramp")).resolve()
     _state["run_dir"] = run_dir
     targets = _targets(environment, options, run_dir)
+    _check_roster(targets["roster"], options)
     options.ramp_run_dir = str(run_dir)
     options.ramp_roster = targets["roster"]
     environment.host = targets["api"]
@@ -186,6 +187,34 @@ def _remember_signals() -> None:
     gevent.signal_handler(signal.SIGTERM, lambda: _state.setdefault("signal", "SIGTERM"))
 
 
+def _students_needed(options) -> int:
+    plan = plan_of(options)
+    return students_needed(sum(rate * plan.step_seconds for rate in plan.steps), options.ramp_questions)
+
+
+def _check_roster(roster_path: str, options) -> None:
+    """Refuse a plan the roster cannot serve: each student sits the exam once (one attempt)."""
+    try:
+        enrolled = len(json.loads(Path(roster_path).read_text()).get("exams", {}).get(options.ramp_exam, {}))
+    except (OSError, ValueError) as exc:
+        sys.exit(f"exam_ramp: --ramp-roster {roster_path}: {exc}")
+    needed = _students_needed(options)
+    if enrolled < needed:
+        sys.exit(f"exam_ramp: the roster has {enrolled} students of {options.ramp_exam}; this plan needs up to "
+                 f"{needed} (one attempt each, {options.ramp_questions + 3} requests a student at least): "
+                 "enrol more (PROCTOR_ROSTER_SIZE) or shorten the plan")
+
+
+def _roster_exhausted(environment, exc: RosterExhausted) -> None:
+    """A student cannot be reused: stop the whole run, loudly, with a failing exit code."""
+    if not _state.get("roster_exhausted"):
+        _state["roster_exhausted"] = True
+        print(f"exam_ramp: {exc}", file=sys.stderr)
+        environment.process_exit_code = 2
+        environment.runner.quit()
+    raise StopUser()
+
+
 def _targets(environment, options, run_dir: Path) -> dict[str, str]:
     """Where the load goes and where the final read comes from: an embedded stack or flags."""
     if environment.host and not options.ramp_stack_dir:
@@ -202,7 +231,7 @@ def _targets(environment, options, run_dir: Path) -> dict[str, str]:
         manifest, mode = read_manifest(stack_dir), "stack-dir"
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     else:
-        stack = EmbeddedRampStack(run_dir, web=options.ramp_web)
+        stack = EmbeddedRampStack(run_dir, web=options.ramp_web, roster_size=2 * _students_needed(options))
         print(f"exam_ramp: starting the embedded stack in {run_dir} ...", flush=True)
         try:
             manifest = stack.start(progress=lambda waited: print(f"exam_ramp: ... stack starting ({waited:.0f}s)",
@@ -248,7 +277,8 @@ def _on_quitting(environment, **_kwargs) -> None:
     if "run_dir" not in _state:
         return
     run_dir = Path(str(_state["run_dir"]))
-    if (run_dir / "ramp_ticks.jsonl").exists() and not _state.get("plan_done"):
+    cut_short = not _state.get("plan_done") and not _state.get("roster_exhausted")  # that one has its own line
+    if (run_dir / "ramp_ticks.jsonl").exists() and cut_short:
         _mark_interrupted(run_dir)
     master = _state.get("master")
     if isinstance(master, MasterSide):
@@ -399,18 +429,23 @@ class ExamStudent(FastHttpUser):
         self._send((time.time() - (now - intended), intended))
 
     def _send(self, intended: tuple[float, float] | None) -> None:
-        if self.students is not None:
-            student = self.students.acquire()  # open model: any idle student of this process
-        else:
-            if self.student is None or self.student.done:  # closed model: this user's own student
-                self.student = self.cursor.next_student(self.environment.parsed_options, self.history)
-            student = self.student
+        try:
+            student = self._student()
+        except RosterExhausted as exc:  # every student sat the exam once: stop, never reuse one
+            _roster_exhausted(self.environment, exc)
         try:
             student.step(self.client, intended)
         finally:
             if self.students is not None:
                 self.students.release(student)
             self.meter.completed()
+
+    def _student(self) -> Student:
+        if self.students is not None:
+            return self.students.acquire()  # open model: any idle student of this process
+        if self.student is None or self.student.done:  # closed model: this user's own student
+            self.student = self.cursor.next_student(self.environment.parsed_options, self.history)
+        return self.student
 
 
 def _worker_cursor(worker: WorkerSide, exam: str) -> StudentCursor:

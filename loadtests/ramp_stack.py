@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -53,6 +54,7 @@ _PROGRESS_EVERY = 2.0  # seconds between "still starting" lines
 class EmbeddedRampStack:
     run_dir: Path
     web: int = 2
+    roster_size: int = 0  # students enrolled (PROCTOR_ROSTER_SIZE); 0: the stack's default
     ready_timeout: float = 90.0
     process: subprocess.Popen | None = None
 
@@ -66,8 +68,9 @@ class EmbeddedRampStack:
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         log = self.run_dir / "logs" / "supervisor.log"
         with open(log, "ab") as out:
+            env = {**os.environ, **({"PROCTOR_ROSTER_SIZE": str(self.roster_size)} if self.roster_size else {})}
             self.process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                            cwd=PROJECT_ROOT, start_new_session=True, preexec_fn=_die_with_parent)
+                                            cwd=PROJECT_ROOT, start_new_session=True, preexec_fn=_die_with_parent, env=env)
         started = time.monotonic()
         deadline, next_note = started + self.ready_timeout, started + _PROGRESS_EVERY
         while time.monotonic() < deadline:

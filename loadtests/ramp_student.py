@@ -26,7 +26,8 @@ from typing import Any
 from chaos.ops.answers import ANSWER, answer_body, answer_headers, answer_path, answer_value
 from stack.ledger.grading import OPTIONS
 
-__all__ = ["QUESTIONS", "HistoryWriter", "Student", "StudentCursor", "StudentPool", "classify", "history_for"]
+__all__ = ["QUESTIONS", "HistoryWriter", "RosterExhausted", "Student", "StudentCursor", "StudentPool", "classify",
+           "history_for", "students_needed"]
 
 QUESTIONS = 20  # the embedded stack's exam (PROCTOR_EXAMS NOVA-101:20): q1 .. q20
 _writers: dict[str, "HistoryWriter"] = {}
@@ -76,6 +77,14 @@ class HistoryWriter:
             self._file.close()
 
 
+def students_needed(total_requests: float, questions: int) -> int:
+    """Students a plan of ``total_requests`` uses up at most when every student makes its whole
+    flow (session, start, ``questions`` answers, finish; polls only add requests, so fewer
+    students). One ending early on a definite failure uses fewer requests: the cursor then
+    stops the run with RosterExhausted instead of reusing a student."""
+    return -(-int(total_requests) // (questions + 3))
+
+
 def history_for(run_dir: Path, role: str) -> HistoryWriter:
     path = run_dir / "histories" / f"history-{role}-{os.getpid()}.jsonl"
     if str(path) not in _writers:
@@ -83,16 +92,23 @@ def history_for(run_dir: Path, role: str) -> HistoryWriter:
     return _writers[str(path)]
 
 
-class StudentCursor:
-    """Hands out rostered students in turn; a student may sit the exam again (a new attempt)."""
+class RosterExhausted(RuntimeError):
+    """Every rostered student of this process has sat the exam: the roster is too small."""
 
-    def __init__(self, roster: dict[str, str], exam_code: str, offset: int) -> None:
+
+class StudentCursor:
+    """Hands out each rostered student once: the exam allows one attempt per student
+    (PROCTOR_MAX_ATTEMPTS, default 1), so a student who sat it cannot sit it again. Locust
+    process ``offset`` of ``stride`` takes every stride-th student, so processes never share one."""
+
+    def __init__(self, roster: dict[str, str], exam_code: str, offset: int, stride: int = 1) -> None:
         if not roster:
             raise ValueError(f"--ramp-roster: no student of exam {exam_code!r}")
-        self.students = sorted(roster.items())
+        self.students = sorted(roster.items())[offset % max(1, stride)::max(1, stride)]
         self.exam_code = exam_code
-        self._next = itertools.count(offset * 7919)  # workers start at different students
+        self._next = iter(self.students)
         self._numbers = itertools.count()
+        self._stride = max(1, stride)
 
     @classmethod
     def from_students(cls, students: dict[str, str], exam_code: str) -> "StudentCursor":
@@ -100,18 +116,24 @@ class StudentCursor:
         return cls(students, exam_code, 0)
 
     @classmethod
-    def shared(cls, roster_path: str, exam_code: str, offset: int) -> "StudentCursor":
+    def shared(cls, roster_path: str, exam_code: str, offset: int, stride: int = 1) -> "StudentCursor":
         key = (roster_path, exam_code)
         if key not in _cursors:
             data = json.loads(Path(roster_path).read_text())
             exams = data.get("exams", {})
             if exam_code not in exams:
                 raise ValueError(f"--ramp-roster {roster_path}: no exam {exam_code!r} (has {sorted(exams)})")
-            _cursors[key] = cls(exams[exam_code], exam_code, offset)
+            _cursors[key] = cls(exams[exam_code], exam_code, offset, stride)
         return _cursors[key]
 
     def next_student(self, options: Any, history: HistoryWriter) -> "Student":
-        student_id, code = self.students[next(self._next) % len(self.students)]
+        try:
+            student_id, code = next(self._next)
+        except StopIteration:
+            raise RosterExhausted(
+                f"all {len(self.students)} students of this Locust process (1 in {self._stride} of the roster of "
+                f"{self.exam_code}) have sat the exam, which allows one attempt each: enrol more "
+                "(PROCTOR_ROSTER_SIZE) or shorten the plan") from None
         rng = random.Random(f"{options.ramp_seed}-{os.getpid()}-{next(self._numbers)}")
         return Student(student_id, code, self.exam_code, rng, history, options)
 

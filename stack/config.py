@@ -106,17 +106,6 @@ def _parse_positive_int(name: str, raw: str) -> int:
     return value
 
 
-def _parse_addresses(name: str, raw: str) -> tuple[str, ...]:
-    """``127.0.0.2,10.0.0.5`` -> the addresses whose forwarded headers a node trusts."""
-    addresses = tuple(part.strip() for part in raw.split(",") if part.strip())
-    for address in addresses:
-        try:
-            ipaddress.ip_address(address)
-        except ValueError:
-            raise SettingsError(f"{name}={raw!r}: {address!r} is not an IP address") from None
-    return addresses
-
-
 def _parse_networks(name: str, raw: str) -> tuple[str, ...]:
     """``127.0.0.1/32,10.0.0.0/8`` -> the networks, each checked (a bare address is a /32 or /128)."""
     networks = tuple(part.strip() for part in raw.split(",") if part.strip())
@@ -152,6 +141,20 @@ def _parse_revision_rule(name: str, raw: str) -> str:
     return rule
 
 
+def _parse_exam_window(name: str, raw: str) -> str:
+    """``open-ended`` (stated, never implied by an empty value) or the window's length in seconds."""
+    value = raw.strip().lower()
+    if value == "open-ended":
+        return value
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected open-ended or the window's length in seconds") from None
+    if not seconds > 0:
+        raise SettingsError(f"{name}={raw!r}: a window lasts more than 0 seconds")
+    return value
+
+
 def _parse_exams(name: str, raw: str) -> dict[str, int]:
     """``NOVA-101:20,NOVA-102:10`` -> {code: question count}."""
     exams: dict[str, int] = {}
@@ -183,7 +186,7 @@ class Settings:
     admin_token: str = "proctor-admin"  # PROCTOR_ADMIN_TOKEN; `proctor up` draws a random one per run
     roster_key: str = ""  # PROCTOR_ROSTER_KEY: HMAC key of the access-code hashes (random per run)
     allow_default_secrets: bool = False  # PROCTOR_ALLOW_DEFAULT_SECRETS: test-only, accept KNOWN_DEFAULT_SECRETS
-    trusted_proxies: tuple[str, ...] = ()  # PROCTOR_TRUSTED_PROXIES: peers whose X-Forwarded-For counts
+    proxy_secret: str = ""  # PROCTOR_PROXY_SECRET: HAProxy proves itself with it; only then X-Forwarded-For counts
     admin_port: int = 0  # PROCTOR_ADMIN_PORT: the node's loopback admin listener (0 = none)
     rate_limits: bool = True  # PROCTOR_RATE_LIMITS: off = no request limiter (negative control)
     roster_size: int = 1000  # PROCTOR_ROSTER_SIZE: students enrolled per exam by `proctor up`
@@ -199,6 +202,11 @@ class Settings:
     sms_idempotency: bool = True  # PROCTOR_SMS_IDEMPOTENCY: off = negative control
     valkey_fresh_connections: bool = False  # PROCTOR_VALKEY_FRESH_CONNECTIONS: the seed's anti-pattern
     max_body_bytes: int = 16384  # PROCTOR_MAX_BODY_BYTES
+    max_header_bytes: int = 32768  # PROCTOR_MAX_HEADER_BYTES: request line + headers a node reads; more = 431
+    max_headers: int = 128  # PROCTOR_MAX_HEADERS: header fields per request; more = 431
+    max_attempts: int = 1  # PROCTOR_MAX_ATTEMPTS: attempts per student and exam, stored at provisioning
+    exam_window: str = "open-ended"  # PROCTOR_EXAM_WINDOW: "open-ended", or seconds from provisioning to the close
+    exam_grace_seconds: float = 300.0  # PROCTOR_EXAM_GRACE: real seconds after the close an open attempt may finish
     max_in_flight: int = 64  # PROCTOR_MAX_IN_FLIGHT: requests a node serves at once; more get 503 + Retry-After
     answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
     shared_lane: bool = False  # PROCTOR_SHARED_LANE: on = AI jobs join the merit queue (negative control, the seed's lane)
@@ -263,7 +271,7 @@ ENV_NAMES: dict[str, str] = {
     "admin_token": "PROCTOR_ADMIN_TOKEN",
     "roster_key": "PROCTOR_ROSTER_KEY",
     "allow_default_secrets": "PROCTOR_ALLOW_DEFAULT_SECRETS",
-    "trusted_proxies": "PROCTOR_TRUSTED_PROXIES",
+    "proxy_secret": "PROCTOR_PROXY_SECRET",
     "admin_port": "PROCTOR_ADMIN_PORT",
     "rate_limits": "PROCTOR_RATE_LIMITS",
     "roster_size": "PROCTOR_ROSTER_SIZE",
@@ -279,6 +287,11 @@ ENV_NAMES: dict[str, str] = {
     "sms_idempotency": "PROCTOR_SMS_IDEMPOTENCY",
     "valkey_fresh_connections": "PROCTOR_VALKEY_FRESH_CONNECTIONS",
     "max_body_bytes": "PROCTOR_MAX_BODY_BYTES",
+    "max_header_bytes": "PROCTOR_MAX_HEADER_BYTES",
+    "max_headers": "PROCTOR_MAX_HEADERS",
+    "max_attempts": "PROCTOR_MAX_ATTEMPTS",
+    "exam_window": "PROCTOR_EXAM_WINDOW",
+    "exam_grace_seconds": "PROCTOR_EXAM_GRACE",
     "max_in_flight": "PROCTOR_MAX_IN_FLIGHT",
     "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
     "shared_lane": "PROCTOR_SHARED_LANE",
@@ -296,6 +309,11 @@ _PARSERS = {
     "liveness_ttl": _parse_positive_float,
     "max_job_attempts": _parse_positive_int,
     "max_body_bytes": _parse_positive_int,
+    "max_header_bytes": _parse_positive_int,
+    "max_headers": _parse_positive_int,
+    "max_attempts": _parse_positive_int,
+    "exam_window": _parse_exam_window,
+    "exam_grace_seconds": _parse_non_negative_float,
     "max_in_flight": _parse_positive_int,
     "ai_calls_per_minute": _parse_positive_int,
     "admin_port": lambda name, raw: 0 if raw.strip() == "0" else _parse_positive_int(name, raw),
@@ -303,7 +321,6 @@ _PARSERS = {
     "rate_limits": _parse_bool,
     "roster_size": _parse_positive_int,
     "login_network_limit": _parse_rate,
-    "trusted_proxies": _parse_addresses,
     "sms_allowlist": _parse_networks,
     "answer_write_behind": _parse_non_negative_float,
     "answer_revisions": _parse_revision_rule,
@@ -325,7 +342,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     values: dict[str, object] = {}
     for attr, name in ENV_NAMES.items():
         raw = environ.get(name)
-        if raw is None or raw == "" and attr not in ("database_url", "trusted_proxies"):
+        if raw is None or raw == "" and attr != "database_url":
             continue
         parse = _PARSERS.get(attr)
         values[attr] = parse(name, raw) if parse else raw

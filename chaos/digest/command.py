@@ -126,7 +126,8 @@ def _manifest(run_dir: Path | None) -> dict | None:
 
 
 def _node_urls(manifest: dict) -> list[str]:
-    return [url for name, url in sorted(manifest.get("urls", {}).items()) if re.fullmatch(r"web_\d+", name)]
+    # /metrics is on the admin listeners only (never the public ones, never through HAProxy)
+    return [url for name, url in sorted(manifest.get("urls", {}).items()) if re.fullmatch(r"web_\d+_admin", name)]
 
 
 def _admin(run_dir: Path | None, admin_url: str | None) -> tuple[str, str] | None:
@@ -144,7 +145,7 @@ def _admin(run_dir: Path | None, admin_url: str | None) -> tuple[str, str] | Non
 def digest_main(argv: Sequence[str] | None = None) -> int:
     parser = CliParser(prog="proctor digest", description="The exam digest from each node's /metrics.")
     parser.add_argument("run_dir", nargs="?", type=Path, help="a running stack's run folder (its manifest.json names the nodes)")
-    parser.add_argument("--url", action="append", default=[], help="a web node's base URL (repeatable); instead of run_dir")
+    parser.add_argument("--url", action="append", default=[], help="a web node's admin listener, where /metrics is (repeatable); instead of run_dir")
     parser.add_argument("--admin-url", default=None, help="a node's admin listener for the exam lock "
                                                          "(token from PROCTOR_ADMIN_TOKEN); default the manifest's")
     parser.add_argument("--watch", type=positive_float, default=None, metavar="SECONDS",

@@ -1,18 +1,40 @@
 """Samples the stack's /metrics while a run goes on: queue depth and oldest-job age
 per lane, pending outcomes, outbox lag — recorded as ``sample`` ops in the history
-so plots and the latency checker can show what the queues did during faults."""
+so plots and the latency checker can show what the queues did during faults.
+
+/metrics is served on the web nodes' admin listeners only (never through HAProxy), so the
+monitor takes them in turn; a run whose monitor collected no sample fails (``NoSamples``):
+its plots and latency verdicts would otherwise rest on nothing."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import httpx
 
 from chaos.history import History
 
-__all__ = ["parse_prometheus", "lane_sample", "run_monitor"]
+__all__ = ["NoSamples", "admin_urls", "parse_prometheus", "lane_sample", "require_samples", "run_monitor"]
+
+
+class NoSamples(RuntimeError):
+    """The monitor ran for the whole load and read /metrics not once."""
+
+
+def admin_urls(urls: Mapping[str, str]) -> list[str]:
+    """Every web node's admin listener (``web_N_admin``), or the one ``admin`` a deployment
+    publishes (compose: web-1's)."""
+    nodes = [url for name, url in sorted(urls.items()) if name.startswith("web_") and name.endswith("_admin")]
+    return nodes or ([urls["admin"]] if "admin" in urls else [])
+
+
+def require_samples(collected: int, sources: list[str]) -> None:
+    if collected == 0:
+        raise NoSamples(f"the monitor collected 0 samples of /metrics from {sources or 'no admin listener'}: "
+                        "the run has no queue evidence, so it is not judged")
 
 _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?\s+(\S+)')
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -57,21 +79,30 @@ def lane_sample(text: str) -> dict[str, Any]:
             sample["outbox_lag"] = value
         elif name == METRIC_FAILED and "lane" in labels:
             lanes.setdefault(labels["lane"], {})["failed"] = value
-        elif name in (METRIC_REQUESTS, METRIC_5XX):  # per node: the node HAProxy sent this scrape to
+        elif name in (METRIC_REQUESTS, METRIC_5XX):  # per node: the node whose admin listener was read
             sample["requests" if name == METRIC_REQUESTS else "errors_5xx"] = value
     return sample
 
 
-async def run_monitor(api_url: str, history: History, interval: float, stop: asyncio.Event) -> None:
-    async with httpx.AsyncClient(base_url=api_url, timeout=2.0) as http:
+async def run_monitor(sources: Callable[[], list[str]], history: History, interval: float,
+                      stop: asyncio.Event) -> int:
+    """Sample until ``stop``, one admin listener after another (``sources()`` is read again each
+    time: a scaled pool adds nodes); returns how many samples were recorded."""
+    collected = 0
+    turn = itertools.count()
+    async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
         while not stop.is_set():
+            urls = sources()
             try:
-                response = await http.get("/metrics")
-                if response.status_code == 200:
-                    history.sample(lane_sample(response.text))
+                if urls:
+                    response = await http.get(f"{urls[next(turn) % len(urls)].rstrip('/')}/metrics")
+                    if response.status_code == 200:
+                        history.sample(lane_sample(response.text))
+                        collected += 1
             except httpx.HTTPError:
                 pass  # a failed sample is a gap in the plot, not a harness error
             try:
                 await asyncio.wait_for(stop.wait(), timeout=interval)
             except TimeoutError:
                 pass
+    return collected

@@ -27,14 +27,14 @@ __all__ = [
 
 ROSTER_NAME = "roster.json"
 HAPROXY_SOURCE = "127.0.0.2"
-"""HAProxy connects to the web nodes from this loopback address, the only configured
-proxy; a client on 127.0.0.1 talking to a node directly is not one and cannot spoof
-X-Forwarded-For."""
+"""HAProxy connects to the web nodes from this loopback address. It is not a credential (any
+local process can bind it): a node believes X-Forwarded-For only with the per-run proxy secret
+HAProxy adds (PROCTOR_PROXY_SECRET, stack.web.guards.client_address)."""
 
 
 def run_secrets() -> dict[str, str]:
     """Fresh random secrets (256 bits each) for one run, as Settings overrides."""
-    return {name: secrets.token_urlsafe(32) for name in ("token_secret", "admin_token", "roster_key")}
+    return {name: secrets.token_urlsafe(32) for name in ("token_secret", "admin_token", "roster_key", "proxy_secret")}
 
 
 def roster_student_ids(size: int) -> list[str]:

@@ -10,6 +10,7 @@ connections, so scaling never restarts it.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -19,6 +20,7 @@ from stack.embedded import StackError
 
 __all__ = [
     "BACKEND",
+    "PROXY_HEADER",
     "write_haproxy_config",
     "haproxy_argv",
     "runtime_command",
@@ -45,7 +47,12 @@ def _server_options(source: str | None) -> str:
     return "check" + (f" source {source}" if source else "")
 
 
-def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Path, source: str | None = None) -> str:
+PROXY_HEADER = "X-Proctor-Proxy"
+"""The header HAProxy adds with the run's proxy secret (stack.web.guards.PROXY_HEADER)."""
+
+
+def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Path, source: str | None = None,
+                 proxy_secret: str = "") -> str:
     server_lines = [f"    server {name} 127.0.0.1:{port} {_server_options(source)}" for name, port in servers.items()]
     return "\n".join(
         [
@@ -72,6 +79,9 @@ def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Pa
             # ``option forwardfor`` adds the one address HAProxy saw.
             "    http-request del-header X-Forwarded-For",
             "    option forwardfor",
+            # The node believes that header only with the run's secret, which HAProxy sets here
+            # (replacing whatever a client sent): a loopback source address proves nothing.
+            *([f"    http-request set-header {PROXY_HEADER} {proxy_secret}"] if proxy_secret else []),
             # Admin lives on each node's loopback listener, not behind the load balancer;
             # refusing the path here too means a misrouted node still exposes nothing.
             "    http-request deny deny_status 404 if { path_beg /admin }",
@@ -89,14 +99,18 @@ def _config_text(frontend_port: int, servers: Mapping[str, int], socket_path: Pa
 
 
 def write_haproxy_config(
-    run_dir: Path, frontend_port: int, servers: Mapping[str, int], source: str | None = None
+    run_dir: Path, frontend_port: int, servers: Mapping[str, int], source: str | None = None, proxy_secret: str = ""
 ) -> tuple[Path, Path]:
-    """Write ``<run_dir>/haproxy/haproxy.cfg``; return (config path, admin socket path)."""
+    """Write ``<run_dir>/haproxy/haproxy.cfg`` (0600: it holds the proxy secret); return (config
+    path, admin socket path)."""
     folder = (run_dir / "haproxy").resolve()
     folder.mkdir(parents=True, exist_ok=True)
     socket_path = admin_socket_path(folder)
     config = folder / "haproxy.cfg"
-    config.write_text(_config_text(frontend_port, servers, socket_path, source))
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(_config_text(frontend_port, servers, socket_path, source, proxy_secret))
+    config.chmod(0o600)  # an older, wider file keeps its mode through O_TRUNC
     return config, socket_path
 
 

@@ -18,7 +18,7 @@ from stack.embedded import StackError
 from stack.embedded import valkey as vk
 from stack.embedded.links import validate_links
 from stack.deploy.ports import HOST
-from stack.deploy.secrets import HAPROXY_SOURCE, run_secrets
+from stack.deploy.secrets import run_secrets
 from stack.priority import IDLE, niceness
 
 __all__ = [
@@ -48,7 +48,7 @@ DEFAULT_COMMANDS: dict[str, tuple[str, ...]] = {
     "ai_provider": ("{python}", "-m", "uvicorn", "stack.providers.ai:create_app", *_UVICORN, "--no-proxy-headers"),
     "sms_gateway": ("{python}", "-m", "uvicorn", "stack.providers.sms:create_app", *_UVICORN, "--no-proxy-headers"),
     # Two listeners (public + loopback admin) and no uvicorn proxy headers: the node trusts
-    # X-Forwarded-For only from PROCTOR_TRUSTED_PROXIES (stack.web.serve).
+    # X-Forwarded-For only with HAProxy's per-run secret header (stack.web.guards.client_address).
     "web": ("{python}", "-m", "stack.web.serve", "--port", "{port}"),
     "relay": ("{python}", "-m", "stack.relay"),
     "worker": ("{python}", "-m", "stack.lanes.worker", "{lane}", "--name", "{name}"),
@@ -188,7 +188,7 @@ def stack_settings(spec: StackSpec, run_dir: Path, urls: Mapping[str, str], ca_c
     if "run_dir" in overrides:
         raise StackError("settings_overrides['run_dir']: use StackSpec.run_dir")
     return load_settings().with_overrides(
-        **{**run_secrets(), "trusted_proxies": (HAPROXY_SOURCE,)},
+        **run_secrets(),
         **overrides,
         run_dir=run_dir,
         valkey_url=urls["valkey"],

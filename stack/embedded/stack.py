@@ -164,6 +164,7 @@ class EmbeddedStack:
         certs = self._certs = make_certs(self.run_dir / "tls")
         self._topo.plan_services(free_port)
         self.settings = stack_settings(self.spec, self.run_dir, self.urls, certs.ca_cert)
+        self._topo.proxy_secret = self.settings.proxy_secret
         self._start_control()
         self._sup = Supervisor(self.run_dir, on_change=self._write_manifest)
         self._watchdog_ident = self._sup.watchdog_identity  # kept after detach, for `proctor down`

@@ -41,6 +41,7 @@ class Topology:
         self.table = ComponentTable()
         self.haproxy_socket: Path | None = None
         self.extra_env: dict[str, str] = {}  # e.g. PROCTOR_CONTROL_URL (the runner's control endpoint)
+        self.proxy_secret = ""  # the run's PROCTOR_PROXY_SECRET, which HAProxy adds for the nodes
 
     # ------------------------------------------------------------ derived from the table
     def port(self, name: str) -> int:
@@ -170,7 +171,8 @@ class Topology:
 
     def write_haproxy_config(self, without: Sequence[str] = ()) -> Path:
         webs = {c.name: self.backend_port(c.name) for c in self.table.pool("web") if c.name not in without}
-        config, sock = hap.write_haproxy_config(self.run_dir, self.port("haproxy"), webs, source=HAPROXY_SOURCE)
+        config, sock = hap.write_haproxy_config(self.run_dir, self.port("haproxy"), webs, source=HAPROXY_SOURCE,
+                                                proxy_secret=self.proxy_secret)
         self.haproxy_socket = sock
         return config
 

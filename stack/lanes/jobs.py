@@ -37,7 +37,7 @@ from sqlalchemy.pool import NullPool
 from stack.config import CASE_AI_CALL_SECONDS, CASE_MERIT_COMPUTE_SECONDS, CASE_SMS_CALL_SECONDS, Settings, load_settings
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine, make_reader
-from stack.ledger.grading import OPTIONS, answer_key
+from stack.ledger.grading import OPTIONS
 from stack.ledger.ranking import merit_of
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 __all__ = [
     "OPTIONS",
     "MeritCardNotReady",
-    "answer_key",
     "compute_merit_card",
     "http_timeout",
     "job_timeout",

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
-from stack.ledger import outbox, outcomes, ranking
+from stack.ledger import exam_rules, outbox, outcomes, ranking
+from stack.ledger.exam_rules import ExamRuleRefused
 from stack.ledger.outbox import operation_id
-from stack.ledger.schema import attempts, exams, students
+from stack.ledger.schema import attempt_slots, attempts, exams, students
 
 __all__ = [
     "Attempt",
+    "ExamRuleRefused",
     "FinishResult",
     "OutcomeView",
     "StartKeyConflict",
@@ -118,39 +120,61 @@ def _replayed(found: Attempt, exam_code: str) -> tuple[Attempt, bool]:
     return found, False
 
 
+_START_TRIES = 5
+"""Starts of one student that race for the same slot: each loser counts again (bounded)."""
+
+
 def start_attempt(
     engine: Engine, student_id: str, exam_code: str, key: str | None, now: float | None = None
 ) -> tuple[Attempt, bool]:
-    """Start an attempt; with a key, a replay returns the first attempt. Returns (attempt, created)."""
+    """Start an attempt; with a key, a replay returns the first attempt. Returns (attempt, created).
+    Refuses (ExamRuleRefused) outside the exam's window or past its attempts per student."""
     now = time.time() if now is None else now
-    new = Attempt(uuid.uuid4().hex, student_id, exam_code, "open", now, None, key)
-    try:
-        with engine.begin() as conn:
-            found = _attempt_by_key(conn, student_id, key) if key else None
+    for _ in range(_START_TRIES):
+        try:
+            return _start_in_one_transaction(engine, student_id, exam_code, key, now)
+        except IntegrityError:
+            pass
+        # A concurrent start committed first: the same key (answer with its attempt), or the same
+        # slot (count again: the limit may now refuse).
+        if key:
+            with engine.connect() as conn:
+                found = _attempt_by_key(conn, student_id, key)
             if found is not None:
                 return _replayed(found, exam_code)
-            conn.execute(
-                attempts.insert().values(
-                    id=new.id, student_id=student_id, exam_code=exam_code, idempotency_key=key,
-                    status="open", started_at=now, finished_at=None,
-                )
+    raise RuntimeError(f"attempt start of {student_id!r} lost {_START_TRIES} races in a row")
+
+
+def _start_in_one_transaction(engine: Engine, student_id: str, exam_code: str, key: str | None,
+                              now: float) -> tuple[Attempt, bool]:
+    new = Attempt(uuid.uuid4().hex, student_id, exam_code, "open", now, None, key)
+    with engine.begin() as conn:
+        found = _attempt_by_key(conn, student_id, key) if key else None
+        if found is not None:
+            return _replayed(found, exam_code)
+        rules = exam_rules.rules_of(conn, exam_code)
+        rules.check_start(now)
+        slot = exam_rules.next_slot(conn, rules, student_id)
+        conn.execute(
+            attempts.insert().values(
+                id=new.id, student_id=student_id, exam_code=exam_code, idempotency_key=key,
+                status="open", started_at=now, finished_at=None,
             )
-            return new, True
-    except IntegrityError:
-        if not key:
-            raise
-    # A concurrent start with the same key committed first: answer with its attempt.
-    with engine.connect() as conn:
-        found = _attempt_by_key(conn, student_id, key)
-    if found is None:
-        raise RuntimeError(f"attempt start for key {key!r} conflicted but no attempt holds the key")
-    return _replayed(found, exam_code)
+        )
+        conn.execute(attempt_slots.insert().values(exam_code=exam_code, student_id=student_id, slot=slot,
+                                                   attempt_id=new.id))
+        return new, True
 
 
 def finish_attempt(engine: Engine, attempt_id: str, node: str, now: float | None = None) -> FinishResult:
-    """Finish the attempt and write its outbox rows in one transaction; a replay writes nothing."""
+    """Finish the attempt and write its outbox rows in one transaction; a replay writes nothing.
+    An open attempt finishes only before the exam's close plus its grace (ExamRuleRefused)."""
+    now = time.time() if now is None else now
     with engine.begin() as conn:
-        return finish_in(conn, attempt_id, node, time.time() if now is None else now)
+        current = get_attempt(conn, attempt_id, for_update=True)
+        if current is not None and current.status == "open":
+            exam_rules.rules_of(conn, current.exam_code).check_finish(now)
+        return finish_in(conn, attempt_id, node, now)
 
 
 def finish_in(conn: Connection, attempt_id: str, node: str, now: float) -> FinishResult:

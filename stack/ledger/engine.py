@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateIndex
 
 from stack.config import Settings
+from stack.ledger import answer_keys, exam_rules
 from stack.ledger.schema import IX_OUTBOX_DONE_AT, exams, metadata
 
 __all__ = ["make_engine", "make_reader", "init_ledger"]
@@ -88,7 +91,8 @@ def make_reader(settings: Settings, engine: Engine) -> Engine:
 
 
 def init_ledger(engine: Engine, settings: Settings) -> None:
-    """Create tables and the configured exams; safe to run from every process at start."""
+    """Create tables and provision the configured exams (row, secret answer key, rules); safe
+    to run from every process at start: what exists stays, and a race loses to the first commit."""
     metadata.create_all(engine)
     with engine.begin() as conn:
         # create_all adds indexes only with their table: a ledger made before this index gets it here
@@ -97,3 +101,11 @@ def init_ledger(engine: Engine, settings: Settings) -> None:
         for code, count in settings.exams.items():
             if code not in existing:
                 conn.execute(exams.insert().values(code=code, question_count=count))
+    for code, count in settings.exams.items():
+        try:
+            with engine.begin() as conn:
+                answer_keys.provision_key(conn, code, count)
+                exam_rules.provision_policy(conn, code, settings.exam_window, settings.max_attempts,
+                                            settings.exam_grace_seconds, time.time())
+        except IntegrityError:
+            pass  # another process provisioned this exam at the same moment: its rows stand

@@ -7,7 +7,7 @@ from typing import Callable
 
 from sqlalchemy import Connection, select
 
-from stack.ledger.grading import answer_keys
+from stack.ledger.answer_keys import exam_key
 from stack.ledger.schema import (
     ai_reservations,
     alerts,
@@ -73,11 +73,12 @@ def _outcomes(conn: Connection) -> list[dict]:
 
 
 def _exams(conn: Connection) -> list[dict]:
-    """Each exam with its answer key, so a checker can re-score attempts from the exports."""
+    """Each exam with its secret answer key (admin export only), so a checker can re-score
+    attempts from the exports."""
     query = select(exams.c.code, exams.c.question_count).order_by(exams.c.code)
     return [
-        {"exam_code": r.code, "question_count": r.question_count, "answer_key": answer_keys(r.code, r.question_count)}
-        for r in conn.execute(query)
+        {"exam_code": r.code, "question_count": r.question_count, "answer_key": exam_key(conn, r.code)}
+        for r in conn.execute(query).all()
     ]
 
 

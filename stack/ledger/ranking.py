@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from stack.ledger import grading
+from stack.ledger import answer_keys, grading
 from stack.ledger.schema import answers, attempts, exams
 
 __all__ = ["finished_scores", "merit_of", "score_from_answers"]
@@ -28,7 +28,8 @@ def score_from_answers(conn: Connection, exam_code: str, attempt_ids: list[str])
                             .where(answers.c.attempt_id.in_(attempt_ids)))
         for row in rows:
             contents[row.attempt_id][row.question] = row.content
-    return {attempt_id: grading.score(exam_code, given) for attempt_id, given in contents.items()}
+    key = answer_keys.exam_key(conn, exam_code) if attempt_ids else {}
+    return {attempt_id: grading.score(key, given) for attempt_id, given in contents.items()}
 
 
 def finished_scores(conn: Connection, exam_code: str, attempt_id: str) -> dict[str, int]:

@@ -32,6 +32,9 @@ __all__ = [
     "outcomes",
     "audit_log",
     "exam_windows",
+    "answer_keys",
+    "exam_policies",
+    "attempt_slots",
     "roster",
     "ai_reservations",
     "lane_state",
@@ -238,4 +241,36 @@ exam_windows = Table(
     Column("min_web", Integer, nullable=False),
     Column("min_workers", Text, nullable=False),  # JSON {lane: minimum}
     Column("updated_at", Float, nullable=False),
+)
+
+answer_keys = Table(
+    "answer_keys",
+    metadata,
+    # The secret answer key (stack/ledger/grading.py): one option per question, drawn from
+    # ``secrets`` when the exam is provisioned. Read by scoring and by the admin export only.
+    Column("exam_code", String(64), ForeignKey("exams.code"), primary_key=True),
+    Column("question", String(32), primary_key=True),
+    Column("option", String(1), nullable=False),
+)
+
+exam_policies = Table(
+    "exam_policies",
+    metadata,
+    # The exam's rules, stored at provisioning (stack/ledger/exam_rules.py): every exam has a
+    # window (a row in exam_windows) or is explicitly open-ended until one is set.
+    Column("exam_code", String(64), ForeignKey("exams.code"), primary_key=True),
+    Column("open_ended", Integer, nullable=False),  # 1: no window was given at provisioning
+    Column("max_attempts", Integer, nullable=False),  # attempts per student
+    Column("grace_seconds", Float, nullable=False),  # after the close, an open attempt may still finish
+)
+
+attempt_slots = Table(
+    "attempt_slots",
+    metadata,
+    # The attempts-per-student limit as a key: slot n of (exam, student) exists at most once, so
+    # two racing starts cannot both take the last slot, on SQLite or under PostgreSQL's read committed.
+    Column("exam_code", String(64), ForeignKey("exams.code"), primary_key=True),
+    Column("student_id", String(64), ForeignKey("students.id"), primary_key=True),
+    Column("slot", Integer, primary_key=True),
+    Column("attempt_id", String(64), ForeignKey("attempts.id"), nullable=False),
 )

@@ -94,7 +94,9 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
         engine.dispose()
         read_engine.dispose()
 
-    app = FastAPI(title=f"Proctor web node {settings.node_name}", lifespan=lifespan)
+    # No /docs, /redoc or /openapi.json on the public listener: the admin listener serves the schema.
+    app = FastAPI(title=f"Proctor web node {settings.node_name}", lifespan=lifespan,
+                  docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(InFlightLimit, limit=settings.max_in_flight)  # inside the guard: a shed reply names the node
     _wire(app, state, _PUBLIC_ROUTERS)
     return app
@@ -105,6 +107,13 @@ def create_admin_app(public: FastAPI) -> FastAPI:
     state: WebState = public.state.proctor
     app = FastAPI(title=f"Proctor web node {state.settings.node_name} (admin)")
     _wire(app, state, _ADMIN_ROUTERS)
+    app.include_router(routes_health.metrics_router)
+
+    @app.get("/openapi/public.json", include_in_schema=False)
+    def public_schema() -> dict:
+        """The public API's schema (the public listener serves none)."""
+        return public.openapi()
+
     return app
 
 

@@ -3,6 +3,7 @@ identity-keyed request limit, a busy ledger as 503, and the documented error rep
 
 from __future__ import annotations
 
+import hmac
 import logging
 from typing import Any
 
@@ -19,7 +20,9 @@ __all__ = [
     "BUSY_RETRY_AFTER",
     "ErrorBody",
     "account_limit",
+    "PROXY_HEADER",
     "client_address",
+    "from_our_proxy",
     "documented",
     "is_ledger_busy",
     "ledger_busy_handler",
@@ -53,14 +56,25 @@ def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]} for code in wanted if code != 422}
 
 
+PROXY_HEADER = "x-proctor-proxy"
+"""Set by HAProxy to the run's proxy secret (stack/embedded/haproxy.py, docker/haproxy.cfg)."""
+
+
+def from_our_proxy(request: Request) -> bool:
+    """Whether the request came through HAProxy: it carries the run's proxy secret (compared in
+    constant time). A peer address is no proof: any local process can bind 127.0.0.2."""
+    secret = request.app.state.proctor.settings.proxy_secret
+    offered = request.headers.get(PROXY_HEADER)
+    return bool(secret) and offered is not None and hmac.compare_digest(offered.encode(), secret.encode())
+
+
 def client_address(request: Request) -> str:
-    """The client's address: the peer, or, when the peer is a configured proxy, the address
-    the proxy put in ``X-Forwarded-For`` (the last entry: the one our proxy appended; what a
-    client sent before it is its own claim). A client that is not a proxy cannot spoof it."""
+    """The client's address: the peer, or, on the proxy's authenticated path, the address the
+    proxy put in ``X-Forwarded-For`` (the last entry: the one our proxy appended; what a client
+    sent before it is its own claim). Off that path the header is never believed."""
     peer = request.client.host if request.client else ""
-    trusted = request.app.state.proctor.settings.trusted_proxies
     forwarded = request.headers.get("x-forwarded-for", "")
-    if peer in trusted and forwarded.strip():
+    if forwarded.strip() and from_our_proxy(request):
         return forwarded.split(",")[-1].strip()
     return peer
 

@@ -180,7 +180,8 @@ def _alert_families(out: _Families, engine: Engine) -> None:
                "resumes).", ["lane"], paused)
 
 
-def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients, engine: Engine, draining: bool) -> str:
+def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients, engine: Engine, draining: bool,
+                   limiter_fallbacks: int = 0) -> str:
     requests, errors = counters.snapshot()
     lanes = _valkey_lanes(clients)
     ledger = ledger_sample(engine, counters.lane_latency)
@@ -189,6 +190,11 @@ def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients,
     out.metric("proctor_http_5xx_total", "counter", "HTTP 5xx responses of this node.", ["node"], [((node,), errors)])
     out.metric("proctor_draining", "gauge", "1 while this node drains (readyz 503).", ["node"], [((node,), int(draining))])
     out.metric("proctor_valkey_up", "gauge", "1 if the lanes could be read from Valkey.", ["node"], [((node,), int(lanes is not None))])
+    # While this grows the node limits alone: each limit is in effect multiplied by the node count
+    # (docs/security.md, "Web nodes, limits and exam rules").
+    out.metric("proctor_limiter_fallbacks_total", "counter",
+               "Request-limiter checks this node counted in its own memory because Valkey failed.", ["node"],
+               [((node,), limiter_fallbacks)])
     if lanes is not None:
         out.metric("proctor_lane_depth", "gauge", "Jobs waiting in the lane's queue.", ["lane"],
                    [((lane,), s.depth) for lane, s in lanes.items()])

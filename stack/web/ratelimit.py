@@ -11,13 +11,20 @@ Keys:
 - an authenticated route: ``<exam>/<student>`` + the route template (``ACCOUNT_ROUTE``);
   500 students behind one address are 500 keys, one abusive account is limited alone;
 - login: the client's network address (``LOGIN_NETWORK``, generous: a whole exam hall
-  logs in through one NAT) and, per account, failed logins (``LOGIN_FAILURES``).
+  logs in through one NAT); failed logins per account *and source* (``LOGIN_FAILURE_TIERS``,
+  escalating: a guesser waits a minute, then ten, then an hour), and failed logins per source
+  across accounts (``LOGIN_SOURCE_FAILURES``, the cap on one source guessing many accounts).
+  Failures are never counted per account alone: that let ten guesses a minute from anywhere
+  lock a student out of the exam. A source with no recent failures for an account logs in
+  with the right code however much another source has guessed.
 
 When Valkey is unreachable the limiter falls back to per-node memory counters: answer
 acceptance writes only the ledger (a documented promise) and must not start failing
 because the limiter's store is down. A node keeps limiting alone, so the effective limit
-is at most nodes x limit for the outage; the access codes' 128 bits, not the limiter,
-are what stop guessing, so looser login limits for a while are safe.
+is at most nodes x limit for the outage (HAProxy spreads a client's requests over the
+nodes); each fallback is counted (``fallbacks``, ``proctor_limiter_fallbacks_total`` on
+/metrics). The access codes' 128 bits, not the limiter, are what stop guessing, so looser
+login limits for a while are safe.
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ from redis.exceptions import RedisError
 
 from stack.web.dispatch import ValkeyClients
 
-__all__ = ["ACCOUNT_ROUTE", "LOGIN_FAILURES", "LOGIN_NETWORK", "RequestLimiter", "Verdict", "too_many"]
+__all__ = ["ACCOUNT_ROUTE", "LOGIN_FAILURE_TIERS", "LOGIN_NETWORK", "LOGIN_SOURCE_FAILURES", "RequestLimiter",
+           "Verdict", "too_many"]
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +53,12 @@ ACCOUNT_ROUTE = parse("600/minute")
 LOGIN_NETWORK = parse("3000/minute")
 """Default logins per client address (PROCTOR_LOGIN_NETWORK_LIMIT): a 20/s login ramp from
 one address (an exam hall) is 1200."""
-LOGIN_FAILURES = parse("10/minute")
-"""Failed logins per (exam, student): a student mistyping is fine, guessing is not."""
+LOGIN_FAILURE_TIERS = (parse("5/minute"), parse("10/10 minutes"), parse("20/hour"))
+"""Failed logins per (exam, student, source), every tier counted: a student mistyping a few
+times is fine; a guesser is refused for the rest of a window that grows tenfold per tier."""
+LOGIN_SOURCE_FAILURES = parse("300/minute")
+"""Failed logins per source across accounts: sized for a NAT of 1,000 students of whom a
+third mistype once in the same minute, and far below a guesser spraying many accounts."""
 
 _BYPASS_SECONDS = 2.0
 """After a Valkey error, count in memory this long before trying Valkey again, so an

@@ -4,7 +4,7 @@ The public API listens on ``--host:--port`` (HAProxy's backend). When
 ``PROCTOR_ADMIN_PORT`` is set, the admin API listens on 127.0.0.1 at that port, in the
 same process and over the same state (``stack.web.app.create_node``). Forwarded headers
 are not handled by uvicorn (``proxy_headers`` off): the app trusts ``X-Forwarded-For``
-only from ``PROCTOR_TRUSTED_PROXIES`` (stack.web.guards.client_address).
+only with HAProxy's per-run secret header (stack.web.guards.client_address).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import uvicorn
 from stack.config import SettingsError, load_settings
 from stack.connection_stats import record_process_connections
 from stack.web.app import create_node
+from stack.web.bounded_http import uvicorn_limits
 
 __all__ = ["main"]
 
@@ -47,8 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     sockets = [_bind(args.host, args.port)]
     if settings.admin_port:
         sockets.append(_bind(ADMIN_HOST, settings.admin_port))
+    # No Server header (it named uvicorn and, with a version, told an attacker what to try);
+    # every request head bounded by the node itself (stack.web.bounded_http).
     config = uvicorn.Config(app, proxy_headers=False, access_log=False, log_level="warning",
-                            timeout_graceful_shutdown=2, lifespan="on")
+                            timeout_graceful_shutdown=2, lifespan="on", server_header=False,
+                            **uvicorn_limits(settings.max_header_bytes, settings.max_headers))
     try:
         uvicorn.Server(config).run(sockets=sockets)
     finally:

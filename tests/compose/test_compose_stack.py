@@ -28,6 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 # A hang guard for a cold machine (engine install + base + image), not a verdict.
 pytestmark = [pytest.mark.compose, pytest.mark.integration, pytest.mark.timeout(1500)]
 RESOURCES = ("container", "network", "volume")
+NETWORK_LIMIT = 12
+"""Logins per client network in this stack: a spoofed X-Forwarded-For must meet it."""
 
 
 def leftovers(project: str) -> dict[str, list[str]]:
@@ -81,7 +83,8 @@ def compose_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeRun
     run_dir = tmp_path_factory.mktemp("compose-run")
     env = {**os.environ, "PROCTOR_COMPOSE_PROJECT": project, "PROCTOR_COMPOSE_RUN": str(run_dir),
            "PROCTOR_HTTP_PORT": str(http_port), "PROCTOR_ADMIN_HTTP_PORT": str(admin_port),
-           "PROCTOR_COMPOSE_NET": "172.29.113", "PROCTOR_ROSTER_SIZE": "5"}
+           "PROCTOR_COMPOSE_NET": "172.29.113", "PROCTOR_ROSTER_SIZE": "5",
+           "PROCTOR_LOGIN_NETWORK_LIMIT": f"{NETWORK_LIMIT}/hour"}
     started = time.monotonic()
     setup = subprocess.run(["scripts/compose-setup.sh", "--up"], cwd=REPO, env=env, capture_output=True, text=True,
                            check=False)
@@ -166,6 +169,35 @@ def test_another_container_cannot_reach_the_admin_forward(compose_run: ComposeRu
     answered = subprocess.run(["docker", "exec", web_2, "python", "-c", probe.format(host="web-1", port=8000)],
                               capture_output=True, text=True, check=False)
     assert "HTTP/" in answered.stdout, answered.stdout + answered.stderr
+
+
+_SPOOF = ("import http.client, json\n"
+          "codes = []\n"
+          "for i in range({tries}):\n"
+          "    c = http.client.HTTPConnection('web-1', 8000, timeout=10)\n"
+          "    body = json.dumps({{'student_id': '{student}', 'exam_code': 'NOVA-101', 'access_code': '{code}'}})\n"
+          "    c.request('POST', '/v1/sessions', body, {{'Content-Type': 'application/json',\n"
+          "              'X-Forwarded-For': f'198.51.100.{{i + 1}}', 'X-Proctor-Proxy': 'a-guess'}})\n"
+          "    codes.append(c.getresponse().status)\n"
+          "print(json.dumps(codes))\n")
+
+
+def test_a_node_believes_forwarded_for_only_from_haproxy(compose_run: ComposeRun) -> None:
+    """Finding 5 of issue #21 on compose: another container of the project sends a rotating
+    X-Forwarded-For (and a guessed proxy header) straight to a node: one network, limited."""
+    web_2 = compose_run.container("web-2")
+    student, code = sorted(read_roster(compose_run.run_dir / "roster", "NOVA-101").items())[1]  # one student's own code
+    spoof = _SPOOF.format(tries=NETWORK_LIMIT + 3, student=student, code=code)
+    spoofed = subprocess.run(["docker", "exec", web_2, "python", "-c", spoof],
+                             capture_output=True, text=True, check=False)
+    assert spoofed.returncode == 0, spoofed.stderr
+    codes = json.loads(spoofed.stdout)
+    print(f"\nfrom web-2 straight to web-1 with a rotating X-Forwarded-For: {codes}")
+    assert codes == [201] * NETWORK_LIMIT + [429] * 3  # one network, whatever the header says
+    # Control: through HAProxy (the secret's path) the host is its own network, not limited by the above.
+    with httpx.Client(base_url=compose_run.api, trust_env=False, timeout=30) as client:
+        body = {"student_id": student, "exam_code": "NOVA-101", "access_code": code}
+        assert client.post("/v1/sessions", json=body).status_code == 201
 
 
 def test_leftovers_sees_a_labelled_volume() -> None:

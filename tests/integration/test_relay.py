@@ -28,7 +28,7 @@ from sqlalchemy import select
 from netsupport import REPO, free_port
 from stack.config import Settings
 from stack.valkey_client import valkey_client
-from stack.lanes.jobs import answer_key
+from stack.ledger.answer_keys import exam_key
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import init_ledger, make_engine
@@ -108,7 +108,7 @@ def seed_attempt(settings: Settings, attempt_id: str) -> None:
         )
         conn.execute(
             answers.insert().values(
-                receipt_id=f"r-{attempt_id}", attempt_id=attempt_id, question="q1", content=answer_key("NOVA-101", "q1"),
+                receipt_id=f"r-{attempt_id}", attempt_id=attempt_id, question="q1", content=exam_key(conn, "NOVA-101")["q1"],
                 idempotency_key="k1", body_sha256="0" * 64, node="web_1", created_at=now,
             )
         )

@@ -138,9 +138,9 @@ def test_finish_writes_all_outbox_rows_at_once_and_is_idempotent(stack: Embedded
 def test_another_student_cannot_touch_an_attempt(stack: EmbeddedStack, api: httpx.Client) -> None:
     owner, intruder = sign_in(api), sign_in(api)
     attempt = start_attempt(api, owner)
-    assert put_answer(api, intruder, attempt, "q1", "A", uuid.uuid4().hex).status_code == 403
-    assert api.post(f"/v1/attempts/{attempt}/finish", headers=intruder).status_code == 403
-    assert api.get(f"/v1/attempts/{attempt}/merit-card", headers=intruder).status_code == 403
+    assert put_answer(api, intruder, attempt, "q1", "A", uuid.uuid4().hex).status_code == 404
+    assert api.post(f"/v1/attempts/{attempt}/finish", headers=intruder).status_code == 404
+    assert api.get(f"/v1/attempts/{attempt}/merit-card", headers=intruder).status_code == 404
     assert rows(stack, "answers", attempt) == []
 
 

@@ -65,8 +65,8 @@ def test_replaying_the_victims_start_key_gives_the_attacker_only_their_own_attem
     # No oracle: the victim's attempt refuses the attacker before any replay/409 logic runs.
     for guess in "ABCD":
         probe = answer(app_client, attacker, victim_attempt, "q1", guess, key="k-victim")
-        assert probe.status_code == 403
-    assert app_client.get(f"/v1/attempts/{victim_attempt}/merit-card", headers=auth(attacker)).status_code == 403
+        assert probe.status_code == 404
+    assert app_client.get(f"/v1/attempts/{victim_attempt}/merit-card", headers=auth(attacker)).status_code == 404
     # Control: the victim's own replay of the same answer is still recognised.
     assert answer(app_client, victim, victim_attempt, "q1", "C", key="k-victim").status_code == 200
 

@@ -18,10 +18,12 @@ from web_support import ROSTER, ROSTER_KEY, RecordingDispatcher, TestClient, aut
 from stack.config import Settings
 from stack.ledger.roster import issue_roster
 from stack.web import guards
-from stack.web.routes import sessions as routes_sessions
-from stack.web.app import create_app
+from stack.web.ratelimit import LOGIN_FAILURE_TIERS
+from stack.web.app import create_admin_app, create_app
 
-CROWD = 500
+FIRST_TIER = LOGIN_FAILURE_TIERS[0].amount
+CROWD = 1000
+"""A NAT of 1,000 students (issue #21): every login and every start from one address."""
 
 
 @pytest.fixture
@@ -31,7 +33,7 @@ def crowd(ledger: Engine) -> dict[str, str]:
     return codes
 
 
-def test_500_students_behind_one_address_are_never_limited_as_one(app_client: TestClient, crowd: dict[str, str]) -> None:
+def test_1000_students_behind_one_address_are_never_limited_as_one(app_client: TestClient, crowd: dict[str, str]) -> None:
     statuses = []
     for student in crowd:
         token = token_for(app_client, student)  # asserts 201: no login was limited
@@ -75,25 +77,25 @@ def _login(client: TestClient, student: str, code: str, forwarded: str | None = 
 
 
 @pytest.mark.usefixtures("frozen_window")
-def test_a_spoofed_forwarded_for_from_outside_the_proxies_changes_nothing(settings: Settings, ledger: Engine) -> None:
+def test_a_spoofed_forwarded_for_without_the_proxy_secret_changes_nothing(settings: Settings, ledger: Engine) -> None:
     tight_network_limit = 5
-    app = create_app(settings.with_overrides(trusted_proxies=("127.0.0.2",), login_network_limit="5/minute"),
+    app = create_app(settings.with_overrides(proxy_secret="the-proxys-secret", login_network_limit="5/minute"),
                      dispatcher=RecordingDispatcher())
     code = ROSTER["NOVA-101"]["s-1"]
-    with TestClient(app, client=("127.0.0.1", 5000)) as direct:
+    with TestClient(app, client=("127.0.0.2", 5000)) as direct:  # HAProxy's source address, but not HAProxy
         spoofed = [_login(direct, "s-1", code, forwarded=f"198.51.100.{i}").status_code for i in range(8)]
     assert spoofed == [201] * tight_network_limit + [429] * 3  # one address, whatever the header says
-    # Control: through the configured proxy, each forwarded address is its own network.
-    with TestClient(app, client=("127.0.0.2", 5000)) as proxy:
+    # Control: with HAProxy's secret, each forwarded address is its own network.
+    with TestClient(app, client=("127.0.0.2", 5000), headers={"X-Proctor-Proxy": "the-proxys-secret"}) as proxy:
         via_proxy = [_login(proxy, "s-1", code, forwarded=f"203.0.113.{i}").status_code for i in range(8)]
     assert via_proxy == [201] * 8
 
 
 @pytest.mark.usefixtures("frozen_window")
-def test_guessing_one_accounts_code_is_limited_even_for_the_right_code(app_client: TestClient) -> None:
+def test_guessing_one_accounts_code_is_limited_even_for_the_right_code_from_that_source(app_client: TestClient) -> None:
     code = ROSTER["NOVA-101"]["s-3"]
-    failures = [_login(app_client, "s-3", f"guess-{i}").status_code for i in range(routes_sessions.LOGIN_FAILURES.amount)]
-    assert failures == [401] * routes_sessions.LOGIN_FAILURES.amount
+    failures = [_login(app_client, "s-3", f"guess-{i}").status_code for i in range(FIRST_TIER)]
+    assert failures == [401] * FIRST_TIER
     blocked = _login(app_client, "s-3", code)
     assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) >= 1
     assert _login(app_client, "s-4", ROSTER["NOVA-101"]["s-4"]).status_code == 201  # other accounts unaffected
@@ -109,7 +111,7 @@ def two_nodes_on_valkey(settings: Settings, ledger: Engine, valkey_server: str) 
 
 def test_nodes_share_the_count_through_valkey(two_nodes_on_valkey: tuple[TestClient, TestClient]) -> None:
     one, two = two_nodes_on_valkey
-    failures = routes_sessions.LOGIN_FAILURES.amount
+    failures = FIRST_TIER
     for i in range(failures):
         assert _login(one if i % 2 else two, "s-5", f"guess-{i}").status_code == 401
     assert _login(one, "s-5", ROSTER["NOVA-101"]["s-5"]).status_code == 429  # both nodes' failures counted
@@ -126,7 +128,11 @@ def test_with_valkey_down_answers_are_accepted_and_limits_count_per_node(app_cli
     assert put.status_code == 201
     limiter = app_client.app.state.proctor.limiter  # type: ignore[attr-defined]
     assert limiter.fallbacks >= 1
-    for i in range(routes_sessions.LOGIN_FAILURES.amount):
+    with TestClient(create_admin_app(app_client.app)) as admin:  # type: ignore[arg-type]
+        counted = [line for line in admin.get("/metrics").text.splitlines()
+                   if line.startswith("proctor_limiter_fallbacks_total{")]
+    assert counted == [f'proctor_limiter_fallbacks_total{{node="web_test"}} {float(limiter.fallbacks)}']
+    for i in range(FIRST_TIER):
         _login(app_client, "s-6", f"guess-{i}")
     assert _login(app_client, "s-6", ROSTER["NOVA-101"]["s-6"]).status_code == 429  # still limited, in memory
 
@@ -134,6 +140,6 @@ def test_with_valkey_down_answers_are_accepted_and_limits_count_per_node(app_cli
 def test_the_limiter_off_is_the_negative_control(settings: Settings, ledger: Engine) -> None:
     app = create_app(settings.with_overrides(rate_limits=False), dispatcher=RecordingDispatcher())
     with TestClient(app) as client:
-        for i in range(routes_sessions.LOGIN_FAILURES.amount + 2):
+        for i in range(FIRST_TIER + 2):
             _login(client, "s-7", f"guess-{i}")
         assert _login(client, "s-7", ROSTER["NOVA-101"]["s-7"]).status_code == 201

@@ -24,7 +24,7 @@ from chaos.ramp.merge import merge_histories
 ROOT = Path(__file__).resolve().parents[2]
 
 from ramp_plan import RampPlan, parse_steps  # noqa: E402
-from ramp_student import HistoryWriter, Student, classify  # noqa: E402
+from ramp_student import HistoryWriter, RosterExhausted, Student, StudentCursor, classify, students_needed  # noqa: E402
 
 
 # ---------------------------------------------------------------- plan
@@ -98,6 +98,23 @@ def test_student_retries_an_unknown_answer_under_the_same_key_as_a_new_process(t
     assert answer_ops[0].process == answer_ops[1].process != answer_ops[2].process
     assert answer_ops[1].error.startswith("ConnectionResetError") and answer_ops[3].node == "web_1"
     assert "secret-code" not in (tmp_path / "h.jsonl").read_text()  # access codes stay out of the history
+
+
+def test_the_cursor_hands_each_student_out_once_and_says_when_the_roster_is_used_up(tmp_path):
+    roster = {f"student-{n}": f"code-{n}" for n in range(6)}
+    options = _options(ramp_seed=1)
+    history = HistoryWriter(tmp_path / "h.jsonl")
+    processes = [StudentCursor(roster, "NOVA-101", offset, stride=2) for offset in range(2)]
+    taken = [[cursor.next_student(options, history).student_id for _ in range(3)] for cursor in processes]
+    assert sorted(taken[0] + taken[1]) == sorted(roster)  # each student once, the two processes disjoint
+    with pytest.raises(RosterExhausted, match="one attempt each"):
+        processes[0].next_student(options, history)
+    history.close()
+
+
+def test_students_needed_bounds_the_roster_a_plan_uses():
+    assert students_needed(23 * 100, 20) == 100  # session + start + 20 answers + finish = 23 requests each
+    assert students_needed(23 * 100 + 1, 20) == 101
 
 
 def test_a_definite_failure_ends_the_student():

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, event, select, update
 
 from stack.config import Settings
 from stack.ledger.ranking import merit_of
-from stack.ledger import grading
+from stack.ledger import answer_keys, grading
 from stack.ledger.attempts import ensure_student, finish_attempt, start_attempt
 from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.revisions import RevisionPolicy, submit_revision
@@ -29,12 +29,18 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     settings = Settings(run_dir=tmp_path, exams={EXAM: 4})
     engine = make_engine(settings)
     init_ledger(engine, settings)
+    with engine.connect() as conn:
+        KEY.clear()
+        KEY.update(answer_keys.exam_key(conn, EXAM))
     yield engine
     engine.dispose()
 
 
+KEY: dict[str, str] = {}
+
+
 def _right(question: str) -> str:
-    return grading.answer_key(EXAM, question)
+    return KEY[question]
 
 
 def _wrong(question: str) -> str:

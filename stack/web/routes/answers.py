@@ -4,6 +4,7 @@ reply, read from it; Valkey plays no part. Revisions: stack/ledger/revisions.py.
 from __future__ import annotations
 
 import re
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Response
@@ -11,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from stack.ledger.revisions import REVISION_TAKEN, AnswerRejected, current_answers
 from stack.ledger.attempts import Attempt
+from stack.ledger.exam_rules import ExamRuleRefused
 from stack.web.guards import account_limit, documented
 from stack.web.inputs import Text
 from stack.web.routes.common import AttemptDep, StateDep
@@ -44,10 +46,11 @@ class AnswerBody(BaseModel):
 def _check_question(attempt: Attempt, question: str, count: int | None) -> None:
     match = _QUESTION.fullmatch(question)
     if count is None or match is None or int(match.group(1)) > count:
-        raise HTTPException(status_code=404, detail=f"unknown question {question!r} for exam {attempt.exam_code}")
+        # Never echoes the path segment: a reflected 3 KB of <img ...> under a JSON type was a finding.
+        raise HTTPException(status_code=404, detail="unknown question for this exam")
 
 
-@router.put("/v1/attempts/{attempt_id}/answers/{question}", responses=documented(401, 403, 404, 409, 422, 429))
+@router.put("/v1/attempts/{attempt_id}/answers/{question}", responses=documented(401, 404, 409, 422, 429))
 def put_answer(
     question: str,
     body: AnswerBody,
@@ -58,6 +61,10 @@ def put_answer(
 ) -> dict:
     _check_question(attempt, question, state.question_count(attempt.exam_code))
     try:
+        state.rules.get(attempt.exam_code).check_answer(time.time())
+    except ExamRuleRefused as refused:  # outside the exam's window: nothing is accepted after the close
+        raise HTTPException(status_code=409, detail=str(refused)) from None
+    try:
         receipt = state.answers.accept(attempt.id, question, body.revision, body.content, key)
     except AnswerRejected as exc:
         status = _REJECTION_STATUS.get(exc.reason, 409)
@@ -66,7 +73,7 @@ def put_answer(
     return receipt.as_reply()
 
 
-@router.get("/v1/attempts/{attempt_id}/answers", responses=documented(401, 403, 404, 429))
+@router.get("/v1/attempts/{attempt_id}/answers", responses=documented(401, 404, 429))
 def get_answers(attempt: AttemptDep, state: StateDep) -> dict:
     """The current (highest accepted) revision of every answered question, read from the ledger."""
     with state.read_engine.connect() as conn:

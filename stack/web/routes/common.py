@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stack.config import Settings
 from stack.ledger.attempts import Attempt, get_attempt, question_count
+from stack.ledger.exam_rules import RuleCache
 from stack.web.answer_sink import AnswerSink
 from stack.web.auth import Principal, bearer_principal
 from stack.web.capacity_lock import CapacityLock
@@ -60,7 +61,11 @@ class WebState:
     draining: threading.Event = field(default_factory=threading.Event)
     limiter: RequestLimiter = field(default_factory=lambda: RequestLimiter(None, enabled=False))
     capacity_lock: CapacityLock | None = None  # held by POST /admin/scale and PUT .../window (routes_scale)
+    rules: RuleCache = field(init=False)  # the exams' windows and policies (stack/ledger/exam_rules.py)
     _exams: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rules = RuleCache(self.read_engine)
 
     def question_count(self, exam_code: str) -> int | None:
         """Questions of an exam, or None if unknown. Cached: exam rows are written once by
@@ -89,16 +94,13 @@ PrincipalDep = Annotated[Principal, Depends(request_principal)]
 
 
 def owned_attempt(attempt_id: str, principal: PrincipalDep, state: StateDep) -> Attempt:
-    """The attempt named in the path if the token covers it: 404 unknown, 403 when it is another
-    student's or another exam's (a token is scoped to one student and one exam)."""
+    """The attempt named in the path if the token covers it (a token is scoped to one student and
+    one exam). Anything else is the same 404 as an unknown id: a 403 for another student's attempt
+    told an attacker which ids exist."""
     with state.read_engine.connect() as conn:
         attempt = get_attempt(conn, attempt_id)
-    if attempt is None:
+    if attempt is None or attempt.student_id != principal.student_id or attempt.exam_code != principal.exam_code:
         raise HTTPException(status_code=404, detail="unknown attempt")
-    if attempt.student_id != principal.student_id:
-        raise HTTPException(status_code=403, detail="attempt belongs to another student")
-    if attempt.exam_code != principal.exam_code:
-        raise HTTPException(status_code=403, detail="token is for another exam")
     return attempt
 
 
@@ -143,6 +145,8 @@ class RequestGuard:
     """Pure ASGI middleware around every HTTP request.
 
     - stamps ``X-Proctor-Node`` on every response, including 413 and 500;
+    - refuses more than ``max_headers`` header fields with 431 (under h11; the httptools
+      protocol refuses them before the app, stack/web/bounded_http.py);
     - refuses a body over ``max_body_bytes`` with 413 before anything parses it: by the
       declared Content-Length, and by counting what actually arrives (chunked bodies);
     - counts requests and 5xx for /metrics, and turns an unhandled error into a 500
@@ -153,6 +157,7 @@ class RequestGuard:
         self.app = app
         self.node = settings.node_name
         self.limit = settings.max_body_bytes
+        self.max_headers = settings.max_headers
         self.counters = counters
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -169,6 +174,9 @@ class RequestGuard:
             await send(message)
 
         try:
+            if len(scope["headers"]) > self.max_headers:  # the server bounded the bytes (stack.web.bounded_http)
+                await self._reply(stamped, 431, {"detail": f"more than {self.max_headers} header fields"})
+                return
             body = await self._read_body(scope, receive)
             if body is None:
                 await self._reply(stamped, 413, {"detail": f"request body over {self.limit} bytes"})

@@ -1,4 +1,4 @@
-"""Liveness, readiness and metrics, plus draining on SIGTERM."""
+"""Liveness, readiness and metrics (admin listener only), plus draining on SIGTERM."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ from stack.web.metrics import render_metrics
 from stack.web.guards import documented
 from stack.web.routes.common import StateDep, WebState
 
-__all__ = ["PROMETHEUS_CONTENT_TYPE", "Readiness", "drain_on_sigterm", "router"]
+__all__ = ["PROMETHEUS_CONTENT_TYPE", "Readiness", "drain_on_sigterm", "metrics", "metrics_router", "router"]
 
 log = logging.getLogger(__name__)
 
 router = APIRouter()
+metrics_router = APIRouter()
+"""/metrics: on the admin listener only (stack.web.app): queue depths and request counts are the
+operator's, not the public's."""
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -45,9 +48,10 @@ def readyz(state: StateDep) -> JSONResponse:
     return JSONResponse({"status": "ready", "node": state.settings.node_name})
 
 
-@router.get("/metrics", responses=documented(), response_class=PlainTextResponse)
+@metrics_router.get("/metrics", responses=documented(), response_class=PlainTextResponse)
 def metrics(state: StateDep) -> PlainTextResponse:
-    text = render_metrics(state.settings.node_name, state.counters, state.clients, state.read_engine, state.draining.is_set())
+    text = render_metrics(state.settings.node_name, state.counters, state.clients, state.read_engine, state.draining.is_set(),
+                          state.limiter.fallbacks)
     return PlainTextResponse(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
 

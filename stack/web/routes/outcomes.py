@@ -40,13 +40,13 @@ def _common(attempt: Attempt, view: OutcomeView) -> dict:
     }
 
 
-@router.get("/v1/attempts/{attempt_id}/merit-card", responses=documented(401, 403, 404, 409, 422, 429))
+@router.get("/v1/attempts/{attempt_id}/merit-card", responses=documented(401, 404, 409, 422, 429))
 def merit_card(attempt: AttemptDep, state: StateDep) -> dict:
     view = _view(state, attempt, "merit")
     return {**_common(attempt, view), "merit_card": view.payload if view.status == "ready" else None}
 
 
-@router.get("/v1/attempts/{attempt_id}/narrative", responses=documented(401, 403, 404, 409, 422, 429))
+@router.get("/v1/attempts/{attempt_id}/narrative", responses=documented(401, 404, 409, 422, 429))
 def narrative(attempt: AttemptDep, state: StateDep) -> dict:
     view = _view(state, attempt, "narrative")
     if view.status == "ready":

@@ -88,6 +88,7 @@ def put_window(exam_code: str, body: WindowBody, state: StateDep) -> dict:
         with _capacity_lock(state, what="window", exam_code=exam_code, actor="admin"), state.engine.begin() as conn:
             set_window(conn, window)
             audit(conn, "admin", "exam.window_set", window.as_dict(time.time()))
+        state.rules.forget()  # the exam's rules follow the window: this node at once, the others within a second
     except UnknownExam:
         raise HTTPException(status_code=404, detail=f"unknown exam {exam_code!r}") from None
     return window.as_dict(time.time())

@@ -27,11 +27,11 @@ def _samples(text: str) -> dict[str, float]:
             if line.startswith("proctor_lane_latency_seconds")}
 
 
-def test_each_done_row_lands_in_its_lanes_bucket_and_pending_rows_in_none(app_client: TestClient, ledger: Engine) -> None:
+def test_each_done_row_lands_in_its_lanes_bucket_and_pending_rows_in_none(app_client: TestClient, admin_client, ledger: Engine) -> None:
     attempt = _finish_one(app_client)
     _done_after(ledger, f"merit-{attempt}", 0.3)
     _done_after(ledger, f"narrative-{attempt}", 40.0)  # the sms row stays pending: no latency yet
-    samples = _samples(app_client.get("/metrics").text)
+    samples = _samples(admin_client.get("/metrics").text)
     merit, ai = 'kind="merit",lane="merit"', 'kind="narrative",lane="ai"'
     assert samples[f'proctor_lane_latency_seconds_bucket{{{merit},le="0.25"}}'] == 0
     assert samples[f'proctor_lane_latency_seconds_bucket{{{merit},le="0.5"}}'] == 1

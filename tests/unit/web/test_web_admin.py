@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from web_support import ADMIN, TestClient, answer, auth, start, token_for
 
 from stack.config import Settings
-from stack.ledger.grading import answer_key
+from stack.ledger.answer_keys import exam_key
 from stack.ledger.schema import outcomes
 from stack.web.app import create_admin_app, create_app
 
@@ -54,11 +54,12 @@ def test_exports_follow_the_contract(app_client: TestClient, admin_client: TestC
     assert rows[0]["payload"] == {"score": 1} and rows[0]["attempt_id"] == attempt
 
 
-def test_exams_export_publishes_each_exams_answer_key(admin_client: TestClient) -> None:
+def test_exams_export_publishes_each_exams_answer_key(admin_client: TestClient, ledger: Engine) -> None:
     rows = admin_client.get("/admin/export/exams", headers={"X-Admin-Token": ADMIN}).json()["rows"]
     assert [(r["exam_code"], r["question_count"], sorted(r["answer_key"])) for r in rows] == [
         ("NOVA-101", 3, ["q1", "q2", "q3"]), ("NOVA-102", 2, ["q1", "q2"])]
-    assert all(key == answer_key(r["exam_code"], q) for r in rows for q, key in r["answer_key"].items())
+    with ledger.connect() as conn:
+        assert all(r["answer_key"] == exam_key(conn, r["exam_code"]) for r in rows)  # the ledger's secret key
 
 
 def test_exports_import_neither_rq_nor_the_job_module() -> None:
@@ -116,9 +117,9 @@ def _parse(text: str) -> dict[str, float]:
     return samples
 
 
-def test_metrics_parse_and_report_valkey_down(app_client: TestClient, ledger: Engine) -> None:
+def test_metrics_parse_and_report_valkey_down(app_client: TestClient, admin_client, ledger: Engine) -> None:
     _run_one_attempt(app_client, ledger)
-    response = app_client.get("/metrics")
+    response = admin_client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     samples = _parse(response.text)
@@ -133,19 +134,19 @@ def test_metrics_parse_and_report_valkey_down(app_client: TestClient, ledger: En
     assert samples['proctor_lane_paused{lane="ai"}'] == 0
 
 
-def test_an_alert_shows_on_metrics_and_the_paused_lane_too(app_client: TestClient, ledger: Engine) -> None:
+def test_an_alert_shows_on_metrics_and_the_paused_lane_too(app_client: TestClient, admin_client, ledger: Engine) -> None:
     from stack.lanes.ai import lanestate
 
     with ledger.begin() as conn:
         lanestate.pause(conn, "ai", "provider answered 402", actor="ai-lane")
         lanestate.raise_alert(conn, "ai", "credit_exhausted", {"status": 402})
-    samples = _parse(app_client.get("/metrics").text)
+    samples = _parse(admin_client.get("/metrics").text)
     assert samples['proctor_alerts_total{kind="credit_exhausted",lane="ai"}'] == 1
     assert samples['proctor_alerts_total{kind="credit_exhausted",lane="sms"}'] == 0
     assert (samples['proctor_lane_paused{lane="ai"}'], samples['proctor_lane_paused{lane="sms"}']) == (1, 0)
 
 
-def test_metrics_count_5xx(app_client: TestClient, ledger: Engine) -> None:
+def test_metrics_count_5xx(app_client: TestClient, admin_client, ledger: Engine) -> None:
     from sqlalchemy import text
 
     with ledger.begin() as conn:  # break the ledger under the node: the next write is a 500
@@ -153,15 +154,15 @@ def test_metrics_count_5xx(app_client: TestClient, ledger: Engine) -> None:
     token = token_for(app_client)
     attempt = start(app_client, token)
     assert app_client.post(f"/v1/attempts/{attempt}/finish", headers=auth(token)).status_code == 500
-    samples = _parse(app_client.get("/metrics").text)
+    samples = _parse(admin_client.get("/metrics").text)
     assert samples['proctor_http_5xx_total{node="web_test"}'] == 1
     assert json.loads(app_client.get("/healthz").text)["status"] == "ok"
 
 
-def test_metrics_have_a_latency_histogram_per_route_template(app_client: TestClient, ledger: Engine) -> None:
+def test_metrics_have_a_latency_histogram_per_route_template(app_client: TestClient, admin_client, ledger: Engine) -> None:
     attempt = _run_one_attempt(app_client, ledger)
     assert app_client.get("/v1/no-such-route/8a7f").status_code == 404
-    text = app_client.get("/metrics").text
+    text = admin_client.get("/metrics").text
     samples = _parse(text)
     finish = 'method="POST",node="web_test",route="/v1/attempts/{attempt_id}/finish"'
     assert samples[f"proctor_http_request_duration_seconds_count{{{finish}}}"] == 1

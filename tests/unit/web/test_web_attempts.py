@@ -138,10 +138,10 @@ def test_a_student_touches_only_their_own_attempts(app_client: TestClient, ledge
     theirs = token_for(app_client, "s-2")
     attempt = start(app_client, mine)
     base = f"/v1/attempts/{attempt}"
-    assert answer(app_client, theirs, attempt, "q1", "B").status_code == 403
-    assert app_client.post(f"{base}/finish", headers=auth(theirs)).status_code == 403
-    assert app_client.get(f"{base}/merit-card", headers=auth(theirs)).status_code == 403
-    assert app_client.get(f"{base}/narrative", headers=auth(theirs)).status_code == 403
+    assert answer(app_client, theirs, attempt, "q1", "B").status_code == 404
+    assert app_client.post(f"{base}/finish", headers=auth(theirs)).status_code == 404
+    assert app_client.get(f"{base}/merit-card", headers=auth(theirs)).status_code == 404
+    assert app_client.get(f"{base}/narrative", headers=auth(theirs)).status_code == 404
     assert count_rows(ledger, outbox) == 0
     assert app_client.post("/v1/attempts/nope/finish", headers=auth(mine)).status_code == 404
 

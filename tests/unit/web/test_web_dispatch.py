@@ -15,7 +15,7 @@ from web_support import TestClient, auth, closed_port, start, token_for
 
 from stack.config import Settings
 from stack.ledger.schema import outbox
-from stack.web.app import create_app
+from stack.web.app import create_admin_app, create_app
 from stack.web.dispatch import dispatch_pending
 from stack.web.metrics import lane_samples
 
@@ -34,10 +34,10 @@ def test_finish_enqueues_the_merit_job_without_ttl_and_the_rest_waits_for_the_ca
     """Narrative and SMS read the merit card, so only the relay enqueues them, once it is ready."""
     settings = settings.with_overrides(valkey_url=valkey_server, valkey_fresh_connections=fresh)
     app = create_app(settings)
-    with TestClient(app) as client:
+    with TestClient(app) as client, TestClient(create_admin_app(app)) as admin:
         attempt = _finish(client)
         assert app.state.proctor.dispatcher.wait_idle(10)
-        metrics = client.get("/metrics").text
+        metrics = admin.get("/metrics").text
     with ledger.connect() as conn:
         rows = {r.kind: r for r in conn.execute(select(outbox))}
     assert {k: (r.status, r.attempts, r.job_id) for k, r in rows.items()} == {
@@ -94,6 +94,7 @@ MODULES = [
     "stack.ledger.attempts", "stack.ledger.revisions", "stack.ledger.exports", "stack.ledger.grading", "stack.ledger.outbox",
     "stack.web.guards", "stack.web.inputs", "stack.web.ratelimit", "stack.web.serve", "stack.ledger.roster",
     "stack.web.answer_sink", "stack.web.write_behind", "stack.valkey_client", "stack.connection_stats",
+    "stack.ledger.answer_keys", "stack.ledger.exam_rules", "stack.web.bounded_http",
 ]
 
 

@@ -11,7 +11,7 @@ from web_support import TestClient, auth, start, token_for
 
 from stack.config import SettingsError, load_settings
 from stack.ledger.ranking import merit_of
-from stack.ledger.grading import answer_key
+from stack.ledger.answer_keys import exam_key
 from stack.ledger.schema import answer_revisions, answers
 from stack.web.app import create_app
 
@@ -76,7 +76,8 @@ def test_replays_and_conflicts_under_revisions(app_client: TestClient, ledger: E
 def test_finish_freezes_the_current_revisions_and_merit_scores_them(app_client: TestClient, ledger: Engine) -> None:
     token = token_for(app_client)
     attempt = start(app_client, token)
-    right = answer_key("NOVA-101", "q1")
+    with ledger.connect() as conn:
+        right = exam_key(conn, "NOVA-101")["q1"]
     wrong = next(option for option in "ABCD" if option != right)
     revise(app_client, token, attempt, "q1", wrong, 1)
     revise(app_client, token, attempt, "q1", right, 3, key="k3")

@@ -34,6 +34,9 @@ def settings(tmp_path: Path) -> Settings:
         roster_key=ROSTER_KEY,
         node_name="web_test",
         max_body_bytes=1024,
+        # Tests of other rules start several attempts per student; the attempt limit's own tests
+        # (tests/unit/web/test_exam_rules.py, tests/security) use the default of 1.
+        max_attempts=100,
     )
 
 
