@@ -6,7 +6,7 @@ embedded stack (1 web node, one worker per lane) and prints, in real seconds:
 - restart: SIGKILL the merit worker's tree, the supervisor restarts it at once; seconds
   from the kill until the new worker is ready (its liveness key set, about to dequeue),
   and the new process's own start-up (spawn -> ready);
-- per job: a trivial job (``stack.lanes.jobs.answer_key``) enqueued on the merit lane one
+- per job: a trivial job (``stack.lanes.allowlist.noop``) enqueued on the merit lane one
   at a time. RQ's timestamps split it: enqueue -> ``started_at`` (dequeue, fork of the
   horse, its Valkey connection, RQ's bookkeeping; ``started_at`` is set in the horse right
   before the function) and ``started_at`` -> ``ended_at`` (the function);
@@ -92,13 +92,15 @@ def measure_jobs(stack: Any, jobs: int) -> dict[str, Any]:
     from rq import Queue
     from rq.job import Job
 
-    queue = Queue("merit", connection=stack.valkey("queue"))
+    from stack.lanes.allowlist import JOB_SERIALIZER, NOOP_JOB
+
+    queue = Queue("merit", connection=stack.valkey("queue"), serializer=JOB_SERIALIZER)
     done = []
     for n in range(jobs):
-        job = queue.enqueue("stack.lanes.jobs.answer_key", "NOVA-101", f"q{n}", job_id=f"bench-{time.time_ns()}")
+        job = queue.enqueue(NOOP_JOB, f"q{n}", job_id=f"bench-{time.time_ns()}")  # allow-listed, does nothing
         while job.get_status(refresh=True) not in ("finished", "failed"):
             time.sleep(0.005)
-        done.append(Job.fetch(job.id, connection=queue.connection))
+        done.append(Job.fetch(job.id, connection=queue.connection, serializer=JOB_SERIALIZER))
     return _rq_split(done)
 
 
@@ -125,6 +127,8 @@ def _rows(stack: Any, attempt_id: str) -> list[dict[str, Any]]:
 def measure_lane_jobs(stack: Any, count: int) -> dict[str, Any]:
     from rq.job import Job
 
+    from stack.lanes.allowlist import JOB_SERIALIZER
+
     connection = stack.valkey("queue")
     by_kind: dict[str, list[Any]] = {kind: [] for kind in LANE_OF_KIND}
     finish_to_done: list[float] = []
@@ -139,10 +143,10 @@ def measure_lane_jobs(stack: Any, count: int) -> dict[str, Any]:
             rows = _rows(stack, attempt_id)
         finish_to_done.append(time.monotonic() - started)
         for row in rows:  # the row is done inside the function; RQ writes ended_at after it returns
-            job = Job.fetch(row["job_id"], connection=connection)
+            job = Job.fetch(row["job_id"], connection=connection, serializer=JOB_SERIALIZER)
             while job.ended_at is None and time.monotonic() - started < 120:
                 time.sleep(0.01)
-                job = Job.fetch(row["job_id"], connection=connection)
+                job = Job.fetch(row["job_id"], connection=connection, serializer=JOB_SERIALIZER)
             by_kind[row["kind"]].append(job)
     return {"finish_to_all_done": _summary(finish_to_done), **{k: _rq_split(v) for k, v in by_kind.items()}}
 

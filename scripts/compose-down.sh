@@ -3,7 +3,7 @@
 #
 # Stops the compose stack and removes its containers, network and volumes (project
 # $PROCTOR_COMPOSE_PROJECT, default "proctor") and the run's secrets and roster ($PROCTOR_COMPOSE_RUN,
-# default .compose/run: proctor.env, roster/); the images stay as the build cache. With
+# default .compose/run: proctor.env, valkey-*.env, valkey-users.acl, faultproxy.env, roster/); the images stay as the build cache. With
 # --stop-engine it also stops the dockerd that scripts/compose-setup.sh started (by the pid it
 # kept), and only that one: an engine that was already running is left alone.
 set -euo pipefail
@@ -18,13 +18,15 @@ if docker info >/dev/null 2>&1; then
   env_args=()
   [ -f "$STATE/compose.env" ] && env_args=(--env-file "$STATE/compose.env")
   mkdir -p "$RUN"
-  [ -f "$RUN/proctor.env" ] || install -m 600 /dev/null "$RUN/proctor.env"  # compose insists on it existing
+  for f in proctor.env valkey-web.env valkey-relay.env valkey-worker.env valkey-harness.env; do
+    [ -f "$RUN/$f" ] || install -m 600 /dev/null "$RUN/$f"  # compose insists on its env files existing
+  done
   docker-compose -p "$PROJECT" "${env_args[@]}" down -v --remove-orphans --timeout 5
 else
   echo "compose-down: no container engine answers; nothing to stop"
 fi
 # The run's secrets and roster end with it; the next set-up draws fresh ones.
-rm -rf "$RUN/proctor.env" "$RUN/roster"
+rm -rf "$RUN/proctor.env" "$RUN"/valkey-*.env "$RUN/valkey-users.acl" "$RUN/faultproxy.env" "$RUN/roster"
 
 if [ "${1:-}" = --stop-engine ] && [ -f "$STATE/dockerd.pid" ]; then
   pid=$(cat "$STATE/dockerd.pid")

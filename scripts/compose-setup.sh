@@ -166,7 +166,7 @@ build_image() {
 }
 
 write_secrets() {
-  [ -s "$RUN/proctor.env" ] && return 0
+  [ -s "$RUN/proctor.env" ] && [ -s "$RUN/valkey-users.acl" ] && return 0  # a complete set (older runs had no ACL file)
   "$PY" -m stack.deploy.provision env-file "$RUN/proctor.env"
 }
 

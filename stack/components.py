@@ -12,6 +12,8 @@ fills the same values from its own description.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -63,8 +65,8 @@ class HealthProbe:
         """The manifest's ``health`` entry (its format predates this class and is kept)."""
         if self.kind == "http":
             return {"http": self.target, "accept": self.accept}
-        if self.kind == "valkey":
-            return {"valkey": self.target, "ca": self.ca}
+        if self.kind == "valkey":  # the URL's credential stays out of the manifest
+            return {"valkey": re.sub(r"//[^@/]*@", "//", self.target), "ca": self.ca}
         if self.kind == "ready_file":
             return {"ready_file": self.target}
         return {"alive": "process"}

@@ -180,11 +180,16 @@ class Settings:
     database_url: str = ""  # DATABASE_URL; empty = SQLite ledger.db in run_dir
     valkey_url: str = "rediss://127.0.0.1:6380/0"  # PROCTOR_VALKEY_URL
     valkey_ca: str = ""  # PROCTOR_VALKEY_CA: CA bundle for rediss://
+    valkey_user: str = ""  # PROCTOR_VALKEY_USER: this component's Valkey ACL user (stack/valkey_acl.py); empty = no AUTH
+    valkey_password: str = ""  # PROCTOR_VALKEY_PASSWORD: its password, drawn per run
+    valkey_limiter_password: str = ""  # PROCTOR_VALKEY_LIMITER_PASSWORD: web nodes only, the request limiter's user
     ai_url: str = "http://127.0.0.1:8101"  # PROCTOR_AI_URL
     sms_url: str = "http://127.0.0.1:8102"  # PROCTOR_SMS_URL
     token_secret: str = "proctor-dev-secret"  # PROCTOR_TOKEN_SECRET; `proctor up` draws a random one per run
     admin_token: str = "proctor-admin"  # PROCTOR_ADMIN_TOKEN; `proctor up` draws a random one per run
     roster_key: str = ""  # PROCTOR_ROSTER_KEY: HMAC key of the access-code hashes (random per run)
+    ai_client_token: str = ""  # PROCTOR_AI_CLIENT_TOKEN: the lanes' bearer token at the AI provider (random per run)
+    sms_client_token: str = ""  # PROCTOR_SMS_CLIENT_TOKEN: the lanes' bearer token at the SMS gateway (random per run)
     allow_default_secrets: bool = False  # PROCTOR_ALLOW_DEFAULT_SECRETS: test-only, accept KNOWN_DEFAULT_SECRETS
     proxy_secret: str = ""  # PROCTOR_PROXY_SECRET: HAProxy proves itself with it; only then X-Forwarded-For counts
     admin_port: int = 0  # PROCTOR_ADMIN_PORT: the node's loopback admin listener (0 = none)
@@ -265,11 +270,16 @@ ENV_NAMES: dict[str, str] = {
     "database_url": "DATABASE_URL",
     "valkey_url": "PROCTOR_VALKEY_URL",
     "valkey_ca": "PROCTOR_VALKEY_CA",
+    "valkey_user": "PROCTOR_VALKEY_USER",
+    "valkey_password": "PROCTOR_VALKEY_PASSWORD",
+    "valkey_limiter_password": "PROCTOR_VALKEY_LIMITER_PASSWORD",
     "ai_url": "PROCTOR_AI_URL",
     "sms_url": "PROCTOR_SMS_URL",
     "token_secret": "PROCTOR_TOKEN_SECRET",
     "admin_token": "PROCTOR_ADMIN_TOKEN",
     "roster_key": "PROCTOR_ROSTER_KEY",
+    "ai_client_token": "PROCTOR_AI_CLIENT_TOKEN",
+    "sms_client_token": "PROCTOR_SMS_CLIENT_TOKEN",
     "allow_default_secrets": "PROCTOR_ALLOW_DEFAULT_SECRETS",
     "proxy_secret": "PROCTOR_PROXY_SECRET",
     "admin_port": "PROCTOR_ADMIN_PORT",

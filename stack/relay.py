@@ -48,7 +48,7 @@ from stack.config import Settings, load_settings
 from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client
 from stack.lanes.enqueue import enqueue_operation, enqueue_operations
-from stack.lanes.queues import lane_routes
+from stack.lanes.queues import JOB_SERIALIZER, lane_routes
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine, make_reader
@@ -266,7 +266,7 @@ class Relay:
     def _forget(self, jid: str) -> None:
         """Drop an abandoned started job from RQ's registries so RQ's own cleanup never acts on it."""
         try:
-            Job.fetch(jid, connection=self.redis).delete()
+            Job.fetch(jid, connection=self.redis, serializer=JOB_SERIALIZER).delete()
         except NoSuchJobError:
             pass
 

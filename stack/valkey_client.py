@@ -7,6 +7,10 @@ writes after a timeout (an INCR can run twice). We choose per purpose instead:
 - ``probe``: metrics and health reads; no retries, short timeouts, never blocks a request.
 - ``lock``: the capacity lock (stack/web/capacity_lock.py); no retries: a ``SET NX`` re-sent
   after a timeout would find its own key and read as "held by someone else".
+- ``limiter``: the request limiter's counters, as the ``limiter`` ACL user (no retries, as ``probe``).
+
+Every client authenticates as its component's ACL user (``settings.valkey_user``; see
+stack/valkey_acl.py): Valkey's default user is off in both deployments.
 
 Every connection names itself (``CLIENT SETNAME <component>/<purpose>``) so a
 ``CLIENT LIST`` shows which component holds which connection, and a reconnect shows
@@ -43,6 +47,7 @@ from redis.retry import Retry
 
 from stack.config import Settings
 from stack.connection_stats import component_name, process_stats
+from stack.valkey_acl import LIMITER_USER
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -52,6 +57,7 @@ __all__ = [
     "FreshConnectionPool",
     "classify_error",
     "client_name",
+    "credentials",
     "tls_context",
     "valkey_client",
     "warm_tls",
@@ -60,7 +66,19 @@ __all__ = [
 CONNECT_TIMEOUT = 2.0
 SOCKET_TIMEOUT = 5.0
 
-_RETRIES = {"queue": 3, "probe": 0, "lock": 0}
+_RETRIES = {"queue": 3, "probe": 0, "lock": 0, "limiter": 0}
+
+
+def credentials(settings: Settings, purpose: str = "queue") -> dict[str, str]:
+    """``username``/``password`` of this component's Valkey ACL user (stack/valkey_acl.py); the
+    ``limiter`` purpose connects as the limiter user, the only one allowed its counters. Empty when
+    the settings name no user (a bare test server without ACLs)."""
+    if purpose == "limiter":
+        return {"username": LIMITER_USER, "password": settings.valkey_limiter_password} \
+            if settings.valkey_limiter_password else {}
+    if not settings.valkey_user:
+        return {}
+    return {"username": settings.valkey_user, "password": settings.valkey_password}
 
 
 def client_name(settings: Settings | None, purpose: str) -> str:
@@ -191,6 +209,7 @@ def valkey_client(settings: Settings, purpose: str = "queue") -> Redis:
         "max_connections": 50,
         "client_name": client_name(settings, purpose),
         "connection_class": CountingSSLConnection if tls else CountingConnection,
+        **credentials(settings, purpose),
     }
     if tls:
         if settings.valkey_ca:

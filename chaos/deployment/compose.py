@@ -16,8 +16,9 @@ containers are found by the labels ``com.docker.compose.project`` / ``.service``
   namespace died with it.
 - ``links``: a ``faultproxy`` container on the project network, its API on 127.0.0.1, the
   consumers of each requested link pointed at it (``chaos.deployment.compose_links``).
-  Valkey's TLS port is published on 127.0.0.1 for the harness's own clients (``urls["valkey"]``
-  with the run's password, the CA copied out of the certs volume as ``settings.valkey_ca``).
+  Valkey's TLS port is published on 127.0.0.1 for the harness's own clients, which connect as the
+  ``harness`` ACL user (``settings.valkey_user``, from the run's ``valkey-harness.env``; the CA
+  copied out of the certs volume as ``settings.valkey_ca``).
 - ``scale``: starts or stops the pool's services. ``docker-compose.yml`` names every web
   node and worker (its own ``PROCTOR_NODE_NAME``, its own HAProxy backend line), so a pool
   cannot grow past the services the file defines; that is refused with the reason.
@@ -45,6 +46,7 @@ from stack.components import POOLS, Component
 from stack.config import Settings, load_settings
 from stack.deploy.links import UPSTREAM_OF
 from stack.deploy.ports import free_ports
+from stack.deploy.provision import FAULTPROXY_ENV
 from stack.paths import update_latest_link
 
 __all__ = ["COMPOSE_SHAPE", "ComposeDeployment", "ComposeSpec", "ComposeUnsupported", "REPO"]
@@ -52,8 +54,8 @@ __all__ = ["COMPOSE_SHAPE", "ComposeDeployment", "ComposeSpec", "ComposeUnsuppor
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_SHAPE = {"web": 2, "merit": 2, "ai": 1, "sms": 1}
 """What docker-compose.yml runs: web nodes and workers per lane."""
-_NOT_SETTINGS = ("DATABASE_URL", "PROCTOR_VALKEY_URL", "PROCTOR_VALKEY_PASSWORD", "PROCTOR_PG_PASSWORD")
-"""Addresses inside the compose network, holding passwords: not the harness's settings."""
+_NOT_SETTINGS = ("DATABASE_URL", "PROCTOR_VALKEY_URL", "PROCTOR_PG_PASSWORD")
+"""Addresses inside the compose network, or holding passwords: not the harness's settings."""
 
 
 class ComposeUnsupported(RuntimeError):
@@ -101,9 +103,7 @@ class ComposeDeployment:
     def _env(self) -> dict[str, str]:
         net = self.spec.net_prefix or os.environ.get("PROCTOR_COMPOSE_NET", "172.29.213")
         files = [str(self.repo / "docker-compose.yml"), str(self.compose_dir / "override.json")]
-        # the proxied Valkey URLs in the override say ${PROCTOR_VALKEY_PASSWORD}: Compose fills it in from here
-        password = self._secrets().get("PROCTOR_VALKEY_PASSWORD", "")
-        return {**os.environ, "PROCTOR_VALKEY_PASSWORD": password,
+        return {**os.environ,
                 "PROCTOR_COMPOSE_PROJECT": self.project, "PROCTOR_COMPOSE_RUN": str(self.compose_dir),
                 "PROCTOR_HTTP_PORT": str(self._ports["api"]), "PROCTOR_ADMIN_HTTP_PORT": str(self._ports["admin"]),
                 "PROCTOR_COMPOSE_NET": net, "COMPOSE_FILE": os.pathsep.join(files)}
@@ -135,15 +135,15 @@ class ComposeDeployment:
         return dict(zip(published, free_ports(len(published))))
 
     def _write_secrets(self) -> None:
-        """The run's env file before set-up (which keeps an existing one): the override's proxied
-        URLs need its Valkey password in Compose's environment."""
-        from stack.deploy.provision import compose_secrets, write_env_file
+        """The run's env files before set-up (which keeps existing ones): the harness's Valkey user and
+        the fault proxy's API credential must be known before `up`."""
+        from stack.deploy.provision import write_compose_secrets
 
         if not (self.compose_dir / "proctor.env").exists():
-            write_env_file(self.compose_dir / "proctor.env", compose_secrets())
+            write_compose_secrets(self.compose_dir / "proctor.env")
 
-    def _secrets(self) -> dict[str, str]:
-        env_file = self.compose_dir / "proctor.env"
+    def _secrets(self, name: str = "proctor.env") -> dict[str, str]:
+        env_file = self.compose_dir / name
         lines = env_file.read_text().splitlines() if env_file.exists() else []
         return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
 
@@ -213,6 +213,7 @@ class ComposeDeployment:
             return self._settings
         secrets = self._secrets()  # written before set-up
         env = {k: v for k, v in secrets.items() if k not in _NOT_SETTINGS}
+        env.update(self._secrets("valkey-harness.env"))  # the harness's own Valkey ACL user
         ca = self.compose_dir / "ca.crt"  # copied out of the certs volume after `up`
         host = {"PROCTOR_RUN_DIR": str(self.spec.run_dir), **({"PROCTOR_VALKEY_CA": str(ca)} if ca.exists() else {})}
         settings = load_settings({**env, **host, **settings_env(self.spec.settings_overrides)})
@@ -222,10 +223,13 @@ class ComposeDeployment:
 
     @property
     def urls(self) -> dict[str, str]:
-        """``URL_KEYS``, ``valkey`` (direct, TLS, with the run's password) and ``faultproxy`` when links."""
-        urls = {key: f"http://127.0.0.1:{port}" for key, port in self._ports.items() if key != "valkey"}
-        password = self._secrets().get("PROCTOR_VALKEY_PASSWORD", "")
-        urls["valkey"] = f"rediss://:{password}@127.0.0.1:{self._ports['valkey']}/0"
+        """``URL_KEYS``, ``valkey`` (direct, TLS; the credential is ``settings.valkey_user``'s) and ``faultproxy``
+        when links (with its API credential: the nemesis sends it as Basic)."""
+        urls = {key: f"http://127.0.0.1:{port}" for key, port in self._ports.items() if key not in ("valkey", "faultproxy")}
+        urls["valkey"] = f"rediss://127.0.0.1:{self._ports['valkey']}/0"
+        if "faultproxy" in self._ports:
+            credential = self._secrets(FAULTPROXY_ENV).get("FAULTPROXY_API_CREDENTIAL", "")
+            urls["faultproxy"] = f"http://{credential + '@' if credential else ''}127.0.0.1:{self._ports['faultproxy']}"
         return urls
 
     def components(self) -> list[Component]:

@@ -15,9 +15,9 @@ The same links as the embedded runner (the table: ``stack.deploy.links``), done 
 TLS goes end to end through the proxy (it relays bytes): the client dials ``faultproxy`` and
 checks that Valkey's certificate names it. ``proctor-certs`` puts ``faultproxy`` in the
 certificate's names, as the embedded certificate names 127.0.0.1 where its proxies listen.
-The Valkey password is not written here: the URL carries ``${PROCTOR_VALKEY_PASSWORD}``,
-which Compose fills in from the environment the adapter gives it (read from the run's
-0600 env file).
+No credential is written here: a proxied Valkey URL holds only the address, each consumer's ACL
+user comes from its own env file, and the fault proxy's API credential from the run's 0600
+``faultproxy.env`` (its API is a control plane: docs/faultproxy.md).
 
 Links from HAProxy to a web node (``web_N``, ``web_*``) are not offered: HAProxy's
 configuration (docker/haproxy.cfg) names the nodes directly.
@@ -51,7 +51,6 @@ API_PORT = 8474  # the API inside the container (Toxiproxy's default)
 LISTEN_BASE = 16380  # proxies listen on LISTEN_BASE + i inside the container, i in link name order
 UPSTREAMS = {"valkey": "valkey:6380", "ai_provider": "ai-provider:8101", "sms_gateway": "sms-gateway:8102"}
 """The embedded runner's service names (``UPSTREAM_OF``'s values) -> the compose address."""
-_PASSWORD = "${PROCTOR_VALKEY_PASSWORD}"  # filled in by Compose from its environment, never written here
 
 
 def links_unsupported(links: Iterable[str]) -> str | None:
@@ -76,13 +75,18 @@ def populate_items(ports: Mapping[str, int]) -> list[dict[str, Any]]:
 
 def _proxied_url(var: str, port: int) -> str:
     if var == "PROCTOR_VALKEY_URL":
-        return f"rediss://:{_PASSWORD}@{FAULTPROXY_SERVICE}:{port}/0"
+        return f"rediss://{FAULTPROXY_SERVICE}:{port}/0"
     return f"http://{FAULTPROXY_SERVICE}:{port}"
 
 
 def consumer_env(role: str, ports: Mapping[str, int]) -> dict[str, str]:
     """The variables a component of ``role`` reads that must point at the proxy (only requested links)."""
     return {var: _proxied_url(var, ports[link]) for var, link in LINKS_OF_ROLE.get(role, {}).items() if link in ports}
+
+
+CREDENTIAL_ENV_FILE = "${PROCTOR_COMPOSE_RUN:-.compose/run}/faultproxy.env"
+"""The fault proxy's API credential (stack.deploy.provision writes it): Compose reads the file, the
+override names only its path."""
 
 
 def faultproxy_service(ports: Mapping[str, int], api_host_port: int, config_path: Path, seed: int) -> dict[str, Any]:
@@ -95,9 +99,10 @@ def faultproxy_service(ports: Mapping[str, int], api_host_port: int, config_path
         "command": ["python", "-m", "chaos.faultproxy", "--host", "0.0.0.0", "--port", str(API_PORT),
                     "--seed", str(seed), "--config", "/etc/proctor/proxies.json"],
         "volumes": [f"{config_path}:/etc/proctor/proxies.json:ro"],
+        "env_file": [CREDENTIAL_ENV_FILE],  # FAULTPROXY_API_CREDENTIAL: the API is a control plane
         "networks": ["stack"],
         "ports": [f"127.0.0.1:{api_host_port}:{API_PORT}"],
-        "healthcheck": {"test": ["CMD", "proctor-health", "http", f"http://127.0.0.1:{API_PORT}/proxies/{first}"],
+        "healthcheck": {"test": ["CMD", "proctor-health", "http-env-credential", f"http://127.0.0.1:{API_PORT}/proxies/{first}"],
                         "interval": "2s", "timeout": "5s", "retries": 30, "start_period": "60s"},
     }
 

@@ -43,7 +43,9 @@ def prepare_engine(run_dir: Path, say=print) -> bool:  # a print-like callable
     started = time.monotonic()
     done = subprocess.run(["scripts/compose-setup.sh"], cwd=REPO, env=env, capture_output=True, text=True,
                           check=False)
-    (run_dir / "proctor.env").unlink(missing_ok=True)  # set-up drew secrets nobody will use
+    for drawn in ("proctor.env", "valkey-web.env", "valkey-relay.env", "valkey-worker.env", "valkey-harness.env",
+                  "valkey-users.acl", "faultproxy.env"):
+        (run_dir / drawn).unlink(missing_ok=True)  # set-up drew secrets nobody will use
     for line in done.stdout.splitlines():
         say(line)
     say(f"compose set-up (engine, base, image): {time.monotonic() - started:.1f}s")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .api import VERSION, Api, BadBody, Response, decode, error_response
+from .auth import CREDENTIAL_ENV, ApiCredential, CredentialError
 
 __all__ = ["MAX_BODY", "FaultProxyServer", "ThreadedFaultProxy", "start_faultproxy_process",
            "stop_faultproxy_process", "main"]
@@ -38,7 +39,7 @@ _IDLE_TIMEOUT = 60.0  # Toxiproxy: idle 60 s, read 15 s
 _READ_TIMEOUT = 15.0
 _RST_AVOIDANCE = 0.5  # as Go's server: FIN, wait, close, so the client reads the answer
 _REASONS = {100: "Continue", 200: "OK", 201: "Created", 204: "No Content",
-            400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+            400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
             500: "Internal Server Error"}
 
@@ -55,9 +56,11 @@ def _log(msg: str, **fields: Any) -> None:
 class FaultProxyServer:
     """The Toxiproxy-compatible API server plus its proxies, in the running loop."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 8474, seed: int | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 8474, seed: int | None = None,
+                 credential: str | None = None) -> None:
         self.host = host
         self.port = port
+        self.credential = ApiCredential(credential)  # None: no check, as Toxiproxy (chaos/faultproxy/auth.py)
         # Unseeded runs still get one recorded seed, so any run can be replayed.
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(6), "big")
         self.api = Api(str(self.seed))
@@ -66,7 +69,9 @@ class FaultProxyServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """The API's URL, with the credential in it when one is set (clients send it as Basic)."""
+        userinfo = f"{self.credential.text}@" if self.credential.required else ""
+        return f"http://{userinfo}{self.host}:{self.port}"
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._client, self.host, self.port,
@@ -134,7 +139,11 @@ class FaultProxyServer:
         conn = headers.get("connection", "").lower()
         close = conn == "close" or (version == "HTTP/1.0" and conn != "keep-alive")
         path = target.split("?", 1)[0]
-        resp = await self.api.handle(method, path, headers, body)
+        if self.credential.allows(headers):
+            resp = await self.api.handle(method, path, headers, body)
+        else:
+            resp = error_response(401, "missing or wrong API credential")
+            resp.headers.append(("WWW-Authenticate", 'Basic realm="faultproxy"'))
         await self._send(writer, resp, close=close, head=method == "HEAD")
         return not close
 
@@ -186,8 +195,9 @@ class FaultProxyServer:
 class ThreadedFaultProxy:
     """Run a :class:`FaultProxyServer` on its own loop in a daemon thread (sync tests)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int | None = None) -> None:
-        self.server = FaultProxyServer(host, port, seed)
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int | None = None,
+                 credential: str | None = None) -> None:
+        self.server = FaultProxyServer(host, port, seed, credential)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="faultproxy", daemon=True)
@@ -248,8 +258,9 @@ def _free_port(host: str) -> int:
 
 def start_faultproxy_process(port: int = 0, host: str = "127.0.0.1", seed: int | None = None,
                              config: str | None = None, log_path: str | None = None,
-                             timeout: float = 10.0) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``python -m chaos.faultproxy`` and wait until ``GET /version`` answers."""
+                             timeout: float = 10.0, credential: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``python -m chaos.faultproxy`` and wait until ``GET /version`` answers; the URL
+    returned carries ``credential`` (``user:password``) when one is given."""
     port = port or _free_port(host)
     cmd = [sys.executable, "-m", "chaos.faultproxy", "--host", host, "--port", str(port)]
     if seed is not None:
@@ -258,7 +269,10 @@ def start_faultproxy_process(port: int = 0, host: str = "127.0.0.1", seed: int |
         cmd += ["--config", config]
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
     try:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+        env = {k: v for k, v in os.environ.items() if k != CREDENTIAL_ENV}
+        if credential:
+            env[CREDENTIAL_ENV] = credential  # the environment, not argv: /proc/*/cmdline is world-readable
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 cwd=str(Path(__file__).resolve().parents[2]))
     finally:
         if log_path:
@@ -270,14 +284,20 @@ def start_faultproxy_process(port: int = 0, host: str = "127.0.0.1", seed: int |
         with contextlib.suppress(OSError):
             conn = http.client.HTTPConnection(host, port, timeout=1)
             try:
-                conn.request("GET", "/version")
+                conn.request("GET", "/version", headers=_basic(credential))
                 if conn.getresponse().status == 200:
-                    return proc, f"http://{host}:{port}"
+                    return proc, f"http://{credential + '@' if credential else ''}{host}:{port}"
             finally:
                 conn.close()
         time.sleep(0.05)
     stop_faultproxy_process(proc)
     raise RuntimeError("faultproxy did not answer /version in time")
+
+
+def _basic(credential: str | None) -> dict[str, str]:
+    import base64
+
+    return {"Authorization": "Basic " + base64.b64encode(credential.encode()).decode()} if credential else {}
 
 
 def stop_faultproxy_process(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int:
@@ -292,8 +312,8 @@ def stop_faultproxy_process(proc: subprocess.Popen[bytes], timeout: float = 5.0)
     return int(proc.returncode)
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    server = FaultProxyServer(args.host, args.port, args.seed)
+async def _serve(args: argparse.Namespace, credential: str | None) -> int:
+    server = FaultProxyServer(args.host, args.port, args.seed, credential)
     await server.start()
     if args.config:
         try:
@@ -303,7 +323,7 @@ async def _serve(args: argparse.Namespace) -> int:
             await server.stop()
             return 1
     _log("Starting Toxiproxy-compatible HTTP server", host=args.host, port=server.port,
-         seed=server.seed, version=VERSION)
+         seed=server.seed, version=VERSION, api_credential=server.credential.required)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -330,15 +350,23 @@ def port_number(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _OneLineParser(prog="proctor faultproxy",
-                                     description=f"Toxiproxy {VERSION}-compatible fault proxy")
+                            description=f"Toxiproxy {VERSION}-compatible fault proxy",
+                            epilog=f"{CREDENTIAL_ENV}=user:password in the environment: the API wants "
+                                   "that HTTP Basic credential on every request (unset: none, as Toxiproxy)")
     parser.add_argument("--host", default="127.0.0.1", help="address of the HTTP API (default 127.0.0.1)")
     parser.add_argument("--port", type=port_number, default=8474, help="port of the HTTP API (default 8474; 0: any free)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for jitter, toxicity and slicer (reproducible runs)")
     parser.add_argument("--config", default=None, help="a /populate JSON array applied at start")
     args = parser.parse_args(argv)
+    credential = os.environ.get(CREDENTIAL_ENV) or None
     try:
-        return asyncio.run(_serve(args))
+        ApiCredential(credential)
+    except CredentialError as exc:
+        print(f"faultproxy: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_serve(args, credential))
     except OSError as exc:
         print(f"faultproxy: {exc}", file=sys.stderr)
         return 1

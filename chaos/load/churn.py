@@ -76,10 +76,10 @@ def _resp(*parts: str) -> bytes:
     return b"".join(out)
 
 
-def _commands(spec: ChurnSpec, n: int, password: str = "") -> tuple[bytes, int]:
-    """The bytes of one op (AUTH when Valkey has a password, then CLIENT SETNAME, pipelined) and how
-    many replies to read."""
-    auth = _resp("AUTH", password) if password else b""
+def _commands(spec: ChurnSpec, n: int, password: str = "", user: str = "") -> tuple[bytes, int]:
+    """The bytes of one op (AUTH [user] password when Valkey wants one, then CLIENT SETNAME, pipelined)
+    and how many replies to read."""
+    auth = _resp("AUTH", *([user] if user else []), password) if password else b""
     setname = auth + _resp("CLIENT", "SETNAME", CLIENT_NAME)
     first = 2 if password else 1
     if spec.op == "ping":
@@ -120,7 +120,7 @@ def _classify(exc: BaseException, phase: str) -> str:
 
 
 async def churn_op(host: str, port: int, context: ssl.SSLContext | None, spec: ChurnSpec, n: int,
-                   password: str = "") -> tuple[str, float, float | None, str]:
+                   password: str = "", user: str = "") -> tuple[str, float, float | None, str]:
     """One fresh-connection op: (outcome, total seconds, handshake seconds or None, error text).
 
     ``context`` None: plaintext (a non-TLS Valkey, tests); "handshake" is then the TCP connect."""
@@ -135,7 +135,7 @@ async def churn_op(host: str, port: int, context: ssl.SSLContext | None, spec: C
             spec.connect_timeout)
         handshake = time.monotonic() - started
         phase = "io"
-        payload, replies = _commands(spec, n, password)
+        payload, replies = _commands(spec, n, password, user)
         writer.write(payload)
         for _ in range(replies):
             line = await asyncio.wait_for(_read_reply(reader), spec.socket_timeout)
@@ -190,6 +190,9 @@ def churn_generator(spec: ChurnSpec = ChurnSpec()):
         url = urlparse(stack.urls[spec.url_key])
         host, port = url.hostname or "127.0.0.1", int(url.port or 6379)
         context = ssl.create_default_context(cafile=stack.settings.valkey_ca or None) if url.scheme == "rediss" else None
+        settings = stack.settings
+        if settings.valkey_user:  # the harness's own ACL user (stack/valkey_acl.py): keys under proctor:*
+            return await run_churn(host, port, context, spec, history, stop, settings.valkey_password, settings.valkey_user)
         return await run_churn(host, port, context, spec, history, stop, unquote(url.password or ""))
 
     gen.spec = spec  # type: ignore[attr-defined]
@@ -197,7 +200,7 @@ def churn_generator(spec: ChurnSpec = ChurnSpec()):
 
 
 async def run_churn(host: str, port: int, context: ssl.SSLContext | None, spec: ChurnSpec, history: History | None,
-                    stop: asyncio.Event, password: str = "") -> dict[str, Any]:
+                    stop: asyncio.Event, password: str = "", user: str = "") -> dict[str, Any]:
     tally = _Tally()
     in_flight: set[asyncio.Task] = set()
     next_sample = tally.started + spec.sample_interval
@@ -229,7 +232,7 @@ async def run_churn(host: str, port: int, context: ssl.SSLContext | None, spec: 
         if len(in_flight) >= spec.concurrency:
             tally.outcomes["skipped"] += 1
         else:
-            task = asyncio.create_task(churn_op(host, port, context, spec, n, password))
+            task = asyncio.create_task(churn_op(host, port, context, spec, n, password, user))
             in_flight.add(task)
             task.add_done_callback(finished)
         n += 1

@@ -54,7 +54,11 @@ class NetworkNemesis:
         parts = urlsplit(url)
         if not parts.hostname or not parts.port:
             raise NemesisError(f"fault proxy URL {url!r} has no host:port")
-        self.host, self.port = parts.hostname, parts.port
+        # toxiproxy-python builds "http://%s:%s" % (host, port): a credential in the URL rides in the host
+        # as "user:password@host", which its requests sends as Basic (chaos/faultproxy/auth.py).
+        userinfo = f"{parts.username}:{parts.password}@" if parts.username else ""
+        self.host, self.port = parts.hostname, parts.port  # what messages name (never the credential)
+        self._api_host = f"{userinfo}{parts.hostname}"
         self.client = Toxiproxy()
         self._toxics: dict[tuple[str, str], str] = {}  # (link, toxic name) -> type
         self._down: set[str] = set()
@@ -159,7 +163,7 @@ class NetworkNemesis:
 
         def run() -> None:
             with _CLIENT_LOCK:
-                self.client.update_api_consumer(self.host, self.port)
+                self.client.update_api_consumer(self._api_host, self.port)
                 try:
                     box["value"] = fn()
                 except BaseException as exc:  # noqa: BLE001 - re-raised in the caller

@@ -38,7 +38,7 @@ from redis.retry import Retry
 
 from chaos.history import History
 from stack.connection_stats import STATS_DIR, STATS_SUFFIX
-from stack.valkey_client import classify_error
+from stack.valkey_client import classify_error, credentials
 
 __all__ = ["component_of", "read_process_counters", "take_sample", "valkey_sampler"]
 
@@ -90,9 +90,9 @@ def read_process_counters(run_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _client(url: str, ca: str) -> Redis:
+def _client(url: str, ca: str, credential: dict[str, str] | None = None) -> Redis:
     kwargs: dict[str, Any] = {"socket_connect_timeout": 1.0, "socket_timeout": 1.0, "client_name": MONITOR_NAME,
-                              "retry": Retry(NoBackoff(), 0), "max_connections": 1}
+                              "retry": Retry(NoBackoff(), 0), "max_connections": 1, **(credential or {})}
     if url.startswith("rediss://"):
         kwargs.update(ssl_ca_certs=ca or None, ssl_cert_reqs="required")
     return Redis.from_url(url, **kwargs)
@@ -121,7 +121,7 @@ def valkey_sampler(interval: float = 0.5):
     """A Scenario background generator ``gen(stack, history, stop) -> dict``."""
 
     async def gen(stack: Any, history: History, stop: asyncio.Event) -> dict[str, Any]:
-        client = _client(stack.urls["valkey"], stack.settings.valkey_ca)
+        client = _client(stack.urls["valkey"], stack.settings.valkey_ca, credentials(stack.settings))  # the harness user
         samples = failed = 0
         last: dict[str, Any] = {}
         try:

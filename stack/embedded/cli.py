@@ -221,10 +221,16 @@ def _ident(pid: Any, ticks: Any) -> tuple[int, int] | None:
     return (int(pid), int(ticks)) if pid and ticks else None
 
 
-def _health(entry: dict[str, Any]) -> str:
+def _health(entry: dict[str, Any], settings: dict[str, str]) -> str:
+    from dataclasses import replace
+
     from stack.embedded.spec import probe_health
 
-    result = probe_health(HealthProbe.from_dict(entry.get("health")), entry.get("pid"))
+    probe = HealthProbe.from_dict(entry.get("health"))
+    if probe.kind == "valkey" and settings.get("PROCTOR_VALKEY_USER"):  # the manifest's URL holds no credential
+        user, password = settings["PROCTOR_VALKEY_USER"], settings.get("PROCTOR_VALKEY_PASSWORD", "")
+        probe = replace(probe, target=probe.target.replace("rediss://", f"rediss://{user}:{password}@", 1))
+    result = probe_health(probe, entry.get("pid"))
     return "-" if result is None else "ok" if result else "FAIL"
 
 
@@ -267,7 +273,7 @@ def _status_one(run_dir: Path) -> int:
     for name, entry in manifest.get("components", {}).items():
         ident = _ident(entry.get("pid"), entry.get("start_ticks"))
         alive = bool(ident and is_alive(ident))
-        health = _health(entry) if alive else "-"
+        health = _health(entry, manifest.get("settings") or {}) if alive else "-"
         healthy = healthy and alive and health != "FAIL"
         print(f"{name:<18} {entry.get('pid') or '-':>7} {'yes' if alive else 'NO':<6} {health:<7} {entry.get('restarts', 0)}")
     return 0 if healthy else 1

@@ -22,6 +22,7 @@ import json
 import os
 import random
 import re
+import secrets
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,7 @@ from stack.deploy.ports import HOST, free_port
 
 __all__ = [
     "COMPONENT",
+    "FAULTPROXY_CREDENTIAL_ENV",
     "FIXED_LINKS",
     "LINKS_OF_ROLE",
     "UPSTREAM_OF",
@@ -53,6 +55,9 @@ COMPONENT = "faultproxy"
 """Supervisor name of the fault proxy process."""
 
 _WEB_LINK = re.compile(r"^web_([1-9][0-9]*)$")
+FAULTPROXY_CREDENTIAL_ENV = "FAULTPROXY_API_CREDENTIAL"
+"""chaos.faultproxy.auth.CREDENTIAL_ENV (the stack never imports the harness; a test keeps the two equal)."""
+
 _API_TIMEOUT = 5.0
 
 
@@ -92,6 +97,9 @@ class LinkManager:
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self.backend, self._where = choose_backend(env) if self.requested else ("none", "")
         self.api_port: int | None = None
+        # Our fault proxy's API is a control plane: a per-run Basic credential (chaos/faultproxy/auth.py).
+        # A real toxiproxy-server has no such option, an external one is the caller's own.
+        self.api_credential = f"proctor:{secrets.token_urlsafe(32)}" if self.backend == "faultproxy" else ""
         self._links: dict[str, Link] = {}
         self._live = False  # the API is up: changes are pushed to it at once
 
@@ -108,7 +116,15 @@ class LinkManager:
     def url(self) -> str:
         if self.backend == "external":
             return self._where
-        return f"http://{HOST}:{self.api_port}"
+        userinfo = f"{self.api_credential}@" if self.api_credential else ""
+        return f"http://{userinfo}{HOST}:{self.api_port}"
+
+    def server_env(self, base: Mapping[str, str]) -> dict[str, str]:
+        """The supervised server's environment: ``base`` plus its API credential (never in argv)."""
+        env = {k: v for k, v in base.items() if k != FAULTPROXY_CREDENTIAL_ENV}
+        if self.api_credential:
+            env[FAULTPROXY_CREDENTIAL_ENV] = self.api_credential
+        return env
 
     def wants(self, name: str) -> bool:
         return name in self.requested or (WEB_WILDCARD in self.requested and bool(_WEB_LINK.match(name)))

@@ -163,7 +163,8 @@ class EmbeddedStack:
     def _start_all(self) -> None:
         certs = self._certs = make_certs(self.run_dir / "tls")
         self._topo.plan_services(free_port)
-        self.settings = stack_settings(self.spec, self.run_dir, self.urls, certs.ca_cert)
+        self.settings = stack_settings(self.spec, self.run_dir, self.urls, certs.ca_cert).with_overrides(
+            **self._topo.harness_credentials())
         self._topo.proxy_secret = self.settings.proxy_secret
         self._start_control()
         self._sup = Supervisor(self.run_dir, on_change=self._write_manifest)
@@ -319,6 +320,18 @@ class EmbeddedStack:
         from stack.valkey_client import valkey_client
 
         client = valkey_client(self.settings, purpose)
+        self._clients.append(client)
+        return client
+
+    def valkey_as(self, user: str) -> Redis:
+        """A client as one component's ACL user (stack/valkey_acl.py): what may that credential do?"""
+        from stack.valkey_acl import LIMITER_USER
+        from stack.valkey_client import valkey_client
+
+        password = self._topo.valkey_passwords[user]
+        settings = self.settings.with_overrides(valkey_user=user, valkey_password=password,
+                                                valkey_limiter_password=password)
+        client = valkey_client(settings, "limiter" if user == LIMITER_USER else "probe")
         self._clients.append(client)
         return client
 

@@ -26,6 +26,7 @@ from stack.deploy.ports import HOST
 from stack.deploy.secrets import HAPROXY_SOURCE
 from stack.embedded.spec import StackSpec, probe_health, python_component, web_component, worker_component
 from stack.embedded.supervisor import ProcessSpec, Probe, Supervisor
+from stack.valkey_acl import LIMITER_USER, draw_passwords, user_of_role
 
 __all__ = ["SERVICES", "Topology"]
 
@@ -42,6 +43,7 @@ class Topology:
         self.haproxy_socket: Path | None = None
         self.extra_env: dict[str, str] = {}  # e.g. PROCTOR_CONTROL_URL (the runner's control endpoint)
         self.proxy_secret = ""  # the run's PROCTOR_PROXY_SECRET, which HAProxy adds for the nodes
+        self.valkey_passwords = draw_passwords()  # one per ACL user, fresh per run (stack/valkey_acl.py)
 
     # ------------------------------------------------------------ derived from the table
     def port(self, name: str) -> int:
@@ -111,17 +113,34 @@ class Topology:
         env.update(self.link_env(component))
         env.update(self.extra_env)
         env.update(PROCTOR_COMPONENT=name, PROCTOR_NODE_NAME=name, PYTHONUNBUFFERED="1")
+        env.update(self.valkey_env(component.role if component is not None else ""))
         if component is not None:
             if component.admin_port is not None:
                 env["PROCTOR_ADMIN_PORT"] = str(component.admin_port)
             env.update(component.env)
         return env
 
+    def valkey_env(self, role: str) -> dict[str, str]:
+        """A component's own Valkey credential, replacing the harness's that ``settings.to_env`` carries;
+        a component that never talks to Valkey (a provider) gets none at all."""
+        user = user_of_role(role)
+        env = {"PROCTOR_VALKEY_USER": user or "", "PROCTOR_VALKEY_PASSWORD": self.valkey_passwords[user] if user else "",
+               "PROCTOR_VALKEY_LIMITER_PASSWORD": ""}
+        if role == "web":
+            env["PROCTOR_VALKEY_LIMITER_PASSWORD"] = self.valkey_passwords[LIMITER_USER]
+        return env
+
+    def harness_credentials(self) -> dict[str, str]:
+        """Settings overrides of the harness (this process): the ``harness`` ACL user."""
+        return {"valkey_user": "harness", "valkey_password": self.valkey_passwords["harness"]}
+
     def process_spec(self, component: Component, settings: Settings, pid_of: Callable[[str], int | None]) -> ProcessSpec:
         """How the supervisor runs a component; Valkey, HAProxy and the fault proxy get our environment only."""
         alive_only = component.health.kind == "alive"
         own_env = component.role in ("valkey", "haproxy", "faultproxy")
         env = dict(os.environ) if own_env else self.env(component.name, settings)
+        if component.role == "faultproxy":
+            env = self.links.server_env(env)
         return ProcessSpec(component.name, component.argv, env=env, ready=self._readiness(component, pid_of),
                            settle=self.spec.worker_settle if alive_only else 0.0, stop_stage=component.stop_stage)
 
@@ -146,8 +165,11 @@ class Topology:
 
     def valkey(self, binary: Path, certs: CertPaths) -> Component:
         port = self.port("valkey")
-        conf = vk.write_valkey_config(self.run_dir, port, certs, self.spec.maxmemory, self.spec.valkey_maxclients)
-        health = HealthProbe("valkey", vk.valkey_url(port), ca=str(certs.ca_cert))
+        conf = vk.write_valkey_config(self.run_dir, port, certs, self.spec.maxmemory, self.spec.valkey_maxclients,
+                                      passwords=self.valkey_passwords)
+        prober = self.harness_credentials()  # the supervisor's probe runs in the harness, as the harness user
+        health = HealthProbe("valkey", vk.valkey_url(port, user=prober["valkey_user"], password=prober["valkey_password"]),
+                             ca=str(certs.ca_cert))
         argv = tuple(vk.valkey_argv(binary, conf))
         return self.table.put(Component("valkey", "valkey", argv=argv, health=health, port=port))
 

@@ -2,12 +2,15 @@
 
 ``noeviction`` because an evicted RQ job hash is a silently lost job; AOF so that an
 acknowledged enqueue survives a Valkey restart. Clients must verify the server with
-the run's CA (``tls-auth-clients no``: server authentication only).
+the run's CA (``tls-auth-clients no``: server authentication only). Every client then
+authenticates as its component's ACL user with a per-run password; the ``default`` user is
+off (stack/valkey_acl.py; docs/security.md says why passwords and not client certificates).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 from redis import Redis
 from redis.backoff import NoBackoff
@@ -15,17 +18,21 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from stack.embedded.certs import CertPaths
+from stack.valkey_acl import acl_lines
 
 __all__ = ["DEFAULT_MAXMEMORY", "valkey_url", "write_valkey_config", "valkey_argv", "tls_ping"]
 
 DEFAULT_MAXMEMORY = "256mb"
 
 
-def valkey_url(tls_port: int, db: int = 0) -> str:
-    return f"rediss://127.0.0.1:{tls_port}/{db}"
+def valkey_url(tls_port: int, db: int = 0, user: str = "", password: str = "") -> str:
+    """The TLS URL; with ``user``, one that authenticates (passwords are URL-safe by construction)."""
+    credential = f"{user}:{password}@" if user else ""
+    return f"rediss://{credential}127.0.0.1:{tls_port}/{db}"
 
 
-def _config_text(tls_port: int, certs: CertPaths, data_dir: Path, maxmemory: str, maxclients: int | None) -> str:
+def _config_text(tls_port: int, certs: CertPaths, data_dir: Path, maxmemory: str, maxclients: int | None,
+                 passwords: Mapping[str, str]) -> str:
     lines = [
         "bind 127.0.0.1",
         "port 0",  # no plaintext listener at all
@@ -43,6 +50,7 @@ def _config_text(tls_port: int, certs: CertPaths, data_dir: Path, maxmemory: str
         f"maxmemory {maxmemory}",
         "maxmemory-policy noeviction",
         "protected-mode yes",
+        *acl_lines(passwords),  # only SHA-256 digests of the passwords reach this file
     ]
     if maxclients is not None:
         lines.append(f"maxclients {maxclients}")  # small only for the fresh-connection negative control
@@ -51,13 +59,13 @@ def _config_text(tls_port: int, certs: CertPaths, data_dir: Path, maxmemory: str
 
 def write_valkey_config(
     run_dir: Path, tls_port: int, certs: CertPaths, maxmemory: str = DEFAULT_MAXMEMORY,
-    maxclients: int | None = None,
+    maxclients: int | None = None, *, passwords: Mapping[str, str],
 ) -> Path:
     """Write ``<run_dir>/valkey/valkey.conf`` (data in the same folder); return its path."""
     folder = (run_dir / "valkey").resolve()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "valkey.conf"
-    path.write_text(_config_text(tls_port, certs, folder, maxmemory, maxclients))
+    path.write_text(_config_text(tls_port, certs, folder, maxmemory, maxclients, passwords))
     return path
 
 
@@ -66,7 +74,9 @@ def valkey_argv(binary: str, config: Path) -> list[str]:
 
 
 def tls_ping(url: str, ca_cert: Path | str, timeout: float = 1.0) -> bool:
-    """One PING over TLS, verifying the server with ``ca_cert``; False on any failure."""
+    """One PING over TLS, verifying the server with ``ca_cert``; False on any failure. ``url``
+    carries the prober's ACL credential (``valkey_url(..., user=, password=)``): without one
+    Valkey answers nothing but an authentication error, and a loading Valkey must read as not ready."""
     client = Redis.from_url(
         url,
         ssl_ca_certs=str(ca_cert),

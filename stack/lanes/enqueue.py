@@ -24,7 +24,7 @@ from rq.scripts import _build_hset_args, get_unique_enqueue_script
 
 from stack.config import Settings
 from stack.lanes.jobs import job_timeout
-from stack.lanes.queues import JOB_FUNCTION, job_id, lane_routes, queue_for
+from stack.lanes.queues import JOB_FUNCTION, JOB_SERIALIZER, job_id, lane_routes, queue_for
 
 __all__ = ["FAILURE_TTL", "Enqueue", "enqueue_operation", "enqueue_operations"]
 
@@ -77,7 +77,7 @@ def enqueue_operations(redis: Redis, settings: Settings, items: Iterable[Enqueue
     with redis.pipeline(transaction=False) as pipe:
         for kind, op, number in items:
             lane = routes[kind]
-            queue = queues.setdefault(lane, Queue(lane, connection=redis))
+            queue = queues.setdefault(lane, Queue(lane, connection=redis, serializer=JOB_SERIALIZER))
             job = _queued_job(queue, _job_options(kind, op, job_id(op, number), settings))
             pipe.sadd(queue.redis_queues_keys, queue.key)
             script(keys=[job.key, queue.key], args=[job.id, "R", -1, *_build_hset_args(job)], client=pipe)

@@ -51,6 +51,7 @@ __all__ = [
     "job_timeout",
     "merit_of",
     "prepare_worker",
+    "provider_auth",
     "reset_process_state",
     "send_result_sms",
 ]
@@ -114,12 +115,27 @@ def _drop_pools(process: _Process, close: bool = True) -> None:
             engine.dispose(close=close)
 
 
+def provider_auth(settings: Settings) -> Callable[[httpx.Request], httpx.Request]:
+    """Adds the lanes' bearer token of the provider a request goes to (by URL: the AI provider's
+    or the SMS gateway's, each its own per-run token; docs/security.md)."""
+    tokens = ((settings.ai_url, settings.ai_client_token), (settings.sms_url, settings.sms_client_token))
+
+    def add_token(request: httpx.Request) -> httpx.Request:
+        url = str(request.url)
+        for base, token in tokens:
+            if token and url.startswith(base.rstrip("/") + "/"):
+                request.headers["Authorization"] = f"Bearer {token}"
+        return request
+
+    return add_token
+
+
 def _http(process: _Process) -> httpx.Client:
     if process.http is None:
         import httpx
 
         timeout = httpx.Timeout(http_timeout(process.settings), connect=2.0)
-        process.http = httpx.Client(timeout=timeout, verify=_ssl_context())
+        process.http = httpx.Client(timeout=timeout, verify=_ssl_context(), auth=provider_auth(process.settings))
     return process.http
 
 

@@ -11,13 +11,18 @@ from typing import Mapping
 
 from redis import Redis
 from rq import Queue
+from rq.serializers import JSONSerializer
 
 from stack.config import Settings
 from stack.ledger.outbox import operation_id
 
-__all__ = ["LANES", "LANE_OF_KIND", "JOB_FUNCTION", "SHARED_LANE_ROUTES", "operation_id", "job_id", "lane_routes", "queue_for"]
+__all__ = ["JOB_SERIALIZER", "LANES", "LANE_OF_KIND", "JOB_FUNCTION", "SHARED_LANE_ROUTES", "operation_id", "job_id", "lane_routes", "queue_for"]
 
 LANES = ("merit", "ai", "sms")
+
+JOB_SERIALIZER = JSONSerializer
+"""Every Queue, Worker and Job.fetch of the project uses it, never RQ's default pickle: decoding
+a job must run no code (stack/lanes/allowlist.py)."""
 
 LANE_OF_KIND = {"merit": "merit", "narrative": "ai", "sms": "sms"}
 """Outbox kind -> lane (queue name)."""
@@ -46,4 +51,4 @@ def lane_routes(settings: Settings) -> Mapping[str, str]:
 
 
 def queue_for(kind: str, connection: Redis, routes: Mapping[str, str] = LANE_OF_KIND) -> Queue:
-    return Queue(routes[kind], connection=connection)
+    return Queue(routes[kind], connection=connection, serializer=JOB_SERIALIZER)

@@ -45,8 +45,10 @@ from rq import Queue, Worker
 from stack.config import Settings, load_settings
 from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client, warm_tls
+from stack.lanes.allowlist import refusal
 from stack.lanes.jobs import prepare_worker  # in the parent, so each forked horse starts warm
-from stack.lanes.queues import LANES
+from stack.lanes.queues import JOB_SERIALIZER, LANES
+from stack.valkey_acl import REFUSED_JOBS_KEY
 
 __all__ = [
     "LIVENESS_PREFIX",
@@ -140,7 +142,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 class LaneWorker(Worker):
-    """rq.Worker that remembers whether a stop was asked for, to choose the exit status."""
+    """rq.Worker that runs only allow-listed jobs (stack/lanes/allowlist.py) and remembers
+    whether a stop was asked for, to choose the exit status."""
 
     stop_signalled = False
 
@@ -148,13 +151,32 @@ class LaneWorker(Worker):
         self.stop_signalled = True
         super().request_stop(signum, frame)
 
+    def execute_job(self, job: Any, queue: Queue) -> None:
+        reason = refusal(job)  # in this parent, before a horse is forked or the function imported
+        if reason is None:
+            super().execute_job(job, queue)
+        else:
+            self.refuse(job, queue, reason)
+
+    def refuse(self, job: Any, queue: Queue, reason: str) -> None:
+        """Off the lane into the failed registry, counted; written by hand so that nothing of
+        the job (its data, callbacks, webhooks) is decoded again, saved or called."""
+        with self.connection.pipeline() as pipe:
+            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            pipe.hset(job.key, mapping={"status": "failed", "exc_info": f"refused by {self.name}: {reason}"})
+            pipe.zadd(queue.failed_job_registry.key, {job.id: time.time() + 7 * 86400})
+            pipe.incr(REFUSED_JOBS_KEY)
+            pipe.execute()
+        log.error("worker %s REFUSED job %s on lane %s: %s", self.name, job.id, queue.name, reason)
+
 
 def build_worker(settings: Settings, lane: str, component: str) -> LaneWorker:
     connection = valkey_client(settings, "queue")
     return LaneWorker(
-        [Queue(lane, connection=connection)],
+        [Queue(lane, connection=connection, serializer=JOB_SERIALIZER)],
         name=worker_name(component),
         connection=connection,
+        serializer=JOB_SERIALIZER,
         maintenance_interval=MAINTENANCE_INTERVAL,
         worker_ttl=WORKER_TTL,
     )

@@ -9,6 +9,7 @@ effect with its arrival time and cost -> optional delay or lost response -> answ
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import time
 from dataclasses import dataclass, field
@@ -22,8 +23,8 @@ from stack.headers import RECEIVED_AT_HEADER
 from stack.providers.faults import Admission, FaultState, Faults, Refusal
 from stack.providers.ledger import EffectLedger, IdempotencyConflict, Recorded
 
-__all__ = ["RECEIVED_AT_HEADER", "Provider", "ResponseLost", "admin_router", "health_router", "is_loopback",
-           "lookup", "perform"]
+__all__ = ["RECEIVED_AT_HEADER", "Provider", "ResponseLost", "admin_router", "caller_guard", "health_router",
+           "is_loopback", "lookup", "perform"]
 
 IDEMPOTENCY_KEY_MAX = 255
 
@@ -71,6 +72,24 @@ def is_loopback(request: Request) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def caller_guard(provider: Provider) -> Callable[..., None]:
+    """The data routes' dependency: the lanes' per-run bearer token, compared in constant time.
+
+    A caller's address proves nothing (any local process is on loopback) and a student's
+    session token is not this token, so both get 401. A provider started without a token
+    refuses every data call (503): it never falls back to trusting its network."""
+    expected = (provider.settings.ai_client_token if provider.name == "ai" else provider.settings.sms_client_token).encode()
+
+    def require_caller(authorization: str | None = Header(None)) -> None:
+        if not expected:
+            raise HTTPException(503, f"{provider.name} provider has no client token configured")
+        scheme, _, presented = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), expected):
+            raise HTTPException(401, "bad or missing client credential", headers={"WWW-Authenticate": "Bearer"})
+
+    return require_caller
 
 
 def perform(

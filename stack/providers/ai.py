@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import FastAPI, Header
+from fastapi import Depends, FastAPI, Header
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from stack.config import CASE_AI_CALL_SECONDS, Settings, load_settings
-from stack.providers import Provider, admin_router, health_router, lookup, perform
+from stack.providers import Provider, admin_router, caller_guard, health_router, lookup, perform
 
 __all__ = ["NarrativeRequest", "create_app"]
 
@@ -41,7 +41,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin_router(provider))
     app.include_router(health_router(provider))
 
-    @app.post("/v1/narratives")
+    lanes_only = [Depends(caller_guard(provider))]  # every data route: the lanes' token, nothing else
+
+    @app.post("/v1/narratives", dependencies=lanes_only)
     def create_narrative(
         body: NarrativeRequest, idempotency_key: str | None = Header(None)
     ) -> Response:
@@ -56,7 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return perform(provider, body.operation_id, idempotency_key, body.model_dump(), respond)
 
-    @app.get("/v1/narratives/{operation_id}")
+    @app.get("/v1/narratives/{operation_id}", dependencies=lanes_only)
     def get_narrative(operation_id: str) -> dict[str, Any]:
         return lookup(provider, operation_id)
 

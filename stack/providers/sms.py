@@ -3,6 +3,8 @@
 Like the seed's gateway it accepts traffic only from allow-listed source
 addresses (``Settings.sms_allowlist``, env ``PROCTOR_SMS_ALLOWLIST``: comma-separated
 CIDRs, default ``127.0.0.1/32``): a replacement worker on another address gets 403.
+An address is no credential, though: every data route also wants the lanes' per-run
+bearer token (``PROCTOR_SMS_CLIENT_TOKEN``; ``stack.providers.caller_guard``).
 Each accepted message is one effect (a text the student receives).
 """
 
@@ -17,7 +19,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from stack.config import CASE_SMS_CALL_SECONDS, Settings, load_settings
-from stack.providers import Provider, admin_router, health_router, lookup, perform
+from stack.providers import Provider, admin_router, caller_guard, health_router, lookup, perform
 
 __all__ = ["MessageRequest", "create_app", "parse_allowlist"]
 
@@ -57,7 +59,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if not _allowed(host, allowlist):
             raise HTTPException(403, f"source address {host} is not on the gateway allow-list")
 
-    @app.post("/v1/messages", dependencies=[Depends(source_allowed)])
+    lanes_only = [Depends(source_allowed), Depends(caller_guard(provider))]  # the seed's address rule, then the credential
+
+    @app.post("/v1/messages", dependencies=lanes_only)
     def send_message(body: MessageRequest, idempotency_key: str | None = Header(None)) -> Response:
         def respond(effect_id: int) -> dict[str, Any]:
             return {
@@ -71,7 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return perform(provider, body.operation_id, idempotency_key, body.model_dump(), respond)
 
-    @app.get("/v1/messages/{operation_id}", dependencies=[Depends(source_allowed)])
+    @app.get("/v1/messages/{operation_id}", dependencies=lanes_only)
     def get_message(operation_id: str) -> dict[str, Any]:
         return lookup(provider, operation_id)
 

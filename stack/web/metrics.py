@@ -34,6 +34,7 @@ from sqlalchemy import Engine
 from stack.connection_stats import ERROR_KINDS, process_stats
 from stack.lanes.queues import LANE_OF_KIND, LANES
 from stack.ledger import outbox
+from stack.valkey_acl import REFUSED_JOBS_KEY
 from stack.web.dispatch import ValkeyClients
 from stack.web.lane_latency import Histograms, LaneLatency
 
@@ -155,10 +156,11 @@ class _Families:
         return iter(self.families)
 
 
-def _valkey_lanes(clients: ValkeyClients) -> dict[str, LaneSample] | None:
+def _valkey_lanes(clients: ValkeyClients) -> tuple[dict[str, LaneSample], int] | None:
+    """The lanes' samples and the jobs workers refused (stack/lanes/allowlist.py); None when unreadable."""
     try:
         with clients.use("probe") as client:
-            return lane_samples(client)
+            return lane_samples(client), int(client.get(REFUSED_JOBS_KEY) or 0)
     except Exception as exc:  # noqa: BLE001 - Valkey down must read as proctor_valkey_up 0
         log.warning("metrics: valkey unreadable: %s: %s", type(exc).__name__, exc)
         return None
@@ -183,7 +185,8 @@ def _alert_families(out: _Families, engine: Engine) -> None:
 def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients, engine: Engine, draining: bool,
                    limiter_fallbacks: int = 0) -> str:
     requests, errors = counters.snapshot()
-    lanes = _valkey_lanes(clients)
+    read = _valkey_lanes(clients)
+    lanes = read[0] if read is not None else None
     ledger = ledger_sample(engine, counters.lane_latency)
     out = _Families()
     out.metric("proctor_http_requests_total", "counter", "HTTP requests served by this node.", ["node"], [((node,), requests)])
@@ -202,6 +205,9 @@ def render_metrics(node: str, counters: RequestCounters, clients: ValkeyClients,
                    [((lane,), s.oldest_age) for lane, s in lanes.items()])
         out.metric("proctor_lane_failed_jobs", "gauge", "Jobs in the lane's RQ failed registry.", ["lane"],
                    [((lane,), s.failed) for lane, s in lanes.items()])
+        out.metric("proctor_refused_jobs_total", "counter", "Jobs workers refused to run: a function outside the "
+                   "allow-list or undecodable data (an injection attempt; stack/lanes/allowlist.py).", [],
+                   [((), read[1])])
     conn = process_stats().snapshot()
     out.metric("proctor_valkey_connects_total", "counter", "Valkey connections this node opened (TCP + TLS + SETNAME).",
                ["node"], [((node,), conn["connects"])])

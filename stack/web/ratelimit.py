@@ -131,7 +131,7 @@ class RequestLimiter:
             return None
         with self._lock:
             if self._shared is None:
-                with self._clients.use("probe") as client:
+                with self._clients.use("limiter") as client:  # the only user allowed these counters
                     storage = RedisStorage("redis://", connection_pool=client.connection_pool, key_prefix="proctor-limits")
                 self._shared = SlidingWindowCounterRateLimiter(storage)
             return self._shared

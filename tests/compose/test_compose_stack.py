@@ -212,3 +212,57 @@ def test_leftovers_sees_a_labelled_volume() -> None:
     finally:
         subprocess.run(["docker", "volume", "rm", name], capture_output=True, check=True)
     assert leftovers(project) == {}
+
+
+_VALKEY_PROBE = """
+import os, sys, redis, rq
+from redis.exceptions import RedisError
+user = os.environ.get("PROCTOR_VALKEY_USER") if sys.argv[1] == "own" else None
+credential = {"username": user, "password": os.environ["PROCTOR_VALKEY_PASSWORD"]} if user else {}
+client = redis.Redis(host="valkey", port=6380, ssl=True, ssl_cert_reqs="none", socket_timeout=5, **credential)
+for name, call in [("enqueue", lambda: rq.Queue("sms", connection=client).enqueue("os.system", "id > /tmp/pwned")),
+                   ("delete", lambda: client.delete("proctor-limits:LIMITER/NOVA-101/student-00000/10/1/minute"))]:
+    try:
+        print(name, "DONE", call())
+    except RedisError as exc:
+        print(name, "REFUSED", type(exc).__name__, str(exc)[:80])
+"""
+
+
+def _in(compose_run: ComposeRun, service: str, code: str, *args: str) -> str:
+    done = subprocess.run(["docker", "exec", compose_run.container(service), "python", "-c", code, *args],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_valkey_gives_a_container_without_a_credential_nothing(compose_run: ComposeRun) -> None:
+    """Finding 1 on compose: the SMS gateway's container reaches Valkey but holds no Valkey user."""
+    seen = _in(compose_run, "sms-gateway", _VALKEY_PROBE, "none")
+    assert "enqueue REFUSED AuthenticationError" in seen and "delete REFUSED AuthenticationError" in seen, seen
+
+
+def test_a_web_nodes_credential_cannot_reset_the_login_counters(compose_run: ComposeRun) -> None:
+    seen = _in(compose_run, "web-2", _VALKEY_PROBE, "own")
+    assert "enqueue DONE" in seen, seen  # the web user may enqueue: the workers' allow-list refuses it (embedded test)
+    assert "delete REFUSED NoPermissionError" in seen, seen
+
+
+def test_each_service_holds_only_its_own_valkey_user(compose_run: ComposeRun) -> None:
+    show = "import os; print(os.environ.get('PROCTOR_VALKEY_USER'), 'PROCTOR_VALKEY_LIMITER_PASSWORD' in os.environ)"
+    seen = {service: _in(compose_run, service, show).split() for service in ("web-1", "relay", "worker-sms-1", "ai-provider")}
+    assert seen == {"web-1": ["web", "True"], "relay": ["relay", "False"], "worker-sms-1": ["worker", "False"],
+                    "ai-provider": ["None", "False"]}
+
+
+def test_a_provider_wants_the_lanes_token_not_a_network_address(compose_run: ComposeRun) -> None:
+    """Finding 3 on compose: from the AI provider's container (inside the SMS gateway's allow-listed
+    network) a victim's SMS read and a forged send get 401; the sms worker's own token still works."""
+    probe = ("import os, sys, httpx\n"
+             "token = os.environ.get('PROCTOR_SMS_CLIENT_TOKEN') if sys.argv[1] == 'token' else 'student-token'\n"
+             "auth = {'Authorization': f'Bearer {token}'}\n"
+             "print(httpx.get('http://sms-gateway:8102/v1/messages/sms-x', headers=auth).status_code,\n"
+             "      httpx.post('http://sms-gateway:8102/v1/messages', headers={**auth, 'Idempotency-Key': 'sms-x'},\n"
+             "                 json={'operation_id': 'sms-x', 'to': 'student:v', 'body': 'forged'}).status_code)\n")
+    assert _in(compose_run, "ai-provider", probe, "none").split() == ["401", "401"]
+    assert _in(compose_run, "worker-sms-1", probe, "token").split()[0] == "404"  # control: the lanes' token is accepted

@@ -105,7 +105,7 @@ def test_the_balancer_replaces_a_spoofed_forwarded_for(stack: EmbeddedStack) -> 
     """The guest (network) login limit keys on the client address the node believes. Through
     HAProxy that is HAProxy's X-Forwarded-For: a client rotating its own header still counts as
     one network, so the header it sent must have been dropped."""
-    valkey = stack.valkey()
+    valkey = stack.valkey_as("limiter")  # the only Valkey user allowed the limiter's counters
     for key in valkey.scan_iter("proctor-limits*"):  # start from zero: other tests logged in from here too
         valkey.delete(key)
     roster = read_roster(stack.run_dir, EXAM)

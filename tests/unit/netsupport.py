@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import atexit
 import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 
 from stack.deploy.ports import free_port
 
-__all__ = ["REPO", "ServedApp", "free_port"]
+__all__ = ["LANE_TOKEN", "REPO", "ServedApp", "free_port", "lane_client"]
+
+LANE_TOKEN = "test-lane-token"
+"""The lanes' bearer token the fake providers of unit tests expect (Settings.ai/sms_client_token)."""
+
+
+def lane_client() -> httpx.Client:
+    """An HTTP client that calls the fake providers as the lanes do (with their bearer token)."""
+    client = httpx.Client(headers={"Authorization": f"Bearer {LANE_TOKEN}"}, timeout=5.0, trust_env=False)
+    atexit.register(client.close)  # a module's client lives for the test session; its sockets close with it
+    return client
 
 REPO = Path(__file__).resolve().parents[2]
 

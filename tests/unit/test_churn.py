@@ -110,3 +110,12 @@ def test_client_names_and_counter_files(tmp_path: Path) -> None:
         out.write(json.dumps({**data, "pid": 999, "connects": 5}) + "\n" + '{"component": "worker_sms_1", "pi')
     summed = read_process_counters(tmp_path)["worker_sms_1"]
     assert (summed["connects"], summed["pids"], summed["max_process_connects"], summed["error_total"]) == (7, 2, 5, 2)
+
+
+def test_churn_authenticates_as_an_acl_user_when_it_has_one() -> None:
+    from chaos.load.churn import ChurnSpec, _commands
+
+    payload, replies = _commands(ChurnSpec(op="ping"), 0, "pw", "harness")
+    assert payload.startswith(b"*3\r\n$4\r\nAUTH\r\n$7\r\nharness\r\n$2\r\npw\r\n") and replies == 3
+    bare, bare_replies = _commands(ChurnSpec(op="ping"), 0)
+    assert not bare.startswith(b"*3\r\n$4\r\nAUTH") and bare_replies == 2  # the control: no credential, no AUTH

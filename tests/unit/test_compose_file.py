@@ -102,8 +102,26 @@ def test_negative_control_a_port_on_every_interface_is_caught(port: str) -> None
 def test_no_secret_in_the_committed_file_and_every_env_file_is_the_run_folders() -> None:
     doc = load()
     assert secrets_in_file(doc) == []
+    run = "${PROCTOR_COMPOSE_RUN:-.compose/run}"
     env_files = {name: s.get("env_file") for name, s in doc["services"].items() if s.get("env_file")}
-    assert set(env_files.values()) == {"${PROCTOR_COMPOSE_RUN:-.compose/run}/proctor.env"}
+    as_lists = {name: [files] if isinstance(files, str) else list(files) for name, files in env_files.items()}
+    assert {f for files in as_lists.values() for f in files} <= {f"{run}/proctor.env", *(f"{run}/valkey-{u}.env" for u in
+                                                                  ("web", "relay", "worker", "harness"))}
+
+
+def test_each_valkey_client_holds_only_its_own_components_credential() -> None:
+    """Web nodes the web user's, the relay the relay's, workers the worker's (finding 1 on compose);
+    a service that never talks to Valkey (providers, ledger-init) holds none."""
+    run = "${PROCTOR_COMPOSE_RUN:-.compose/run}"
+    expected = {"web-1": "web", "web-2": "web", "relay": "relay", "valkey": "harness",
+                **{f"worker-{lane}-{n}": "worker" for lane, n in (("merit", 1), ("merit", 2), ("ai", 1), ("sms", 1))}}
+    for name, service in load()["services"].items():
+        files = service.get("env_file") or []
+        files = [files] if isinstance(files, str) else files
+        users = [f.rsplit("/valkey-", 1)[1].removesuffix(".env") for f in files if "/valkey-" in f]
+        assert users == ([expected[name]] if name in expected else []), name
+        if name in expected:
+            assert f"{run}/proctor.env" in files, name
 
 
 def test_negative_control_a_secret_in_the_file_is_caught() -> None:

@@ -21,7 +21,7 @@ from chaos.deployment.compose_engine import Engine, EngineError
 from chaos.deployment.compose_files import PYTHON_SERVICES, component_for_service, override_document, valkey_entry
 from chaos.deployment.compose_links import add_links, consumer_env, link_ports, populate_items
 from stack.embedded.links import FIXED_LINKS, LINKS_OF_ROLE, LinkManager
-from stack.deploy.provision import compose_secrets, write_env_file
+from stack.deploy.provision import compose_secrets, write_compose_secrets
 
 VALKEY_LINKS = ("valkey_web", "valkey_workers", "valkey_relay")
 ROLES = {s: c.role for s in PYTHON_SERVICES if (c := component_for_service(s)) is not None}
@@ -49,14 +49,14 @@ def test_valkey_links_add_the_proxy_and_point_every_valkey_consumer_at_it(tmp_pa
     for service in ("web-1", "web-2", "relay", "worker-merit-1", "worker-merit-2", "worker-ai-1", "worker-sms-1"):
         assert set(proxied[service]) == {"PROCTOR_VALKEY_URL"}, service
         assert services[service]["depends_on"] == {"faultproxy": {"condition": "service_healthy"}}, service
-    assert proxied["web-1"]["PROCTOR_VALKEY_URL"] == "rediss://:${PROCTOR_VALKEY_PASSWORD}@faultproxy:16381/0"
+    assert proxied["web-1"]["PROCTOR_VALKEY_URL"] == "rediss://faultproxy:16381/0"
     assert proxied["ai-provider"] == {} and "depends_on" not in services["ai-provider"]
 
 
 def test_a_consumer_of_a_link_not_requested_stays_direct(tmp_path: Path) -> None:
     services = _override(tmp_path, ("valkey_web", "sms_gateway"))
     proxied = _proxied(services)
-    assert proxied["web-2"] == {"PROCTOR_VALKEY_URL": "rediss://:${PROCTOR_VALKEY_PASSWORD}@faultproxy:16381/0"}
+    assert proxied["web-2"] == {"PROCTOR_VALKEY_URL": "rediss://faultproxy:16381/0"}
     assert proxied["worker-sms-1"] == {"PROCTOR_SMS_URL": "http://faultproxy:16380"}  # its Valkey stays direct
     assert proxied["relay"] == {} and "depends_on" not in services["relay"]
     assert "faultproxy" not in _override(tmp_path, ())  # the control: no links, no proxy at all
@@ -91,7 +91,7 @@ def test_published_only_on_loopback_no_secret_and_maxclients_only_when_asked(tmp
     text = json.dumps(services)
     for name, value in compose_secrets().items():  # fresh secrets: none can be in a file made without them
         assert value not in text, name
-    assert "PROCTOR_VALKEY_PASSWORD}@" in text  # the placeholder Compose fills in, not a value
+    assert "@faultproxy" not in text and services["faultproxy"]["env_file"] == ["${PROCTOR_COMPOSE_RUN:-.compose/run}/faultproxy.env"]
     assert _override(tmp_path, (), maxclients=12)["valkey"]["environment"] == {"PROCTOR_VALKEY_MAXCLIENTS": "12"}
     with pytest.raises(ValueError, match="valkey_maxclients must be a whole number >= 1, not 0"):
         valkey_entry(16999, 0)
@@ -100,12 +100,13 @@ def test_published_only_on_loopback_no_secret_and_maxclients_only_when_asked(tmp
 def test_the_adapter_offers_the_embedded_links_and_urls(tmp_path: Path) -> None:
     deployment = ComposeDeployment(ComposeSpec("l", tmp_path, links=("valkey_web",)))
     assert deployment.links() == {"valkey_web": {"listen": "faultproxy:16380", "upstream": "valkey:6380"}}
-    env_file = write_env_file(deployment.compose_dir / "proctor.env", compose_secrets())
-    password = dict(line.split("=", 1) for line in env_file.read_text().splitlines())["PROCTOR_VALKEY_PASSWORD"]
+    write_compose_secrets(deployment.compose_dir / "proctor.env")
+    credential = (deployment.compose_dir / "faultproxy.env").read_text().strip().split("=", 1)[1]
+    harness = dict(line.split("=", 1) for line in (deployment.compose_dir / "valkey-harness.env").read_text().splitlines())
     urls = deployment.urls
-    assert urls["faultproxy"].startswith("http://127.0.0.1:")
-    assert urls["valkey"].startswith(f"rediss://:{password}@127.0.0.1:") and urls["valkey"].endswith("/0")
-    assert deployment._env()["PROCTOR_VALKEY_PASSWORD"] == password  # what Compose interpolates
+    assert urls["faultproxy"].startswith(f"http://{credential}@127.0.0.1:")  # the nemesis sends it as Basic
+    assert urls["valkey"].startswith("rediss://127.0.0.1:") and urls["valkey"].endswith("/0")
+    assert (deployment.settings.valkey_user, deployment.settings.valkey_password) == ("harness", harness["PROCTOR_VALKEY_PASSWORD"])
     assert deployment.settings.valkey_ca == ""  # the CA is not copied yet
     (deployment.compose_dir / "ca.crt").write_text("ca")
     assert deployment.settings.valkey_ca == str(deployment.compose_dir / "ca.crt")

@@ -15,6 +15,7 @@ from stack.embedded.haproxy import remove_admin_socket, write_haproxy_config
 from stack.deploy.ports import free_ports
 from stack.embedded.stack import EmbeddedStack, StackSpec
 from stack.embedded.valkey import write_valkey_config
+from stack.valkey_acl import draw_passwords
 
 
 def _fake_binary(folder: Path, name: str, output: str) -> None:
@@ -76,10 +77,13 @@ def test_real_binaries_are_found() -> None:
 
 def test_valkey_config_is_tls_only_durable_and_noeviction(tmp_path: Path) -> None:
     certs = CertPaths(Path("tls/ca.crt"), Path("tls/server.crt"), Path("tls/server.key"))
-    text = write_valkey_config(tmp_path, 7000, certs).read_text().splitlines()
+    passwords = draw_passwords()
+    text = write_valkey_config(tmp_path, 7000, certs, passwords=passwords).read_text().splitlines()
     for line in ["port 0", "tls-port 7000", "tls-auth-clients no", "appendonly yes", "bind 127.0.0.1",
                  "maxmemory 256mb", "maxmemory-policy noeviction"]:
         assert line in text
+    assert "user default reset off resetpass resetkeys resetchannels -@all" in text
+    assert not any(password in line for password in passwords.values() for line in text)  # digests only
     cert_line = next(line for line in text if line.startswith("tls-cert-file"))
     assert Path(cert_line.split('"')[1]).is_absolute()  # relative paths break after valkey's chdir
 

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from netsupport import REPO, ServedApp, free_port
+from netsupport import LANE_TOKEN, REPO, ServedApp, free_port
 from stack.config import Settings
 from stack.lanes import jobs
 from stack.ledger import outbox, outcomes
@@ -44,6 +44,8 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settin
         ai_url=f"http://127.0.0.1:{free_port()}",
         sms_url=f"http://127.0.0.1:{free_port()}",
         exams={"NOVA-101": 4},
+        ai_client_token=LANE_TOKEN,
+        sms_client_token=LANE_TOKEN,
     )
     engine = make_engine(current)
     init_ledger(engine, current)
@@ -233,7 +235,7 @@ def test_rerun_whose_request_changed_reconciles_with_what_the_provider_did(
     first_body = ({"operation_id": op, "attempt_id": "a1", "score": 4, "position": 7} if kind == "narrative"
                   else {"operation_id": op, "to": "student:s-a1", "body": "NOVA-101: position 7."})
     base = providers.ai_url if provider == "ai" else providers.sms_url
-    first = httpx.post(f"{base}{path}", json=first_body, headers={"Idempotency-Key": op})
+    first = httpx.post(f"{base}{path}", json=first_body, headers={"Idempotency-Key": op, "Authorization": f"Bearer {LANE_TOKEN}"})
     assert first.status_code == 201, first.text
     jobs.send_result_sms(op)
     rows, row = ledger_state(providers, op)

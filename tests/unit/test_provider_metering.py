@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from netsupport import ServedApp
+from netsupport import LANE_TOKEN, ServedApp, lane_client
 from chaos.nemesis import FaultSpec, NemesisError, ProviderNemesis
 from stack.config import Settings
 from stack.providers import ai
@@ -18,9 +18,11 @@ from stack.providers.faults import Admission, FaultState, Faults, Refusal
 ADMIN = {"X-Admin-Token": "proctor-admin"}
 
 
+LANES = lane_client()  # calls as the lanes make them: with their per-run bearer token
+
 @pytest.fixture
 def ai_url(tmp_path: Path) -> Iterator[str]:
-    with ServedApp(ai.create_app(Settings(run_dir=tmp_path, time_scale=0.001))) as served:
+    with ServedApp(ai.create_app(Settings(run_dir=tmp_path, time_scale=0.001, ai_client_token=LANE_TOKEN, sms_client_token=LANE_TOKEN))) as served:
         yield served.url
 
 
@@ -29,17 +31,17 @@ def narrative(op: str) -> dict[str, Any]:
 
 
 def call(url: str, op: str) -> httpx.Response:
-    return httpx.post(f"{url}/v1/narratives", json=narrative(op), headers={"Idempotency-Key": op})
+    return LANES.post(f"{url}/v1/narratives", json=narrative(op), headers={"Idempotency-Key": op})
 
 
 def set_knobs(url: str, **knobs: Any) -> dict[str, Any]:
-    response = httpx.put(f"{url}/admin/faults", json=knobs, headers=ADMIN)
+    response = LANES.put(f"{url}/admin/faults", json=knobs, headers=ADMIN)
     assert response.status_code == 200, response.text
     return response.json()
 
 
 def ledger(url: str) -> list[dict[str, Any]]:
-    return httpx.get(f"{url}/admin/ledger", headers=ADMIN).json()["effects"]
+    return LANES.get(f"{url}/admin/ledger", headers=ADMIN).json()["effects"]
 
 
 def test_window_admits_the_limit_then_answers_429_until_the_oldest_call_leaves() -> None:
@@ -82,7 +84,7 @@ def test_revoked_key_and_invalid_payload_refuse_before_any_slot_or_charge() -> N
                                           ({"invalid_operations": "op"}, "invalid_operations"),
                                           ({"lose_response_next": -1}, "lose_response_next")])
 def test_bad_metering_knobs_name_the_field(ai_url: str, knobs: dict[str, Any], field: str) -> None:
-    response = httpx.put(f"{ai_url}/admin/faults", json=knobs, headers=ADMIN)
+    response = LANES.put(f"{ai_url}/admin/faults", json=knobs, headers=ADMIN)
     assert response.status_code == 422 and field in response.text
 
 
@@ -93,7 +95,7 @@ def test_ledger_records_arrival_and_cost_and_the_balance_runs_out(ai_url: str) -
     rows = ledger(ai_url)
     assert [(row["operation_id"], row["cost"]) for row in rows] == [("n1", 0.75), ("n2", 0.75)]
     assert all(row["started_at"] <= row["created_at"] for row in rows)
-    assert httpx.get(f"{ai_url}/admin/faults", headers=ADMIN).json()["credit_balance"] == pytest.approx(0.5)
+    assert LANES.get(f"{ai_url}/admin/faults", headers=ADMIN).json()["credit_balance"] == pytest.approx(0.5)
 
 
 def test_the_ledger_export_lists_each_refusal_with_its_exact_retry_after(ai_url: str) -> None:
@@ -102,7 +104,7 @@ def test_the_ledger_export_lists_each_refusal_with_its_exact_retry_after(ai_url:
     assert call(ai_url, "narrative-429").status_code == 429
     set_knobs(ai_url, credit_balance=0.0)
     assert call(ai_url, "narrative-402").status_code == 402
-    body = httpx.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
+    body = LANES.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
     assert [e["operation_id"] for e in body["effects"]] == ["narrative-ok"]
     refusals = [(r["operation_id"], r["status"], r["retry_after_seconds"]) for r in body["refusals"]]
     assert refusals == [("narrative-429", 429, 0.25), ("narrative-402", 402, None)]
@@ -121,7 +123,7 @@ def test_every_answer_says_when_the_provider_received_the_call(ai_url: str) -> N
     throttled = call(ai_url, "n2")
     set_knobs(ai_url, key_revoked=True)
     revoked = call(ai_url, "n3")
-    body = httpx.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
+    body = LANES.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
     assert received_at(first) == pytest.approx(body["effects"][0]["started_at"], abs=1e-6)
     assert replay.headers["Idempotent-Replayed"] == "true" and received_at(replay) > received_at(first)
     assert [received_at(r) for r in (throttled, revoked)] == pytest.approx(
@@ -139,11 +141,11 @@ def test_lost_response_is_charged_recorded_and_found_by_operation_id(ai_url: str
     set_knobs(ai_url, lose_response_next=1, credit_balance=10.0)
     with pytest.raises(httpx.RemoteProtocolError):
         call(ai_url, "n1")
-    found = httpx.get(f"{ai_url}/v1/narratives/n1").json()
+    found = LANES.get(f"{ai_url}/v1/narratives/n1").json()
     assert found["effects"] == 1 and found["response"]["operation_id"] == "n1"
     assert call(ai_url, "n1").json() == found["response"]  # asked again with the key: no second charge
     assert [row["operation_id"] for row in ledger(ai_url)] == ["n1"]
-    assert httpx.get(f"{ai_url}/admin/faults", headers=ADMIN).json()["credit_balance"] == 9.0
+    assert LANES.get(f"{ai_url}/admin/faults", headers=ADMIN).json()["credit_balance"] == 9.0
 
 
 def test_provider_nemesis_sets_knobs_for_the_fault_and_restores_them(ai_url: str) -> None:
@@ -153,7 +155,7 @@ def test_provider_nemesis_sets_knobs_for_the_fault_and_restores_them(ai_url: str
     assert nemesis.start(fault)["knobs"]["key_revoked"] is True
     assert call(ai_url, "n1").status_code == 401
     nemesis.end(fault)
-    restored = httpx.get(f"{ai_url}/admin/faults", headers=ADMIN).json()
+    restored = LANES.get(f"{ai_url}/admin/faults", headers=ADMIN).json()
     assert (restored["key_revoked"], restored["latency_seconds"]) == (False, 0.01)
     with pytest.raises(NemesisError, match="unknown provider 'llm'"):
         nemesis.start(FaultSpec(at=0, kind="provider", target="llm", duration=1))

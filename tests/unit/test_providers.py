@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from netsupport import ServedApp
+from netsupport import LANE_TOKEN, ServedApp, lane_client
 from stack.config import Settings
 from stack.providers import ai, sms
 from stack.providers.ledger import EffectLedger
@@ -20,9 +20,11 @@ ADMIN = {"X-Admin-Token": "proctor-admin"}
 
 
 
+LANES = lane_client()  # calls as the lanes make them: with their per-run bearer token
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(run_dir=tmp_path, time_scale=0.001)
+    return Settings(run_dir=tmp_path, time_scale=0.001, ai_client_token=LANE_TOKEN, sms_client_token=LANE_TOKEN)
 
 
 @pytest.fixture
@@ -46,13 +48,13 @@ def message(op: str = "sms-a1") -> dict[str, Any]:
 
 
 def effects(url: str) -> list[dict[str, Any]]:
-    body = httpx.get(f"{url}/admin/ledger", headers=ADMIN).json()
+    body = LANES.get(f"{url}/admin/ledger", headers=ADMIN).json()
     return body["effects"]
 
 
 def test_same_key_twice_is_one_effect_with_the_stored_response(ai_url: str) -> None:
-    first = httpx.post(f"{ai_url}/v1/narratives", json=narrative(), headers={"Idempotency-Key": "narrative-a1"})
-    second = httpx.post(f"{ai_url}/v1/narratives", json=narrative(), headers={"Idempotency-Key": "narrative-a1"})
+    first = LANES.post(f"{ai_url}/v1/narratives", json=narrative(), headers={"Idempotency-Key": "narrative-a1"})
+    second = LANES.post(f"{ai_url}/v1/narratives", json=narrative(), headers={"Idempotency-Key": "narrative-a1"})
     assert (first.status_code, second.status_code) == (201, 201)
     assert second.json() == first.json()
     assert second.headers["Idempotent-Replayed"] == "true" and "Idempotent-Replayed" not in first.headers
@@ -61,23 +63,23 @@ def test_same_key_twice_is_one_effect_with_the_stored_response(ai_url: str) -> N
 
 def test_no_key_twice_is_two_effects_both_recording_the_operation(sms_url: str) -> None:
     for _ in range(2):
-        assert httpx.post(f"{sms_url}/v1/messages", json=message()).status_code == 201
+        assert LANES.post(f"{sms_url}/v1/messages", json=message()).status_code == 201
     rows = effects(sms_url)
     assert [(e["operation_id"], e["idempotency_key"]) for e in rows] == [("sms-a1", None), ("sms-a1", None)]
     assert rows[0]["request"] == message()
-    assert httpx.get(f"{sms_url}/v1/messages/sms-a1").json()["effects"] == 2
+    assert LANES.get(f"{sms_url}/v1/messages/sms-a1").json()["effects"] == 2
 
 
 def test_key_reused_with_another_body_is_refused(sms_url: str) -> None:
-    httpx.post(f"{sms_url}/v1/messages", json=message(), headers={"Idempotency-Key": "k"})
+    LANES.post(f"{sms_url}/v1/messages", json=message(), headers={"Idempotency-Key": "k"})
     other = {**message(), "body": "something else"}
-    assert httpx.post(f"{sms_url}/v1/messages", json=other, headers={"Idempotency-Key": "k"}).status_code == 409
+    assert LANES.post(f"{sms_url}/v1/messages", json=other, headers={"Idempotency-Key": "k"}).status_code == 409
     assert len(effects(sms_url)) == 1
 
 
 def test_concurrent_repeats_of_one_key_make_one_effect(sms_url: str) -> None:
     def send() -> int:
-        return httpx.post(f"{sms_url}/v1/messages", json=message(), headers={"Idempotency-Key": "sms-a1"}).status_code
+        return LANES.post(f"{sms_url}/v1/messages", json=message(), headers={"Idempotency-Key": "sms-a1"}).status_code
 
     results: list[int] = []
     threads = [threading.Thread(target=lambda: results.append(send())) for _ in range(8)]
@@ -92,64 +94,64 @@ def test_concurrent_repeats_of_one_key_make_one_effect(sms_url: str) -> None:
 def test_sms_refuses_a_source_outside_the_allowlist(settings: Settings) -> None:
     app = sms.create_app(settings.with_overrides(sms_allowlist=("10.0.0.0/8",)))
     with ServedApp(app) as served:
-        response = httpx.post(f"{served.url}/v1/messages", json=message())
+        response = LANES.post(f"{served.url}/v1/messages", json=message())
         assert response.status_code == 403
         assert "allow-list" in response.json()["detail"]
         assert effects(served.url) == []
 
 
 def test_lookup_by_operation(ai_url: str) -> None:
-    assert httpx.get(f"{ai_url}/v1/narratives/narrative-a1").status_code == 404
-    created = httpx.post(f"{ai_url}/v1/narratives", json=narrative()).json()
-    found = httpx.get(f"{ai_url}/v1/narratives/narrative-a1").json()
+    assert LANES.get(f"{ai_url}/v1/narratives/narrative-a1").status_code == 404
+    created = LANES.post(f"{ai_url}/v1/narratives", json=narrative()).json()
+    found = LANES.get(f"{ai_url}/v1/narratives/narrative-a1").json()
     assert found == {"operation_id": "narrative-a1", "effects": 1, "response": created}
 
 
 @pytest.mark.parametrize("status", [429, 402, 401, 500])
 def test_forced_status_answers_without_an_effect(ai_url: str, status: int) -> None:
-    knobs = httpx.put(f"{ai_url}/admin/faults", json={"status": status, "retry_after_seconds": 7}, headers=ADMIN)
+    knobs = LANES.put(f"{ai_url}/admin/faults", json={"status": status, "retry_after_seconds": 7}, headers=ADMIN)
     assert knobs.status_code == 200 and knobs.json()["status"] == status
-    response = httpx.post(f"{ai_url}/v1/narratives", json=narrative(), headers={"Idempotency-Key": "k"})
+    response = LANES.post(f"{ai_url}/v1/narratives", json=narrative(), headers={"Idempotency-Key": "k"})
     assert response.status_code == status
     assert response.headers.get("Retry-After") == ("7" if status == 429 else None)
     assert effects(ai_url) == []
-    httpx.delete(f"{ai_url}/admin/faults", headers=ADMIN)
-    assert httpx.post(f"{ai_url}/v1/narratives", json=narrative(), headers={"Idempotency-Key": "k"}).status_code == 201
+    LANES.delete(f"{ai_url}/admin/faults", headers=ADMIN)
+    assert LANES.post(f"{ai_url}/v1/narratives", json=narrative(), headers={"Idempotency-Key": "k"}).status_code == 201
 
 
 def test_fail_next_fails_n_calls_then_recovers(sms_url: str) -> None:
-    httpx.put(f"{sms_url}/admin/faults", json={"fail_next": 2, "fail_next_status": 429}, headers=ADMIN)
-    codes = [httpx.post(f"{sms_url}/v1/messages", json=message()).status_code for _ in range(3)]
+    LANES.put(f"{sms_url}/admin/faults", json={"fail_next": 2, "fail_next_status": 429}, headers=ADMIN)
+    codes = [LANES.post(f"{sms_url}/v1/messages", json=message()).status_code for _ in range(3)]
     assert codes == [429, 429, 201]
     assert len(effects(sms_url)) == 1
 
 
 def test_latency_delays_the_answer(sms_url: str) -> None:
-    httpx.put(f"{sms_url}/admin/faults", json={"latency_seconds": 0.3}, headers=ADMIN)
+    LANES.put(f"{sms_url}/admin/faults", json={"latency_seconds": 0.3}, headers=ADMIN)
     started = time.monotonic()
-    httpx.post(f"{sms_url}/v1/messages", json=message())
+    LANES.post(f"{sms_url}/v1/messages", json=message())
     assert time.monotonic() - started >= 0.3
 
 
 def test_delay_after_effect_records_before_answering(sms_url: str, settings: Settings) -> None:
-    httpx.put(f"{sms_url}/admin/faults", json={"delay_after_effect_seconds": 1.0}, headers=ADMIN)
+    LANES.put(f"{sms_url}/admin/faults", json={"delay_after_effect_seconds": 1.0}, headers=ADMIN)
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{sms_url}/v1/messages", json=message(), timeout=0.4)
+        LANES.post(f"{sms_url}/v1/messages", json=message(), timeout=0.4)
     # The caller gave up, yet the message went out: the unknown-outcome window.
     assert [e.operation_id for e in EffectLedger(settings.run_dir / "sms_effects.db").all()] == ["sms-a1"]
 
 
 def test_bad_fault_knobs_are_refused(ai_url: str) -> None:
-    assert httpx.put(f"{ai_url}/admin/faults", json={"status": 418}, headers=ADMIN).status_code == 422
-    assert httpx.put(f"{ai_url}/admin/faults", json={"nonsense": 1}, headers=ADMIN).status_code == 422
-    assert httpx.put(f"{ai_url}/admin/faults", json={"latency_seconds": -1}, headers=ADMIN).status_code == 422
+    assert LANES.put(f"{ai_url}/admin/faults", json={"status": 418}, headers=ADMIN).status_code == 422
+    assert LANES.put(f"{ai_url}/admin/faults", json={"nonsense": 1}, headers=ADMIN).status_code == 422
+    assert LANES.put(f"{ai_url}/admin/faults", json={"latency_seconds": -1}, headers=ADMIN).status_code == 422
 
 
 def test_admin_needs_the_token_and_exports_the_contract_shape(ai_url: str) -> None:
-    assert httpx.get(f"{ai_url}/admin/ledger").status_code == 401
-    assert httpx.get(f"{ai_url}/admin/ledger", headers={"X-Admin-Token": "wrong"}).status_code == 401
-    created = httpx.post(f"{ai_url}/v1/narratives", json=narrative()).json()
-    body = httpx.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
+    assert LANES.get(f"{ai_url}/admin/ledger").status_code == 401
+    assert LANES.get(f"{ai_url}/admin/ledger", headers={"X-Admin-Token": "wrong"}).status_code == 401
+    created = LANES.post(f"{ai_url}/v1/narratives", json=narrative()).json()
+    body = LANES.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
     assert body["provider"] == "ai" and isinstance(body["exported_at"], float)
     assert set(body["effects"][0]) == {"id", "operation_id", "idempotency_key", "created_at", "started_at", "cost",
                                      "request", "response"}
@@ -157,7 +159,7 @@ def test_admin_needs_the_token_and_exports_the_contract_shape(ai_url: str) -> No
 
 
 def test_ai_call_takes_scaled_case_time(tmp_path: Path) -> None:
-    with ServedApp(ai.create_app(Settings(run_dir=tmp_path, time_scale=0.03))) as served:  # 10 s case -> 0.3 s
+    with ServedApp(ai.create_app(Settings(run_dir=tmp_path, time_scale=0.03, ai_client_token=LANE_TOKEN, sms_client_token=LANE_TOKEN))) as served:  # 10 s case -> 0.3 s
         started = time.monotonic()
-        httpx.post(f"{served.url}/v1/narratives", json=narrative())
+        LANES.post(f"{served.url}/v1/narratives", json=narrative())
         assert time.monotonic() - started >= 0.3

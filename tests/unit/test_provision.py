@@ -25,14 +25,32 @@ def test_env_file_is_private_and_holds_fresh_secrets_the_stack_accepts(tmp_path:
     env = _read_env(path)
     settings = load_settings(env)
     assert insecure_secrets(settings) == []  # none is a known default
-    assert env["PROCTOR_VALKEY_URL"] == f"rediss://:{env['PROCTOR_VALKEY_PASSWORD']}@valkey:6380/0"
+    assert env["PROCTOR_VALKEY_URL"] == "rediss://valkey:6380/0"  # no credential: each component has its own
     assert f":{env['PROCTOR_PG_PASSWORD']}@postgres:5432/" in env["DATABASE_URL"]
     assert len(set(env.values())) == len(env)  # every secret drawn on its own
 
 
+def test_each_valkey_user_gets_its_own_private_env_file_and_valkey_only_digests(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "proctor.env"
+    assert main(["env-file", str(path)]) == 0
+    users = {user: _read_env(path.parent / f"valkey-{user}.env") for user in ("web", "relay", "worker", "harness")}
+    passwords = [env["PROCTOR_VALKEY_PASSWORD"] for env in users.values()]
+    assert len(set(passwords)) == 4 and all(env["PROCTOR_VALKEY_USER"] == user for user, env in users.items())
+    assert set(users["web"]) == {"PROCTOR_VALKEY_USER", "PROCTOR_VALKEY_PASSWORD", "PROCTOR_VALKEY_LIMITER_PASSWORD"}
+    common = path.read_text()
+    acl = (path.parent / "valkey-users.acl").read_text()
+    assert "user default reset off" in acl and acl.count("\nuser ") >= 5
+    for secret in [*passwords, users["web"]["PROCTOR_VALKEY_LIMITER_PASSWORD"]]:
+        assert secret not in common and secret not in acl  # the common file and Valkey's file hold none
+    assert stat.S_IMODE((path.parent / "valkey-users.acl").stat().st_mode) == 0o644  # digests, for the container's user
+    for name in ("faultproxy.env", "valkey-web.env", "valkey-harness.env"):
+        assert stat.S_IMODE((path.parent / name).stat().st_mode) == 0o600, name
+
+
 def test_two_env_files_share_no_secret() -> None:
     first, second = compose_secrets(), compose_secrets()
-    assert not set(first.values()) & set(second.values())
+    assert first["PROCTOR_VALKEY_URL"] == second["PROCTOR_VALKEY_URL"]  # an address, no secret in it
+    assert not {v for k, v in first.items() if k != "PROCTOR_VALKEY_URL"} & set(second.values())
 
 
 def test_env_file_refuses_an_empty_or_multi_line_value() -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from fastapi import APIRouter, Depends, HTTPException
 
 from stack.ledger.attempts import Attempt, OutcomeView, outcome_for
 from stack.web.guards import account_limit, documented
 from stack.web.routes.common import AttemptDep, StateDep
 
-__all__ = ["NARRATIVE_PLACEHOLDER", "REVIEW_PLACEHOLDER", "router"]
+__all__ = ["NARRATIVE_PLACEHOLDER", "REVIEW_PLACEHOLDER", "router", "student_card"]
 
 router = APIRouter(dependencies=[Depends(account_limit)])
 
@@ -40,10 +42,23 @@ def _common(attempt: Attempt, view: OutcomeView) -> dict:
     }
 
 
+def student_card(payload: dict) -> dict:
+    """The merit card a student sees: the attempts it was ranked against become a count and a
+    digest (other students' attempt ids are theirs); the admin export keeps the whole list,
+    which is what the checkers read (chaos/checkers/payloads.py)."""
+    card = {key: value for key, value in payload.items() if key != "ranked_against"}
+    if isinstance(payload.get("ranked_against"), list):
+        ranked = sorted(str(a) for a in payload["ranked_against"])
+        card["ranked_against_count"] = len(ranked)
+        card["ranked_against_digest"] = hashlib.sha256("\n".join(ranked).encode()).hexdigest()
+    return card
+
+
 @router.get("/v1/attempts/{attempt_id}/merit-card", responses=documented(401, 404, 409, 422, 429))
 def merit_card(attempt: AttemptDep, state: StateDep) -> dict:
     view = _view(state, attempt, "merit")
-    return {**_common(attempt, view), "merit_card": view.payload if view.status == "ready" else None}
+    card = student_card(view.payload or {}) if view.status == "ready" else None
+    return {**_common(attempt, view), "merit_card": card}
 
 
 @router.get("/v1/attempts/{attempt_id}/narrative", responses=documented(401, 404, 409, 422, 429))

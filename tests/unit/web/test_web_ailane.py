@@ -9,14 +9,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-import httpx
 import pytest
 from sqlalchemy import Engine
 from web_support import ADMIN, ROSTER_KEY, TestClient, closed_port
 
 from chaos.cli import ai_lane as ops_cmd
 
-from netsupport import ServedApp, free_port
+from netsupport import LANE_TOKEN, ServedApp, lane_client, free_port
 from stack.lanes.ai import billing, lanestate
 from stack.config import Settings
 from stack.ledger import outbox, outcomes
@@ -27,11 +26,13 @@ from stack.web.app import create_admin_app
 OP = "narrative-a1"
 
 
+LANES = lane_client()  # calls as the lanes make them: with their per-run bearer token
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:  # as web_fixtures' settings, plus a real fake AI provider's address
     return Settings(run_dir=tmp_path, valkey_url=f"redis://127.0.0.1:{closed_port()}/0", exams={"NOVA-101": 3},
                     token_secret="test-secret", admin_token=ADMIN, roster_key=ROSTER_KEY, node_name="web_test",
-                    ai_url=f"http://127.0.0.1:{free_port()}")
+                    ai_url=f"http://127.0.0.1:{free_port()}", ai_client_token=LANE_TOKEN, sms_client_token=LANE_TOKEN)
 
 
 @pytest.fixture
@@ -122,13 +123,13 @@ def test_alerts_list_what_the_lane_raised(admin_url: str, ledger: Engine) -> Non
 def test_audit_billing_passes_then_fails_on_a_charge_nobody_reserved(admin_url: str, ledger: Engine,
                                                                      settings: Settings) -> None:
     body = {"operation_id": OP, "attempt_id": "a1", "score": 1, "position": 1}
-    assert httpx.post(f"{settings.ai_url}/v1/narratives", json=body).status_code == 201
+    assert LANES.post(f"{settings.ai_url}/v1/narratives", json=body).status_code == 201
     with ledger.begin() as conn:
         billing.complete(conn, billing.reserve(conn, OP, 1, 1.0))
     code, shown = command(ops_cmd.audit_main, "billing", url=admin_url)
     assert code == 0 and shown["verdict"]["valid"] is True and shown["summary"]["completed"] == 1
     other = {**body, "operation_id": "narrative-a2"}
-    assert httpx.post(f"{settings.ai_url}/v1/narratives", json=other).status_code == 201
+    assert LANES.post(f"{settings.ai_url}/v1/narratives", json=other).status_code == 201
     code, shown = command(ops_cmd.audit_main, "billing", url=admin_url)
     assert code == 1 and shown["verdict"]["violations"] == ["unreserved_charge"]
 
@@ -149,7 +150,7 @@ def test_audit_billing_reads_reservations_around_the_invoice_like_the_run_checke
         with ledger.begin() as conn:
             call_id = billing.reserve(conn, op, 1, 1.0)
         body = {"operation_id": op, "attempt_id": "a1", "score": 1, "position": 1}
-        assert httpx.post(f"{settings.ai_url}/v1/narratives", json=body).status_code == 201
+        assert LANES.post(f"{settings.ai_url}/v1/narratives", json=body).status_code == 201
         effects = read_invoice(state)
         with ledger.begin() as conn:
             billing.complete(conn, call_id)
@@ -158,7 +159,7 @@ def test_audit_billing_reads_reservations_around_the_invoice_like_the_run_checke
     monkeypatch.setattr(routes_ailane, "_provider_effects", lane_calls_during_the_read)
     code, shown = command(ops_cmd.audit_main, "billing", url=admin_url)
     assert code == 0 and shown["verdict"]["valid"] is True and shown["summary"]["completed"] == 1
-    data = httpx.get(f"{admin_url}/admin/audit/billing", headers={"X-Admin-Token": ADMIN}).json()
+    data = LANES.get(f"{admin_url}/admin/audit/billing", headers={"X-Admin-Token": ADMIN}).json()
     effects = [EffectRow(**effect) for effect in data["provider_effects"]]
     assert check_billing(data["reservations"], effects, data["reservations_after"]).valid is True
     single_read = check_billing(data["reservations"], effects)  # the command before: one read, before the invoice

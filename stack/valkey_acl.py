@@ -1,0 +1,102 @@
+"""Who may do what in Valkey: one ACL user per component, a password each, drawn per run.
+
+Both deployments build Valkey's users from this one table (the embedded runner's
+``valkey.conf``, the compose stack's ``users.acl``), so they cannot drift apart. The
+``default`` user is off: a process that reaches the port without a credential gets
+``NOAUTH`` for every command (``HELLO``/``AUTH`` aside, which Valkey always answers).
+
+Each user gets the command categories its component uses and only its own key patterns:
+- ``web``: RQ enqueue (the unique-enqueue Lua script), the lanes' depths for /metrics, the
+  capacity lock, the AI lane's shared state, the refused-job counter (read);
+- ``relay``: RQ enqueue and job inspection, worker liveness keys (read);
+- ``worker``: everything an RQ worker touches (queues, registries, results, its command
+  channel), its own liveness key, the AI limiter, the refused-job counter;
+- ``limiter``: the request limiter's counters (``proctor-limits:*``) and nothing else. It is
+  the only user that may touch them, so no other credential can reset a brute-force limit;
+- ``harness``: the test operator (it holds the run folder anyway) reads every key and writes
+  the job and stack keys, but not the limiter's counters; it may read INFO and CLIENT LIST.
+
+RQ keys stay writable by web and relay: they must enqueue. That is why a worker runs only
+the project's own job functions (``stack.lanes.allowlist``): a stolen web credential can
+enqueue, never execute.
+
+Issue #25 adds a replica, Sentinels and a memory-filler client: each is one more row of
+``USERS`` (a replica's ``masteruser`` needs ``+psync +replconf +ping``; a Sentinel the
+documented ``+client +subscribe +publish +ping +info +multi +slaveof +config +exec``
+set; a filler only its own key prefix), and its password one more entry of the same
+``draw_passwords`` dict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from typing import Mapping
+
+__all__ = ["LIMITER_USER", "REFUSED_JOBS_KEY", "USERS", "AclUser", "acl_lines", "draw_passwords", "user_of_role"]
+
+REFUSED_JOBS_KEY = "proctor:refused-jobs"
+"""Jobs a worker refused (a function outside the allow-list, undecodable data): a counter
+every worker INCRs and the web nodes export in /metrics."""
+
+LIMITER_USER = "limiter"
+
+# Categories every component's client needs: CLIENT SETNAME, PING, HELLO, pipelines; then what RQ
+# (enqueue, dequeue, registries, results as streams) and our Lua scripts use.
+_BASE = ("+@connection", "+@transaction")
+_DATA = ("+@read", "+@write", "+@keyspace", "+@list", "+@hash", "+@set", "+@sortedset", "+@string", "+@stream",
+         "+@scripting")
+_NEEDED = ("+info", "+time")
+"""Added after ``-@dangerous`` (which holds them), or they are gone again: RQ reads ``INFO server`` to
+choose its atomic BLMOVE dequeue (without it RQ silently falls back to BLPOP, and a worker killed after
+the pop loses the job), and the AI limiter's Lua script reads ``TIME``."""
+
+
+@dataclass(frozen=True)
+class AclUser:
+    name: str
+    categories: tuple[str, ...]  # granted first, then every @dangerous command is taken away again
+    keys: tuple[str, ...]  # ACL key selectors: ~pattern (read+write), %R~pattern (read only)
+    channels: tuple[str, ...] = ()  # &pattern (pub/sub); none = no channel at all
+    commands: tuple[str, ...] = _NEEDED  # single commands granted last (some of them are @dangerous)
+
+    def rule(self, password: str) -> str:
+        """The ``user`` line: on, only the SHA-256 of the password (the config never holds it), its rights."""
+        digest = hashlib.sha256(password.encode()).hexdigest()
+        parts = ["user", self.name, "reset", "on", f"#{digest}", *self.keys, "resetchannels", *self.channels,
+                 "-@all", *self.categories, "-@dangerous", *self.commands]
+        return " ".join(parts)
+
+
+USERS: tuple[AclUser, ...] = (
+    AclUser("web", (*_BASE, *_DATA), ("~rq:*", "~proctor:capacity-lock", "~proctor:ai:*", f"%R~{REFUSED_JOBS_KEY}")),
+    AclUser("relay", (*_BASE, *_DATA), ("~rq:*", "%R~proctor:alive:*")),
+    AclUser("worker", (*_BASE, *_DATA, "+@pubsub"),
+            ("~rq:*", "~proctor:alive:*", "~proctor:ai:*", f"~{REFUSED_JOBS_KEY}"), ("&rq:*",)),
+    AclUser(LIMITER_USER, (*_BASE, "+@read", "+@write", "+@string", "+@keyspace", "+@scripting"),
+            ("~proctor-limits:*",)),
+    AclUser("harness", (*_BASE, *_DATA, "+@pubsub"), ("~rq:*", "~proctor:*", "%R~*"), ("&*",),
+            (*_NEEDED, "+client|list", "+client|info", "+config|get", "+keys")),
+)
+
+_ROLE_USER = {"web": "web", "relay": "relay", "worker": "worker"}
+
+
+def user_of_role(role: str) -> str | None:
+    """The Valkey user a component of ``role`` connects as; None for components that never touch Valkey."""
+    return _ROLE_USER.get(role)
+
+
+def draw_passwords() -> dict[str, str]:
+    """A fresh 256-bit password per user, for one run (URL-safe, one line)."""
+    return {user.name: secrets.token_urlsafe(32) for user in USERS}
+
+
+def acl_lines(passwords: Mapping[str, str]) -> list[str]:
+    """Valkey ACL rules: ``default`` off with no rights, then every user of ``USERS``."""
+    missing = [user.name for user in USERS if not passwords.get(user.name)]
+    if missing:
+        raise ValueError(f"no Valkey password for user(s) {', '.join(missing)}")
+    return ["user default reset off resetpass resetkeys resetchannels -@all",
+            *(user.rule(passwords[user.name]) for user in USERS)]
