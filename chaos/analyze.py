@@ -12,7 +12,6 @@ Unknown must fail CI just like invalid: "could not tell" is not a pass.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from chaos.checkers import CheckOptions
 from chaos.checkers.ailane import declared_time_scale
 from chaos.checkers.base import UNKNOWN, OptionsError, Result, compose
 from chaos.checkers.isolation import isolation_from_run
+from chaos.interrupt import MARKER, read_marker
 from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, read_history
 from chaos.ledgers import load_ledgers
 from chaos.plots.run import plot_run
@@ -35,6 +35,7 @@ __all__ = [
     "EXIT_INVALID",
     "EXIT_UNKNOWN",
     "EXIT_VALID",
+    "NotARunFolder",
     "HISTORY_FILE",
     "SCENARIO_FILE",
     "ScenarioError",
@@ -43,6 +44,7 @@ __all__ = [
     "check_main",
     "exit_code",
     "load_scenario",
+    "require_run_folder",
 ]
 
 SCENARIO_FILE = "scenario.json"
@@ -52,6 +54,20 @@ EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN = 0, 1, 2
 
 class ScenarioError(ValueError):
     """scenario.json is unreadable or holds an unusable value."""
+
+
+class NotARunFolder(ValueError):
+    """The folder holds no run: nothing is written into it."""
+
+
+def require_run_folder(run_dir: Path) -> None:
+    """A run folder has what the runner writes first (scenario.json, history.jsonl) or the
+    interrupted marker; anything else (``results/``, a temporary folder) is refused untouched."""
+    if not run_dir.is_dir():
+        raise NotARunFolder(f"{run_dir} does not exist")
+    if not any((run_dir / name).exists() for name in (SCENARIO_FILE, HISTORY_FILE, MARKER)):
+        raise NotARunFolder(f"{run_dir} is not a run folder (no {SCENARIO_FILE} or {HISTORY_FILE}); "
+                            f"nothing was written")
 
 
 def load_scenario(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
@@ -128,6 +144,17 @@ def _verdict(read: HistoryFile | None, problems: list[str], run_dir: Path, optio
     return checked
 
 
+def _cut_short(result: Result, marker: dict[str, Any]) -> Result:
+    """An interrupted run's history is not a whole run: whatever its checkers found, the verdict is
+    unknown (a fault cut before injection is no violation, a lost answer cannot be told from one
+    still in flight). The checkers' own results stay in the report as evidence."""
+    note = (f"the run was interrupted by {marker.get('signal', 'a signal')} during "
+            f"{marker.get('phase', 'an unknown phase')}: its history is not a whole run")
+    composed = compose([Result.unknown("interrupted", [note]), *result.checks.values()])
+    composed.valid = UNKNOWN
+    return composed
+
+
 def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     """Check one run folder and write its report; returns the report (``report["valid"]``).
 
@@ -135,8 +162,7 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     for a missing folder; an unreadable history or ledger becomes an unknown verdict.
     """
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run folder {run_dir} does not exist")
+    require_run_folder(run_dir)
     scenario, notes = load_scenario(run_dir)
     time_scale = _time_scale(scenario, notes)
     read, problem = _load_history(run_dir)
@@ -146,10 +172,14 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     options = CheckOptions.from_scenario({**scenario, "options": apply_bounds(scenario.get("options"), bounds)})
     result = _verdict(read, _history_problems(read, problem) + underivable_notes(bounds), run_dir, options,
                       scenario)
-    plot_names = _plots(history or [], run_dir, notes, time_scale) if plots else []
+    interrupted = read_marker(run_dir)
+    if interrupted is not None:
+        result = _cut_short(result, interrupted)
+    plot_names = _plots(history or [], run_dir, notes, time_scale, scenario.get("history_origin")) if plots else []
     report = build_report(scenario, result, options, time_scale, plot_names, notes)
     report["faults"] = _fault_rows(history or [])
     report["bounds"] = bounds
+    report["interrupted"] = interrupted
     write_report(run_dir, report)
     return report
 
@@ -164,11 +194,15 @@ def _fault_rows(history: Sequence[Op]) -> list[dict[str, Any]]:
             for w in fault_windows(history)]
 
 
-def _plots(history: Sequence[Op], run_dir: Path, notes: list[str], time_scale: float) -> list[str]:
+def _plots(history: Sequence[Op], run_dir: Path, notes: list[str], time_scale: float,
+           origin: Any = None) -> list[str]:
     """Plots are evidence, not verdict: a plotting failure is noted, never fatal."""
     try:
-        ai_lane = plot_ai_lane(load_ledgers(run_dir), time_scale, run_dir)  # only when the run made AI calls
-        return [path.name for path in plot_run(history, run_dir)] + ([ai_lane.name] if ai_lane else [])
+        ledgers = load_ledgers(run_dir)
+        origin = float(origin) if isinstance(origin, (int, float)) else None
+        ai_lane = plot_ai_lane(ledgers, time_scale, run_dir, origin)  # only when the run made AI calls
+        owed = None if ledgers.outbox is None else sum(row.status == "pending" for row in ledgers.outbox)
+        return [path.name for path in plot_run(history, run_dir, owed)] + ([ai_lane.name] if ai_lane else [])
     except Exception as exc:  # noqa: BLE001 - keep the verdict even if matplotlib breaks
         notes.append(f"plots failed: {type(exc).__name__}: {exc}")
         return []
@@ -186,6 +220,9 @@ def check_command(run_dir: str | Path, *, plots: bool = True) -> int:
     """`proctor check RUN_DIR`: analyze, print a short verdict, return 0 / 1 / 2."""
     try:
         report = analyze(Path(run_dir), plots=plots)
+    except NotARunFolder as exc:
+        print(f"proctor check: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
     except Exception as exc:  # noqa: BLE001 - any harness error must exit 2, not pass
         print(f"proctor check: {run_dir}: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
@@ -207,7 +244,9 @@ def _summary_line(report: dict[str, Any], run_dir: Path) -> str:
 
 def check_main(argv: Sequence[str] | None = None) -> int:
     """Entry point for chaos.cli: ``proctor check RUN_DIR [--no-plots]``."""
-    parser = argparse.ArgumentParser(prog="proctor check", description="Re-run the checkers offline on a stored run folder.")
+    from stack.cli_args import CliParser  # here, not at import: an offline check loads no more stack code
+
+    parser = CliParser(prog="proctor check", description="Re-run the checkers offline on a stored run folder.")
     parser.add_argument("run_dir", type=Path, help="a run folder, e.g. results/runs/latest")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     args = parser.parse_args(list(argv) if argv is not None else None)

@@ -167,6 +167,7 @@ class History:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._clock = clock
         self._origin = clock()
+        self.origin_wall = time.time()  # the wall clock at time 0, for plots drawn from ledger timestamps
         self._fsync = fsync
         self._lock = threading.Lock()
         self._next_index = 0

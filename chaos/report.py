@@ -26,6 +26,8 @@ __all__ = [
     "REPORT_JSON",
     "REPORT_MD",
     "build_report",
+    "check_word",
+    "headline_counts",
     "case_durations",
     "format_seconds",
     "render_markdown",
@@ -40,6 +42,17 @@ _EXAMPLE_CHARS = 400
 
 def verdict_word(valid: Any) -> str:
     return {True: "VALID", False: "INVALID"}.get(valid, "UNKNOWN") if isinstance(valid, bool) else "UNKNOWN"
+
+
+def check_word(check: Mapping[str, Any]) -> str:
+    """One checker's word: n/a when it had nothing to check (chaos/checkers/base.py), else its verdict."""
+    return "n/a" if check.get("na") else verdict_word(check.get("valid"))
+
+
+def headline_counts(counts: Mapping[str, Any]) -> str:
+    """"5 valid, 3 n/a, 0 invalid, 0 unknown": what was checked apart from what had nothing to check."""
+    return (f"{counts.get('valid', 0)} valid, {counts.get('n/a', 0)} n/a, "
+            f"{counts.get('invalid', 0)} invalid, {counts.get('unknown', 0)} unknown")
 
 
 def case_durations(case_constants: Mapping[str, Any], time_scale: float) -> list[dict[str, Any]]:
@@ -101,6 +114,9 @@ def write_report(run_dir: Path, report: Mapping[str, Any]) -> tuple[Path, Path]:
     json_path, md_path = run_dir / REPORT_JSON, run_dir / REPORT_MD
     json_path.write_text(json.dumps(report, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
     md_path.write_text(render_markdown(report), encoding="utf-8")
+    from chaos.browse.page import write_html  # it renders with this module's words
+
+    write_html(run_dir, report)
     return json_path, md_path
 
 
@@ -123,8 +139,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 def _verdict_section(report: Mapping[str, Any]) -> list[str]:
     counts = report["summary"]
     lines = [
-        f"**Verdict: {report['verdict']}** ({counts.get('valid', 0)} valid, "
-        f"{counts.get('invalid', 0)} invalid, {counts.get('unknown', 0)} unknown)",
+        f"**Verdict: {report['verdict']}** ({headline_counts(counts)})",
         "",
         *([str(report["description"]), ""] if report.get("description") else []),
         f"Seed `{report.get('seed')}`, started {_when(report.get('started_at'))}, ended {_when(report.get('ended_at'))}.",
@@ -136,12 +151,16 @@ def _verdict_section(report: Mapping[str, Any]) -> list[str]:
         "```",
         "",
     ]
+    cut = report.get("interrupted")
+    if cut is not None:
+        lines += [f"**Interrupted** by {cut.get('signal', 'a signal')} during {cut.get('phase', '?')} at "
+                  f"{_when(cut.get('at'))}: the run did not finish, so nothing below is a verdict on the stack.", ""]
     notes = list(report.get("harness_notes", [])) + list(report.get("notes", []))
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     lines += ["| checker | verdict | problems |", "|---|---|---|"]
     for name, check in report["checkers"].items():
         problems = ", ".join(f"{k} {check['counts'].get(k)}" for k in check.get("violations", [])) or "-"
-        lines.append(f"| {name} | {verdict_word(check['valid'])} | {problems} |")
+        lines.append(f"| {name} | {check_word(check)} | {check.get('na') or problems} |")
     return lines + [""]
 
 
@@ -172,7 +191,7 @@ def _short(value: Any) -> str:
 
 
 def _checker_section(name: str, check: Mapping[str, Any]) -> list[str]:
-    lines = [f"## {name}: {verdict_word(check['valid'])}", ""]
+    lines = [f"## {name}: {check_word(check)}", ""]
     counts = check.get("counts", {})
     if counts:
         lines += [", ".join(f"{key} **{value}**" for key, value in counts.items()), ""]

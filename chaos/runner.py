@@ -10,16 +10,19 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import signal
 import time
+from contextlib import contextmanager
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 
 from chaos.analyze import analyze
 from chaos.deployment import Deployment
 from chaos.deployment.targets import DEFAULT_TARGET, build_deployment
 from chaos.history import History
+from chaos.interrupt import Interrupted, write_marker
 from chaos.observe.monitor import admin_urls, require_samples, run_monitor
 from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderNemesis, run_schedule
 from chaos.load.exam import WorkloadSpec, WorkloadStats, run_workload
@@ -102,22 +105,45 @@ def run_scenario(
         settings["time_scale"] = time_scale
     run_dir = run_dir or new_run_dir(f"{scenario.name}-seed{seed}")
     deployment = build_deployment(target, scenario, settings, run_dir)
+    phase = ["start-up"]  # what the run was doing, for the interrupted marker
+
+    def step(message: str) -> None:
+        if message.startswith("load:"):
+            phase[0] = "load and faults"
+        elif message.startswith("final read"):
+            phase[0] = "final read"
+        progress(message)
+
     progress(f"starting the {target} stack in {run_dir}")
     try:
         deployment.start()
-        result = _run_on_stack(deployment, scenario, seed, progress, target)
-    finally:
-        if keep_stack:
-            deployment.detach()  # the watchdog would otherwise stop it when this process exits
-            stop = deployment.down_command() if target == "compose" else f"proctor down {run_dir}"
-            progress(f"--keep-stack: stack left running; stop it with `{stop}`")
-        else:
-            deployment.stop()
+        result = _run_on_stack(deployment, scenario, seed, step, target)
+    except Interrupted as stop:
+        # The faults were healed by _run_on_stack's finally; the stack stops below. The report
+        # is written as for any run, and says the run was cut (chaos/analyze.py).
+        write_marker(run_dir, stop.signum, phase[0])
+        deployment.stop()  # even with --keep-stack: an interrupted run leaves nothing running
+        progress(f"interrupted by {stop.signal_name} during {phase[0]}: stack stopped; writing the report")
+        analyze(run_dir)
+        raise
+    except BaseException:
+        _stop_or_keep(deployment, keep_stack, target, run_dir, progress)
+        raise
+    _stop_or_keep(deployment, keep_stack, target, run_dir, progress)
     progress("analyzing")
     verdict = analyze(run_dir)
     result.verdict = verdict
     result.valid = verdict.get("valid")
     return result
+
+
+def _stop_or_keep(deployment: Deployment, keep_stack: bool, target: str, run_dir: Path, progress: Progress) -> None:
+    if keep_stack:
+        deployment.detach()  # the watchdog would otherwise stop it when this process exits
+        stop = deployment.down_command() if target == "compose" else f"proctor down {run_dir}"
+        progress(f"--keep-stack: stack left running; stop it with `{stop}`")
+    else:
+        deployment.stop()
 
 
 def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Progress, target: str) -> RunResult:
@@ -133,14 +159,20 @@ def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Pr
     if scenario.prepare:
         scenario.prepare(stack)
     history = History(run_dir / "history.jsonl")
+    meta["history_origin"] = history.origin_wall  # ledger times (epoch) -> run time, chaos/plots/ai_lane.py
+    _write_json(run_dir / "scenario.json", meta)
     nemesis = _nemesis_for(stack, scenario)
     try:
         progress(f"load: {scenario.workload.arrival_rate}/s students for {scenario.workload.duration}s, "
                  f"{len(faults)} faults (seed {seed})")
-        stats = asyncio.run(_load_and_faults(stack, scenario, seed, faults, history, nemesis, progress))
+        caught: list[int] = []
+        stats = asyncio.run(_load_and_faults(stack, scenario, seed, faults, history, nemesis, progress, caught))
+        if caught:  # raised here, outside the event loop: inside it, asyncio would report the task's exception
+            raise Interrupted(caught[0])
     finally:
         nemesis.heal()  # always, even when the load or a fault raised
         progress("healed")
+    progress("final read: waiting for every outcome to settle")
     final = stack.export(run_dir, frozenset(scenario.options.get("allow_pending", [])))
     progress(final.summary())
     history.close()
@@ -163,6 +195,47 @@ def _nemesis_for(stack: Deployment, scenario: Scenario) -> CompositeNemesis:
 
 
 async def _load_and_faults(
+    stack: Deployment, scenario: Scenario, seed: int, faults: list[FaultSpec], history: History,
+    nemesis: CompositeNemesis, progress: Progress, caught: list[int],
+) -> WorkloadStats | None:
+    """The load and the fault schedule; None when SIGINT/SIGTERM cut it (the signal is put in ``caught``)."""
+    with _signals_cancel(asyncio.current_task(), caught):
+        try:
+            return await _load_and_faults_body(stack, scenario, seed, faults, history, nemesis, progress)
+        except asyncio.CancelledError:
+            if not caught:
+                raise
+            return None
+
+
+@contextmanager
+def _signals_cancel(task: "asyncio.Task[Any] | None", caught: list[int]) -> Iterator[None]:
+    """While the load runs, SIGINT/SIGTERM cancel it (every task unwinds through its finally);
+    the Python handlers in place before come back afterwards."""
+    loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(signum: int) -> None:
+        if not caught:
+            caught.append(signum)
+            if task is not None:
+                task.cancel()
+
+    try:
+        for sig in previous:
+            loop.add_signal_handler(sig, on_signal, sig)
+    except (RuntimeError, ValueError):  # not the main thread: no handler; the caller's stays
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)
+
+
+async def _load_and_faults_body(
     stack: Deployment, scenario: Scenario, seed: int, faults: list[FaultSpec], history: History,
     nemesis: CompositeNemesis, progress: Progress,
 ) -> WorkloadStats:

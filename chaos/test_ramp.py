@@ -35,9 +35,10 @@ def _ramp(name: str, steps: str, step_seconds: float, env: dict[str, str] | None
     run_dir = new_run_dir(name)
     argv = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", steps, "--step-seconds", str(step_seconds),
             "--questions", "5", "--run-dir", str(run_dir), *GENEROUS, "--", "--loglevel", "WARNING"]
-    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                          timeout=240, check=False)
-    return done.returncode, run_dir, done.stdout + done.stderr
+    # One stream, as a terminal shows it: Locust's tables go to stderr, the verdict to stdout.
+    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=240, check=False)
+    return done.returncode, run_dir, done.stdout
 
 
 def _stack_processes_alive(run_dir: Path) -> list[int]:
@@ -57,10 +58,58 @@ def _gate_below_fastest_request(run_dir: Path) -> dict[str, bool]:
     return {g["name"]: g["passed"] for g in gate(strict, step_rates(strict, read_ticks(run_dir), done), done)}
 
 
+def _assert_verdict_comes_last(output: str, verdict: str) -> None:
+    """After Locust's stats tables, nothing but the verdict block (issue #27)."""
+    tables = max(output.rfind("Response time percentiles"), output.rfind("Error report"))
+    assert tables >= 0, output[-3000:]
+    assert output.rfind(verdict) > tables, output[-3000:]
+    tail = output[output.rfind(verdict):].splitlines()
+    assert all(line.startswith(("ramp:", "  ", "report:")) for line in tail), tail
+
+
+def test_an_interrupted_ramp_says_so_stops_its_stack_and_exits_130():
+    """Ctrl-C as a terminal sends it: SIGINT to the whole process group, once the ramp runs."""
+    import signal
+    import time
+
+    run_dir = new_run_dir("ramp-interrupted")
+    argv = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", "25,50", "--step-seconds", "120",
+            "--questions", "5", "--run-dir", str(run_dir), *GENEROUS, "--", "--loglevel", "WARNING"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _ticks(run_dir, 3):
+            time.sleep(0.5)
+        assert _ticks(run_dir, 3), "the ramp never ticked"
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, output[-4000:]
+    assert json.loads((run_dir / "interrupted").read_text())["signal"] == "SIGINT"
+    report = json.loads((run_dir / "ramp.json").read_text())
+    assert report["verdict"].startswith("INTERRUPTED") and report["exit_code"] == 130
+    assert "LOAD GATE FAILED" not in output
+    _assert_verdict_comes_last(output, "ramp: INTERRUPTED")
+    assert _stack_processes_alive(run_dir) == []
+    assert subprocess.run([sys.executable, "-m", "chaos.cli", "check", str(run_dir), "--no-plots"], cwd=ROOT,
+                          capture_output=True, check=False).returncode == 2
+
+
+def _ticks(run_dir: Path, n: int) -> bool:
+    path = run_dir / "ramp_ticks.jsonl"
+    return path.exists() and len(path.read_text().splitlines()) >= n
+
+
 def test_short_ramp_keeps_every_invariant_and_stops_its_stack():
     code, run_dir, output = _ramp("ramp-short", "25,50,100", 13)
     print(output[-2500:])
     assert code == EXIT_VALID, output[-4000:]
+    _assert_verdict_comes_last(output, "ramp: PASS")
+    assert "exam_ramp: starting the embedded stack" in output
     report = json.loads((run_dir / "ramp.json").read_text())
     assert report["invariants"]["valid"] is True
     answers = json.loads((run_dir / "report.json").read_text())["checkers"]["answers"]["counts"]

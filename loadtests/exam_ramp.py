@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -144,6 +145,7 @@ def _on_init(environment, **_kwargs) -> None:
         return
     options = environment.parsed_options
     _validate(options)
+    _remember_signals()
     if isinstance(environment.runner, MasterRunner):
         _check_bind(options)
         _state["master"] = MasterSide(environment, _TOKEN, options.expect_workers)
@@ -169,6 +171,21 @@ def _announce_token(run_dir: Path) -> None:
     with open(fd, "w") as out:
         out.write(_TOKEN + "\n")
     print(f"exam_ramp: workers started by hand need {TOKEN_ENV}=$(cat {path})", flush=True)
+
+
+def _remember_signals() -> None:
+    """Note which signal stops the ramp, for the interrupted marker; Locust still handles it."""
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum, frame) -> None:
+        _state["signal"] = "SIGINT"
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    import gevent  # Locust's own; its SIGTERM watcher runs beside this one
+
+    gevent.signal_handler(signal.SIGTERM, lambda: _state.setdefault("signal", "SIGTERM"))
 
 
 def _students_needed(options) -> int:
@@ -216,10 +233,13 @@ def _targets(environment, options, run_dir: Path) -> dict[str, str]:
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     else:
         stack = EmbeddedRampStack(run_dir, web=options.ramp_web, roster_size=2 * _students_needed(options))
+        print(f"exam_ramp: starting the embedded stack in {run_dir} ...", flush=True)
         try:
-            manifest = stack.start()
+            manifest = stack.start(progress=lambda waited: print(f"exam_ramp: ... stack starting ({waited:.0f}s)",
+                                                                 flush=True))
         except StackStartError as exc:
             sys.exit(f"exam_ramp: {exc}")
+        print(f"exam_ramp: stack ready in {manifest.get('startup_seconds') or 0:.1f}s; the ramp starts", flush=True)
         _state["stack"] = stack
         stack_dir, mode = run_dir, "embedded"
     urls = manifest["urls"]
@@ -258,6 +278,9 @@ def _on_quitting(environment, **_kwargs) -> None:
     if "run_dir" not in _state:
         return
     run_dir = Path(str(_state["run_dir"]))
+    cut_short = not _state.get("plan_done") and not _state.get("roster_exhausted")  # that one has its own line
+    if (run_dir / "ramp_ticks.jsonl").exists() and cut_short:
+        _mark_interrupted(run_dir)
     master = _state.get("master")
     if isinstance(master, MasterSide):
         master.close()
@@ -271,6 +294,26 @@ def _on_quitting(environment, **_kwargs) -> None:
             print(f"exam_ramp: stopping the embedded stack ({run_dir})", flush=True)
             stack.stop()
     environment.process_exit_code = code
+
+
+def _mark_interrupted(run_dir: Path) -> None:
+    """Locust quit before the plan's last step: the run is interrupted, not a failed gate. The
+    marker's format is chaos/interrupt.py's (this gevent process imports no harness code)."""
+    name = str(_state.get("signal") or "stop")
+    marker = {"signal": name, "phase": "load", "at": time.time()}
+    (run_dir / "interrupted").write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+    print(f"exam_ramp: interrupted by {name} during the load; judging what ran, then stopping the stack",
+          flush=True)
+
+
+@events.quit.add_listener
+def _on_quit(exit_code: int, **_kwargs) -> None:
+    """Locust's last words are its stats tables; the verdict comes after them (issue #27)."""
+    run_dir = _state.get("run_dir")
+    if run_dir is None or not (Path(str(run_dir)) / "ramp.json").exists():
+        return
+    sys.stdout.flush()
+    subprocess.run([sys.executable, "-m", "chaos.ramp", "summary", str(run_dir)], cwd=PROJECT_ROOT, check=False)
 
 
 def _finalize(run_dir: Path) -> int:
@@ -442,6 +485,7 @@ class ExamRamp(LoadTestShape):
         step = plan.at(elapsed)
         self._record(options, elapsed, step)
         if step is None:
+            _state["plan_done"] = True
             return self._after_last_step(master, options, elapsed - plan.duration)
         users = slots_of(options) if options.ramp_arrivals == "open" else step.users
         self._last = (users, float(max(users, 10)))

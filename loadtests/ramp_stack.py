@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["EmbeddedRampStack", "StackStartError", "read_manifest"]
 
@@ -47,6 +47,9 @@ def _die_with_parent() -> None:
         pass
 
 
+_PROGRESS_EVERY = 2.0  # seconds between "still starting" lines
+
+
 @dataclass
 class EmbeddedRampStack:
     run_dir: Path
@@ -59,16 +62,21 @@ class EmbeddedRampStack:
         return [sys.executable, "-m", "chaos.cli", "up", "--foreground", "--run-dir", str(self.run_dir),
                 "--web", str(self.web), "--name", "ramp", "--ready-timeout", str(self.ready_timeout)]
 
-    def start(self) -> dict[str, Any]:
-        """Start and wait until the manifest says ready; returns the manifest."""
+    def start(self, progress: Callable[[float], None] = lambda _waited: None) -> dict[str, Any]:
+        """Start and wait until the manifest says ready; returns the manifest. ``progress(waited)``
+        every few seconds, so that a terminal is not silent while the stack starts."""
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         log = self.run_dir / "logs" / "supervisor.log"
         with open(log, "ab") as out:
             env = {**os.environ, **({"PROCTOR_ROSTER_SIZE": str(self.roster_size)} if self.roster_size else {})}
             self.process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                             cwd=PROJECT_ROOT, start_new_session=True, preexec_fn=_die_with_parent, env=env)
-        deadline = time.monotonic() + self.ready_timeout
+        started = time.monotonic()
+        deadline, next_note = started + self.ready_timeout, started + _PROGRESS_EVERY
         while time.monotonic() < deadline:
+            if time.monotonic() >= next_note:
+                progress(time.monotonic() - started)
+                next_note += _PROGRESS_EVERY
             manifest = self._manifest_if_ready()
             if manifest is not None:
                 return manifest

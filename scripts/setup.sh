@@ -17,6 +17,9 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # PostgreSQL: the tests run the stack on both ledgers (SQLite by default, PostgreSQL via DATABASE_URL).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need_apt+=(postgresql)
+# The browser test of report.html (tests/integration/test_report_browser.py; issue #27). Measured on
+# this Debian 12 machine, loaded by other jobs: apt-get install -y chromium took 194 s (2026-12-01).
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 
 # --python-only (make test-fast): only .venv; the servers are for integration tests and the demo.
 if [ "${1:-}" = "--python-only" ]; then

@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from stack.cli_args import CliParser, positive_int, usage_error
 from stack.admin_client import AdminTargetError, add_target_args, resolve_target
 
 __all__ = ["scale_main", "lock_main", "parse_assignment", "parse_when"]
@@ -67,7 +68,7 @@ def _target(args: argparse.Namespace) -> tuple[str, str]:
     try:
         target = resolve_target(args.run_dir, args.admin_url)
     except AdminTargetError as exc:
-        raise SystemExit(str(exc)) from None
+        raise SystemExit(usage_error("proctor", str(exc))) from None
     return target.url, target.token
 
 
@@ -88,7 +89,7 @@ def _call(prog: str, method: str, url: str, token: str, body: dict[str, Any] | N
 
 
 def scale_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="proctor scale", description="Resize pools through the admin API; "
+    p = CliParser(prog="proctor scale", description="Resize pools through the admin API; "
                                 "web nodes leave gracefully (drain, finish, SIGTERM).")
     p.add_argument("assignments", nargs="+", type=parse_assignment, metavar="POOL=N", help="web=N, merit=N, ai=N, sms=N")
     p.add_argument("--force", action="store_true", help="override an open exam's lock (written to the audit log)")
@@ -117,25 +118,24 @@ def _describe(result: dict[str, Any]) -> str:
 
 
 def lock_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="proctor lock", description="Store an exam's window and minimum capacity, "
+    p = CliParser(prog="proctor lock", description="Store an exam's window and minimum capacity, "
                                 "or show the stored windows.")
     p.add_argument("exam", nargs="?", help="exam code; without it, show the windows")
     p.add_argument("--opens", type=parse_when, default=None, help="now, +N[smh], epoch or ISO 8601")
     p.add_argument("--closes", type=parse_when, default=None, help="now, +N[smh], epoch or ISO 8601")
-    p.add_argument("--min-web", type=int, default=1, help="web nodes the exam needs while open")
+    p.add_argument("--min-web", type=positive_int, default=1, help="web nodes the exam needs while open")
     p.add_argument("--min-worker", type=lambda t: parse_assignment(t, POOLS[1:]), action="append", default=[],
                    metavar="LANE=N", help="workers a lane needs while open (repeatable)")
     _target_args(p)
+    p.add_argument("--json", action="store_true", help="print the API's answer as JSON (for scripts)")
     args = p.parse_args(argv)
     admin, token = _target(args)
     if args.exam is None:
+        from stack import cli_output as output  # one output format for every admin command
+
         code, state = _call("proctor lock", "GET", f"{admin}/admin/lock", token)
-        for window in (state or {}).get("windows", []):
-            print(f"{window['exam_code']}: {'OPEN' if window['open'] else 'closed'} {window['opens_at']:.0f}.."
-                  f"{window['closes_at']:.0f} min web {window['min_web']} workers {window['min_workers']}")
-        capacity = (state or {}).get("capacity_lock") or {}
-        if capacity.get("held"):
-            print(f"capacity lock: held by {capacity['description']}")
+        if not code:
+            output.emit(state, args.json, output.render_lock)
         return code
     if args.opens is None or args.closes is None:
         p.error("--opens and --closes are required with an exam code")

@@ -50,6 +50,7 @@ __all__ = [
     "check_ai_provider_limit",
     "check_answer_reads",
     "check_answers",
+    "mark_vacuous",
     "check_connections",
     "check_duplicate_charges",
     "check_effects",
@@ -94,5 +95,15 @@ DETAIL_SECTIONS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
 
 
 def run_checkers(history: Sequence[Op], ledgers: Ledgers, options: CheckOptions) -> Result:
-    """Every checker, each crash-safe, composed: false > unknown > true."""
-    return compose(check_safe(name, checker, history, ledgers, options) for name, checker in CHECKERS.items())
+    """Every checker, each crash-safe, composed: false > unknown > true (n/a left out)."""
+    return compose(mark_vacuous(check_safe(name, checker, history, ledgers, options))
+                   for name, checker in CHECKERS.items())
+
+
+def mark_vacuous(result: Result) -> Result:
+    """A valid result whose every count is 0 examined nothing: it is n/a, not "valid"."""
+    counts = list(result.counts.values())
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in counts)
+    if result.valid is True and result.na is None and counts and numbers and not any(counts) and not result.examples:
+        result.na = "every count is 0: this run held nothing for it to check"
+    return result

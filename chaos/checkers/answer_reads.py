@@ -34,7 +34,7 @@ NAME = "answer_reads"
 def check_answer_reads(history: Sequence[Op], ledgers: Ledgers, options: object) -> Result:
     ops = read_revision_ops(history)
     if ops.nothing_to_check:
-        return Result(NAME, True, notes=[NOTHING_TO_CHECK])
+        return Result.not_applicable(NAME, NOTHING_TO_CHECK)
     reads = ops.reads
     bad: dict[str, list[Any]] = {"stale_read": [], "vanished": [], "unexpected": [], "content_mismatch": []}
     for read in reads:

@@ -6,6 +6,11 @@ read). Combining verdicts ranks false > unknown > true: one proven violation mak
 the run invalid; otherwise anything unproven makes it unknown. Only a run where
 every checker proved its invariant is valid.
 
+A checker that found nothing to judge (no revisions in a run that wrote none, no
+connection samples) is *n/a* (``Result.na`` holds why): it neither proves nor breaks
+anything, so it is counted apart from "valid" and left out of the merge; a run where
+every checker is n/a proved nothing and is unknown.
+
 A checker's options are a frozen dataclass in its own module, mixing in ``CheckerOptions``
 and declaring each key with ``option(...)`` (docs/checkers.md, "Writing a checker");
 ``chaos.checkers.options.CheckOptions`` is all of them in one value.
@@ -70,6 +75,8 @@ class Result:
     checks: dict[str, "Result"] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     """Names of the categories that made this result invalid (non-zero counts)."""
+    na: str | None = None
+    """Why there was nothing to check ("n/a"); None when the checker judged something."""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -80,11 +87,17 @@ class Result:
             "examples": self.examples,
             "notes": self.notes,
         }
+        if self.na is not None:
+            data["na"] = self.na
         if self.details:
             data["details"] = self.details
         if self.checks:
             data["checks"] = {name: check.to_dict() for name, check in self.checks.items()}
         return data
+
+    @classmethod
+    def not_applicable(cls, name: str, reason: str, counts: Mapping[str, Any] | None = None) -> "Result":
+        return cls(name, True, counts=dict(counts or {}), notes=[reason], na=reason)
 
     @classmethod
     def unknown(cls, name: str, notes: Iterable[str], counts: Mapping[str, Any] | None = None) -> "Result":
@@ -145,16 +158,20 @@ def merge_validity(verdicts: Iterable[Validity]) -> Validity:
 def compose(results: Iterable[Result], name: str = "proctor") -> Result:
     """One verdict over several checkers; each result stays available in ``checks``."""
     checks = {result.name: result for result in results}
-    verdicts = [r.valid for r in checks.values()]
+    judged = [r.valid for r in checks.values() if r.na is None]
     counts = {
-        "valid": sum(v is True for v in verdicts),
-        "invalid": sum(v is False for v in verdicts),
-        "unknown": sum(v is not True and v is not False for v in verdicts),
+        "valid": sum(v is True for v in judged),
+        "invalid": sum(v is False for v in judged),
+        "unknown": sum(v is not True and v is not False for v in judged),
+        "n/a": len(checks) - len(judged),
     }
-    notes = [f"{n}: {'invalid' if r.valid is False else 'unknown'}" for n, r in checks.items() if r.valid is not True]
+    notes = [f"{n}: {'invalid' if r.valid is False else 'unknown'}" for n, r in checks.items()
+             if r.valid is not True and r.na is None]
     if not checks:
         notes.append("no checker ran")
-    return Result(name, merge_validity(verdicts), counts, notes=notes, checks=checks)
+    elif not judged:
+        notes.append("every checker had nothing to check: nothing was proven")
+    return Result(name, merge_validity(judged), counts, notes=notes, checks=checks)
 
 
 def check_safe(name: str, checker: Checker, history: Sequence[Op], ledgers: Ledgers, options: Any) -> Result:

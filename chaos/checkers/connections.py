@@ -197,6 +197,8 @@ def check_connections(history: Sequence[Op], ledgers: Ledgers, options: Connecti
                           details={"components": components, "churn": churn})
     if result.valid is True and unknown:
         result.valid = UNKNOWN
+    if result.valid is True and not samples and not counted:
+        result.na = "no valkey-sample in the history and no component counted its connections: nothing to check"
     return result
 
 

@@ -39,7 +39,7 @@ NAME = "final_answers"
 def check_final_answers(history: Sequence[Op], ledgers: Ledgers, options: object) -> Result:
     ops = read_revision_ops(history)
     if ops.nothing_to_check:
-        return Result(NAME, True, notes=[NOTHING_TO_CHECK])
+        return Result.not_applicable(NAME, NOTHING_TO_CHECK)
     if ledgers.answers is None:
         return Result.unknown(NAME, ledgers.missing("answers") + ["the final answers were never read"])
     writes, tries_of = ops.writes, ops.tries_of

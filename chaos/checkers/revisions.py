@@ -40,7 +40,7 @@ Element = tuple[str, str, int]
 def check_revisions(history: Sequence[Op], ledgers: Ledgers, options: object) -> Result:
     ops = read_revision_ops(history)
     if ops.nothing_to_check:
-        return Result(NAME, True, notes=[NOTHING_TO_CHECK])
+        return Result.not_applicable(NAME, NOTHING_TO_CHECK)
     if ledgers.answer_revisions is None:
         return Result.unknown(NAME, ledgers.missing("answer_revisions") + ["the revision log was never read"])
     writes = ops.writes

@@ -8,32 +8,39 @@ checkers' verdict and the report folder — and stops everything.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
 from chaos.analyze import EXIT_UNKNOWN
-from chaos.cli.run import print_verdict
+from chaos.cli.run import print_verdict, say_interrupted
+from chaos.interrupt import Interrupted, signals_interrupt
+from stack.cli_args import CliParser, positive_float
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from chaos.runner import run_scenario
+    from chaos.runner import new_run_dir, run_scenario
     from chaos.scenarios import get_scenario
 
-    parser = argparse.ArgumentParser(prog="proctor demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=20261006)
-    parser.add_argument("--time-scale", type=float, default=None)
+    parser = CliParser(prog="proctor demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=20261006, help="fault schedule and workload seed")
+    parser.add_argument("--time-scale", type=positive_float, default=None,
+                        help="real seconds per case second (default the stack's 0.01)")
     args = parser.parse_args(argv)
+    run_dir = new_run_dir(f"demo-seed{args.seed}")
     started = time.monotonic()
 
     def progress(message: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {message}", flush=True)
 
     try:
-        result = run_scenario(get_scenario("demo"), args.seed, time_scale=args.time_scale, progress=progress)
+        with signals_interrupt():
+            result = run_scenario(get_scenario("demo"), args.seed, time_scale=args.time_scale, run_dir=run_dir,
+                                  progress=progress)
+    except Interrupted as stop:
+        return say_interrupted("proctor demo", f"the demo (seed {args.seed})", stop, started, run_dir)
     except Exception as exc:  # noqa: BLE001 - a harness error is "unknown" (2) like `proctor run`, never 1 or 0
         print(f"proctor demo: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN

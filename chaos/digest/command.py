@@ -16,7 +16,6 @@ Per lane finish -> outcome latency is the ``proctor_lane_latency_seconds`` histo
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import time
@@ -26,6 +25,7 @@ from typing import Sequence
 
 import httpx
 
+from stack.cli_args import CliParser, positive_float
 from chaos.digest.sources import component_cpu, cpu_lines, fetch_lock, lock_line
 from stack.admin_client import AdminTargetError, resolve_target
 
@@ -143,15 +143,17 @@ def _admin(run_dir: Path | None, admin_url: str | None) -> tuple[str, str] | Non
 
 
 def digest_main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="proctor digest", description="The exam digest from each node's /metrics.")
+    parser = CliParser(prog="proctor digest", description="The exam digest from each node's /metrics.")
     parser.add_argument("run_dir", nargs="?", type=Path, help="a running stack's run folder (its manifest.json names the nodes)")
     parser.add_argument("--url", action="append", default=[], help="a web node's admin listener, where /metrics is (repeatable); instead of run_dir")
     parser.add_argument("--admin-url", default=None, help="a node's admin listener for the exam lock "
                                                          "(token from PROCTOR_ADMIN_TOKEN); default the manifest's")
-    parser.add_argument("--watch", type=float, default=None, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
+    parser.add_argument("--watch", type=positive_float, default=None, metavar="SECONDS",
+                        help="refresh every SECONDS until Ctrl-C")
     args = parser.parse_args(argv)
-    if args.watch is not None and not args.watch > 0:
-        parser.error(f"--watch={args.watch}: expected seconds > 0")
+    if args.run_dir is not None and not (args.run_dir / "manifest.json").is_file():
+        parser.error(f"argument run_dir: {args.run_dir} holds no manifest.json (a running stack's run folder, "
+                     f"e.g. results/runs/latest)")
     manifest = _manifest(args.run_dir)
     urls = args.url or (_node_urls(manifest) if manifest else [])
     if not urls:

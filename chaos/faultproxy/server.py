@@ -22,7 +22,7 @@ import threading
 import time
 from email.utils import formatdate
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .api import VERSION, Api, BadBody, Response, decode, error_response
 from .auth import CREDENTIAL_ENV, ApiCredential, CredentialError
@@ -334,13 +334,27 @@ async def _serve(args: argparse.Namespace, credential: str | None) -> int:
     return 0
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A bad option is one line and exit 2, like every proctor command (stack/cli_args.py; the fault
+    proxy imports only the standard library, so it keeps its own three lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def port_number(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="proctor faultproxy",
-                                     description=f"Toxiproxy {VERSION}-compatible fault proxy",
-                                     epilog=f"{CREDENTIAL_ENV}=user:password in the environment: the API wants "
-                                            "that HTTP Basic credential on every request (unset: none, as Toxiproxy)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8474)
+    parser = _OneLineParser(prog="proctor faultproxy",
+                            description=f"Toxiproxy {VERSION}-compatible fault proxy",
+                            epilog=f"{CREDENTIAL_ENV}=user:password in the environment: the API wants "
+                                   "that HTTP Basic credential on every request (unset: none, as Toxiproxy)")
+    parser.add_argument("--host", default="127.0.0.1", help="address of the HTTP API (default 127.0.0.1)")
+    parser.add_argument("--port", type=port_number, default=8474, help="port of the HTTP API (default 8474; 0: any free)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for jitter, toxicity and slicer (reproducible runs)")
     parser.add_argument("--config", default=None, help="a /populate JSON array applied at start")

@@ -30,20 +30,24 @@ __all__ = ["AI_LANE_PLOT", "plot_ai_lane"]
 AI_LANE_PLOT = "ai_lane.png"
 
 
-def plot_ai_lane(ledgers: Ledgers, time_scale: float, out_dir: Path) -> Path | None:
-    """Write ``ai_lane.png``; None (nothing written) when the run made no AI call."""
+def plot_ai_lane(ledgers: Ledgers, time_scale: float, out_dir: Path, run_origin: float | None = None) -> Path | None:
+    """Write ``ai_lane.png``; None (nothing written) when the run made no AI call. ``run_origin``: the
+    wall-clock time of the history's 0 (scenario.json ``history_origin``), so that this plot's time
+    axis is the other plots' run time; without it, the first narrative accepted is 0."""
     calls = sorted(e.started_at or e.created_at or 0.0 for e in ledgers.ai_effects or ())
     narratives = [row for row in ledgers.outbox or () if row.kind == "narrative" and row.created_at is not None]
     if not calls or not narratives:
         return None
-    origin = min(row.created_at for row in narratives)  # type: ignore[type-var]
+    first = min(row.created_at for row in narratives)  # type: ignore[type-var]
+    origin = run_origin if run_origin is not None else first
     window = 60.0 * time_scale
     figure = Figure(figsize=(9, 8), dpi=DPI)
     rate, backlog, pending = figure.subplots(3, 1, sharex=True)
     _calls_panel(rate, calls, window, origin)
     _backlog_panel(backlog, narratives, calls[0], window, origin)
     _pending_panel(pending, ledgers, origin)
-    pending.set_xlabel(f"seconds from the first narrative accepted (a case-minute is {window:g} s)")
+    since = "run time (s)" if run_origin is not None else "seconds from the first narrative accepted"
+    pending.set_xlabel(f"{since}; a case-minute is {window:g} s")
     figure.tight_layout()
     path = out_dir / AI_LANE_PLOT
     FigureCanvasAgg(figure).print_png(str(path))
@@ -52,8 +56,10 @@ def plot_ai_lane(ledgers: Ledgers, time_scale: float, out_dir: Path) -> Path | N
 
 def _calls_panel(axes, calls: list[float], window: float, origin: float) -> None:  # Axes
     in_window = [i + 1 - bisect_right(calls, at - window) for i, at in enumerate(calls)]
-    axes.plot([at - origin for at in calls], in_window, drawstyle="steps-post", label="calls in the last case-minute")
+    axes.plot([at - origin for at in calls], in_window, drawstyle="steps-post", marker=".",
+              label="calls in the last case-minute")  # a marker: a lone call is a point, not an invisible step
     axes.axhline(AI_CALLS_PER_CASE_MINUTE, color="tab:red", linestyle="--", label=f"limit {AI_CALLS_PER_CASE_MINUTE}")
+    axes.set_ylim(0, AI_CALLS_PER_CASE_MINUTE * 1.25)
     axes.set_title("AI provider calls per sliding case-minute")
     axes.set_ylabel("calls")
     axes.legend(loc="upper right", fontsize="small")
@@ -68,9 +74,10 @@ def _backlog_panel(axes, narratives: list, first_call: float, window: float, ori
     total = len(narratives)
     drain_end = first_call + total / AI_CALLS_PER_CASE_MINUTE * window
     axes.plot([first_call - origin, drain_end - origin], [total, 0], color="tab:green", linestyle=":",
-              label="theoretical: 8 per case-minute from the first call")
-    axes.set_title("Narrative backlog against the limiter's bound")
+              label=f"fastest drain the limit allows: {AI_CALLS_PER_CASE_MINUTE}/case-minute from the 1st call")
+    axes.set_title("Narrative backlog against the limiter's bound (waiting cannot fall faster than the dotted line)")
     axes.set_ylabel("narratives")
+    axes.set_ylim(0, total * 1.25)
     axes.legend(loc="upper right", fontsize="small")
 
 

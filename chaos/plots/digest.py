@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from chaos.history import FaultWindow, Op, monitor_samples
-from chaos.plots.style import DPI, no_data, shade_faults
+from chaos.plots.style import DPI, lane_style, no_data, shade_faults
 
 __all__ = ["plot_digest"]
 
@@ -34,7 +35,10 @@ def _failed_per_lane(samples: Sequence[Op]) -> dict[str, tuple[list[float], list
     return series
 
 
-def plot_digest(history: Sequence[Op], windows: Sequence[FaultWindow], end: float) -> Figure:
+def plot_digest(history: Sequence[Op], windows: Sequence[FaultWindow], end: float,
+                final_pending: int | None = None) -> Figure:
+    """``final_pending``: rows still owed after the final read, drawn as the series' last point (the
+    monitor stops with the load, before the outbox settles)."""
     samples = monitor_samples(history)
     figure = Figure(figsize=(9, 7), dpi=DPI)
     pending_axes, lag_axes, failed_axes = figure.subplots(3, 1, sharex=True)
@@ -48,8 +52,18 @@ def plot_digest(history: Sequence[Op], windows: Sequence[FaultWindow], end: floa
         if not drawn:
             no_data(axes)
             continue
-        for name, (times, values) in sorted(drawn.items()):
-            axes.plot(times, values, label=name, drawstyle="steps-post")
+        for index, (name, (times, values)) in enumerate(sorted(drawn.items())):
+            axes.plot(times, values, label=name, drawstyle="steps-post", **lane_style(index))
+        if axes is pending_axes and final_pending is not None:
+            last_time, last = drawn["pending"][0][-1], drawn["pending"][1][-1]
+            at = max(end, last_time)
+            axes.plot([last_time, at], [last, final_pending], color="tab:blue", linestyle=":")
+            axes.plot([at], [final_pending], marker="*", markersize=12, color="tab:green", linestyle="none",
+                      label=f"after the final read: {final_pending}")
+        if axes is not lag_axes:  # counts: whole numbers from 0, never a +-0.04 axis around a flat 0
+            top = max(max(v for _, values in drawn.values() for v in values), final_pending or 0, 1)
+            axes.set_ylim(0, top * 1.15)
+            axes.yaxis.set_major_locator(MaxNLocator(integer=True))
         shade_faults(axes, windows, end)
         axes.legend(loc="upper right", fontsize="small")
     failed_axes.set_xlabel("run time (s)")

@@ -14,27 +14,36 @@ from typing import Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from chaos.plots.digest import plot_digest
 from chaos.history import FaultWindow, Op, fault_windows, monitor_samples, pair_ops
-from chaos.plots.style import DPI, no_data, shade_faults, titled_figure
+from chaos.plots.style import DPI, lane_style, mark_end_of_load, no_data, shade_faults, titled_figure
 
-__all__ = ["PLOT_FILES", "plot_latency", "plot_queues", "plot_run", "plot_throughput"]
+__all__ = ["PLOT_FILES", "load_end", "plot_latency", "plot_queues", "plot_run", "plot_throughput"]
 
 PLOT_FILES = ("throughput.png", "latency.png", "queues.png", "digest.png")
 _COLOURS = {"ok": "tab:green", "fail": "tab:orange", "info": "tab:red"}
 
 
-def plot_run(history: Sequence[Op], out_dir: Path) -> list[Path]:
-    """Write the PNGs into ``out_dir`` (the digest's series: chaos/plots/digest.py); returns their paths."""
+def plot_run(history: Sequence[Op], out_dir: Path, final_pending: int | None = None) -> list[Path]:
+    """Write the PNGs into ``out_dir`` (the digest's series: chaos/plots/digest.py); returns their paths.
+    ``final_pending``: outbox rows still owed after the final read (the digest's last point)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     windows = fault_windows(history)
     end = max((op.time for op in history), default=0.0)
     paths = [out_dir / name for name in PLOT_FILES]
-    for path, draw in zip(paths, (plot_throughput, plot_latency, plot_queues, plot_digest)):
+    draws = (plot_throughput, plot_latency, plot_queues,
+             lambda h, w, e: plot_digest(h, w, e, final_pending=final_pending))
+    for path, draw in zip(paths, draws):
         figure = draw(history, windows, end)
         FigureCanvasAgg(figure).print_png(str(path))
     return paths
+
+
+def load_end(history: Sequence[Op]) -> float | None:
+    """When the workload's last client op completed (monitor and nemesis ops are not load)."""
+    return max((op.time for op in history if op.is_client and op.type != "invoke"), default=None)
 
 
 def plot_throughput(history: Sequence[Op], windows: Sequence[FaultWindow], end: float) -> Figure:
@@ -53,6 +62,7 @@ def plot_throughput(history: Sequence[Op], windows: Sequence[FaultWindow], end: 
                 counts[int(op.time // width)] += 1
         if any(counts):
             axes.plot([i * width for i in range(bins)], [c / width for c in counts], color=colour, label=kind, drawstyle="steps-post")
+    mark_end_of_load(axes, load_end(history))
     shade_faults(axes, windows, end)
     axes.legend(loc="upper right", fontsize="small")
     return figure
@@ -91,10 +101,14 @@ def plot_queues(history: Sequence[Op], windows: Sequence[FaultWindow], end: floa
         no_data(depth_axes)
         no_data(age_axes)
         return figure
-    for lane, (times, depths, ages) in sorted(series.items()):
-        depth_axes.plot(times, depths, label=lane, drawstyle="steps-post")
-        age_axes.plot(times, ages, label=lane)
+    for index, (lane, (times, depths, ages)) in enumerate(sorted(series.items())):
+        depth_axes.plot(times, depths, label=lane, drawstyle="steps-post", **lane_style(index))
+        age_axes.plot(times, ages, label=lane, **lane_style(index))
+    depth_axes.set_ylim(0, max(1.0, *(d for _, ds, _ in series.values() for d in ds if d == d)) * 1.15)
+    depth_axes.yaxis.set_major_locator(MaxNLocator(integer=True))  # jobs: whole numbers from 0
+    age_axes.set_ylim(bottom=0)
     for axes in (depth_axes, age_axes):
+        mark_end_of_load(axes, load_end(history))
         shade_faults(axes, windows, end)
         axes.legend(loc="upper right", fontsize="small")
     figure.tight_layout()

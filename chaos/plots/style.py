@@ -14,7 +14,18 @@ from matplotlib.figure import Figure
 
 from chaos.history import FaultWindow
 
-__all__ = ["DPI", "no_data", "shade_faults", "titled_figure"]
+__all__ = ["DPI", "END_OF_LOAD", "LANE_STYLES", "lane_style", "mark_end_of_load", "no_data", "shade_faults",
+           "titled_figure"]
+
+END_OF_LOAD = "end of load"
+"""Label of the marker where the workload stopped: a drop after it is the load ending, not a fault."""
+
+LANE_STYLES = ({"linewidth": 3.2, "linestyle": "-", "alpha": 0.6}, {"linewidth": 1.8, "linestyle": "--"},
+               {"linewidth": 1.2, "linestyle": ":"}, {"linewidth": 1.0, "linestyle": "-."})
+"""Lanes drawn thick to thin, solid to dotted: two lanes with the same values (merit and sms both
+at 0) both stay visible instead of the last one hiding the first."""
+
+_LABEL_ROWS = 8
 
 DPI = 100
 """Pixels per inch of every run plot: a 9-inch figure is 900 px wide."""
@@ -30,15 +41,41 @@ def titled_figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
     return figure, axes
 
 
+def lane_style(index: int) -> dict[str, object]:
+    return dict(LANE_STYLES[index % len(LANE_STYLES)])
+
+
 def shade_faults(axes: Axes, windows: Sequence[FaultWindow], end: float) -> None:
-    """Grey band per fault (Jepsen's nemesis regions); an unhealed fault runs to the end."""
+    """Grey band per fault (Jepsen's nemesis regions); an unhealed fault runs to the end.
+
+    Each band's label goes on the first row where it overlaps no label already placed, measured
+    with the renderer (text widths depend on the font, not on a guess)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     for i, window in enumerate(windows):
         stop = window.end if window.end is not None else end
-        label = "fault" if i == 0 else None
-        axes.axvspan(window.start, max(stop, window.start), color="0.5", alpha=0.2, label=label, linewidth=0)
-        height = 1.0 - 0.06 * (i % 3)  # staggered, so labels of close faults do not overprint
-        axes.text(window.start, height, f" {window.kind} {window.target}", transform=axes.get_xaxis_transform(),
-                  fontsize="x-small", va="top")
+        axes.axvspan(window.start, max(stop, window.start), color="0.5", alpha=0.2,
+                     label="fault" if i == 0 else None, linewidth=0)
+    if not windows:
+        return
+    axes.set_xlim(*axes.get_xlim())  # freeze the x range: label extents are measured against it
+    renderer = FigureCanvasAgg(axes.figure).get_renderer()
+    placed: list = []
+    for window in windows:
+        text = axes.text(window.start, 1.0, f" {window.kind} {window.target}", transform=axes.get_xaxis_transform(),
+                         fontsize="x-small", va="top")
+        for row in range(_LABEL_ROWS):
+            text.set_y(1.0 - 0.07 * row)
+            box = text.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                break
+        placed.append(text.get_window_extent(renderer))
+
+
+def mark_end_of_load(axes: Axes, at: float | None) -> None:
+    """A dashed line where the workload's last client op completed."""
+    if at is not None:
+        axes.axvline(at, color="black", linestyle="--", linewidth=1.0, label=END_OF_LOAD)
 
 
 def no_data(axes: Axes) -> None:

@@ -29,12 +29,14 @@ from typing import Any, Sequence
 from chaos.analyze import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, analyze, exit_code
 from chaos.deployment.final_read import final_read, provider_urls
 from chaos.history import read_history
+from chaos.interrupt import read_marker
 from chaos.ramp.gate import (completions, error_split, gate, is_open, latency_quantiles, read_ticks, step_rates,
                              time_series)
 from chaos.ramp.generator import generator_gate, generator_steps, read_generators
 from chaos.ramp.merge import merge_histories
 from chaos.ramp.report import write_ramp_report
 from chaos.settle import SettleTerms
+from stack.cli_args import CliParser, csv_positive_floats, fraction, positive_float, positive_int
 
 __all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main", "verdict_code"]
 
@@ -136,8 +138,12 @@ def finalize(run_dir: Path) -> int:
     if not kept_up["passed"]:
         notes.append("the generator, not the stack, was short: " + kept_up["derivation"])
     code = verdict_code(invariants["valid"], merged.problems, criteria, kept_up["passed"])
+    cut = read_marker(run_dir)
+    if cut is not None:  # a cut ramp neither passed nor failed its gate: it did not finish
+        code = interrupted_code(cut)
     stack_dir = config["targets"].get("stack_dir")
-    report = {"run_dir": str(run_dir), "exit_code": code, "verdict": _word(code), "machine": _machine(),
+    report = {"run_dir": str(run_dir), "exit_code": code, "verdict": _word(code, cut), "machine": _machine(),
+              "interrupted": cut,
               "invariants": {"valid": invariants["valid"], "checkers": {n: c["valid"] for n, c in
                                                                          invariants["checkers"].items()}},
               "gate": criteria, "steps": steps, "generator": {"kept_up": kept_up, "steps": generator,
@@ -150,7 +156,7 @@ def finalize(run_dir: Path) -> int:
               "valkey": _valkey_counters(stack_dir), "stack_processes": _stack_identities(stack_dir), "notes": notes,
               "settle_wait": settle}
     write_ramp_report(run_dir, report, time_series(ticks, done))
-    _print_summary(report)
+    print(f"chaos.ramp: {run_dir}/ramp.json written; the verdict follows Locust's tables", flush=True)
     return code
 
 
@@ -175,9 +181,26 @@ def _valkey_counters(stack_dir: str | None) -> dict[str, Any]:
     return read_process_counters(Path(stack_dir))
 
 
-def _word(code: int) -> str:
+def interrupted_code(marker: dict[str, Any]) -> int:
+    """128 + the signal that cut the ramp (130 SIGINT, 143 SIGTERM); unknown (2) for a stop without one."""
+    import signal
+
+    name = str(marker.get("signal", ""))
+    return 128 + signal.Signals[name].value if name in ("SIGINT", "SIGTERM") else EXIT_UNKNOWN
+
+
+def _word(code: int, cut: dict[str, Any] | None = None) -> str:
+    if cut is not None:
+        return f"INTERRUPTED by {cut.get('signal')} during the {cut.get('phase')} (not judged)"
     return {EXIT_VALID: "PASS", EXIT_INVALID: "INVALID (an invariant was violated)",
             EXIT_UNKNOWN: "UNKNOWN (could not judge)", EXIT_LOAD_GATE: "LOAD GATE FAILED"}[code]
+
+
+def print_summary(run_dir: Path) -> int:
+    """``python -m chaos.ramp summary RUN_DIR``: the verdict from ramp.json, printed last."""
+    report = json.loads((Path(run_dir) / "ramp.json").read_text())
+    _print_summary(report)
+    return int(report["exit_code"])
 
 
 def _seconds(value: Any) -> str:
@@ -207,21 +230,25 @@ def _print_summary(report: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------ proctor ramp
 def _ramp_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="proctor ramp", description="Run the Locust ramp headless, then gate it. "
+    p = CliParser(prog="proctor ramp", description="Run the Locust ramp headless, then gate it. "
                                 "Arguments after `--` go to Locust unchanged.")
-    p.add_argument("--steps", default=None, help="offered req/s per step, e.g. 25,50,100,200,300,400,500")
-    p.add_argument("--step-seconds", type=float, default=None)
-    p.add_argument("--per-user-rate", type=float, default=None)
-    p.add_argument("--p99", type=float, default=None, help="gate: p99 latency (seconds)")
-    p.add_argument("--max-failure-ratio", type=float, default=None)
-    p.add_argument("--min-rate-ratio", type=float, default=None)
-    p.add_argument("--questions", type=int, default=None)
-    p.add_argument("--run-dir", default=None)
-    p.add_argument("--processes", type=int, default=None, help="Locust worker processes (distributed mode)")
+    p.add_argument("--steps", type=csv_positive_floats, default=None,
+                   help="offered req/s per step, e.g. 25,50,100,200,300,400,500 (docs/ramp.md)")
+    p.add_argument("--step-seconds", type=positive_float, default=None, help="seconds each step lasts")
+    p.add_argument("--per-user-rate", type=positive_float, default=None,
+                   help="req/s one simulated student offers (users = step rate / this)")
+    p.add_argument("--p99", type=positive_float, default=None, help="gate: p99 latency (seconds)")
+    p.add_argument("--max-failure-ratio", type=fraction, default=None,
+                   help="gate: failed requests / requests, from 0 to 1")
+    p.add_argument("--min-rate-ratio", type=fraction, default=None,
+                   help="gate: achieved / offered rate each step must reach, from 0 to 1")
+    p.add_argument("--questions", type=positive_int, default=None, help="questions per exam")
+    p.add_argument("--run-dir", default=None, help="the ramp's run folder (default a new one under results/runs)")
+    p.add_argument("--processes", type=positive_int, default=None, help="Locust worker processes (distributed mode)")
     p.add_argument("--arrivals", choices=("open", "closed"), default=None,
                    help="open (default): scheduled starts, corrected latency; closed: Locust's users")
-    p.add_argument("--max-in-flight", type=int, default=None, help="open model: in-flight slots")
-    p.add_argument("--max-send-lag", type=float, default=None, help="open model: delayed past this (seconds)")
+    p.add_argument("--max-in-flight", type=positive_int, default=None, help="open model: in-flight slots")
+    p.add_argument("--max-send-lag", type=positive_float, default=None, help="open model: delayed past this (seconds)")
     return p
 
 
@@ -241,22 +268,42 @@ def locust_argv(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
 
 
 def ramp_main(argv: Sequence[str] | None = None) -> int:
-    """``proctor ramp``: Locust in its own process (gevent never enters ours); its exit code is ours."""
+    """``proctor ramp``: Locust in its own process (gevent never enters ours); its exit code is ours.
+
+    Ctrl-C reaches Locust from the terminal (same process group); a SIGTERM sent to this process
+    is passed on. Either way Locust judges what ran (the run is marked interrupted) and stops the
+    stack, and this command exits 130 / 143 (docs/cli.md)."""
+    import signal
+
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = _ramp_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     command = locust_argv(args, extra)
     print("proctor ramp:", " ".join(command[1:]), flush=True)
-    return subprocess.run(command, cwd=LOCUSTFILE.parents[1], check=False).returncode
+    child = subprocess.Popen(command, cwd=LOCUSTFILE.parents[1])
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if signum == signal.SIGTERM:
+            child.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 + received[0] if received else code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 2 or argv[0] != "finalize":
-        print("usage: python -m chaos.ramp finalize RUN_DIR", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in ("finalize", "summary"):
+        print("usage: python -m chaos.ramp finalize|summary RUN_DIR", file=sys.stderr)
         return EXIT_UNKNOWN
     try:
-        return finalize(Path(argv[1]))
+        return finalize(Path(argv[1])) if argv[0] == "finalize" else print_summary(Path(argv[1]))
     except Exception as exc:  # noqa: BLE001 - a harness error is unknown, never a pass
         print(f"chaos.ramp: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN

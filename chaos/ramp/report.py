@@ -28,6 +28,9 @@ def _markdown(report: dict[str, Any]) -> str:
     split = report["errors"]["layers"]
     lines = [f"# Ramp {report['run_dir']}", "", f"**Verdict: {report['verdict']}** (exit {report['exit_code']}); "
              f"invariants: {report['invariants']['valid']}", "",
+             *([f"**Interrupted** by {report['interrupted'].get('signal')} during the "
+                f"{report['interrupted'].get('phase')}: the plan did not finish, so the gate was not judged.", ""]
+               if report.get("interrupted") else []),
              f"Load generator and stack shared this machine ({report['machine']}).", "",
              "## Gate", "", "| criterion | limit | measured | held |", "|---|---|---|---|"]
     lines += [f"| {g['name']} | {_fmt(g['limit'])} | {_fmt(g['measured'])} | {'yes' if g['passed'] else 'NO'} |"
@@ -80,7 +83,7 @@ def _generator_lines(generator: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def plot_ramp(series: dict[str, list[Any]], path: Path) -> Path | None:
+def plot_ramp(series: dict[str, list[Any]], path: Path, p99_limit: float | None = None) -> Path | None:
     """Offered vs achieved rate, p50/p99 and errors per layer over time (three panels)."""
     if not series or not series.get("t"):
         return None
@@ -99,6 +102,8 @@ def plot_ramp(series: dict[str, list[Any]], path: Path) -> Path | None:
         values = series.get(key) or []
         if any(v is not None for v in values):
             latency.plot(series["t"], [v if v is not None else float("nan") for v in values], label=label)
+    if p99_limit is not None:
+        latency.axhline(p99_limit, color="tab:red", linestyle="--", label=f"gate: p99 <= {p99_limit:g} s")
     latency.set_ylabel("latency s")
     latency.legend(loc="upper left")
     for key in ("load_balancer", "application", "client"):
@@ -114,7 +119,8 @@ def plot_ramp(series: dict[str, list[Any]], path: Path) -> Path | None:
 
 def write_ramp_report(run_dir: Path, report: dict[str, Any], series: dict[str, list[Any]]) -> None:
     try:
-        plotted = plot_ramp(series, run_dir / "ramp.png")
+        limit = next((g["limit"] for g in report.get("gate", []) if g.get("name") == "p99_seconds"), None)
+        plotted = plot_ramp(series, run_dir / "ramp.png", p99_limit=limit)
         report["plot"] = plotted.name if plotted else None
     except Exception as exc:  # noqa: BLE001 - a plot is evidence, never the verdict
         report["notes"].append(f"plot failed: {type(exc).__name__}: {exc}")

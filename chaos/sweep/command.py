@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from chaos.analyze import EXIT_UNKNOWN
+from stack.cli_args import CliParser
 from chaos.load.stress import CpuHog
 from chaos.sweep.table import RunOutcome, SweepTable
 from stack.paths import new_run_dir, update_latest_link
@@ -104,7 +105,7 @@ def _positive_float(text: str) -> float:
 
 
 def _parser(names: Sequence[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="proctor sweep", description=__doc__.splitlines()[0])
+    parser = CliParser(prog="proctor sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=_positive_int, default=10, metavar="N", help="seeds per scenario (default 10)")
     parser.add_argument("--first-seed", type=_int, default=DEFAULT_FIRST_SEED, metavar="S",
                         help=f"seeds are S, S+1, ... (default {DEFAULT_FIRST_SEED})")
@@ -153,6 +154,11 @@ class _Interrupted(KeyboardInterrupt):
     """SIGTERM (a cancelled CI job) unwinds like Ctrl-C, so stacks and the hog are stopped."""
 
 
+def _interrupted_code(exc: KeyboardInterrupt) -> int:
+    """128 + the signal, as the shell reports it: 143 for SIGTERM, 130 for Ctrl-C."""
+    return 128 + signal.SIGTERM if isinstance(exc, _Interrupted) else 130
+
+
 def _raise_interrupted(signum: int, _frame: Any) -> None:
     raise _Interrupted(f"signal {signum}")
 
@@ -172,8 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv, SCENARIOS)
     try:
         return _sweep(args)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:
+        return _interrupted_code(exc)
     except Exception as exc:  # noqa: BLE001 - a crashed sweep is "could not tell" (2), never "invalid" (1)
         print(f"proctor sweep: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
@@ -201,9 +207,9 @@ def _sweep(args: argparse.Namespace) -> int:
             if hog.pids:
                 say(f"CPU hog: pids {hog.pids}")
             table = run_sweep(args.scenarios, seeds, out_dir, run_one, say, args.stress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(f"\nproctor sweep: interrupted; what ran is in {out_dir}", file=sys.stderr)
-        return 130
+        return _interrupted_code(exc)
     print()
     print(table.markdown())
     print(f"written: {out_dir}/table.md, table.json, junit.xml")

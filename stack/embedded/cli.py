@@ -21,11 +21,23 @@ from stack.components import STOP_STAGES, HealthProbe
 from stack.embedded import StackError
 from stack import paths
 from stack.embedded.manifest import MANIFEST_NAME, read_manifest
+from stack.embedded.registry import RunningStack, identities, running_stacks
 from stack.embedded.watchdog import is_alive, signal_tree
+from stack.cli_args import EXIT_USAGE, CliParser, non_negative_int, positive_float, positive_int, usage_error
 
 __all__ = ["up", "status", "down", "main"]
 
 _POLL = 0.2
+DEFAULT_NAME = "stack"
+
+
+def iso_time(epoch: float | None) -> str:
+    """Epoch seconds as UTC ISO 8601 (the one time format of the CLI, docs/cli.md)."""
+    from datetime import datetime, timezone
+
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds")
 
 
 class _Stopped(BaseException):
@@ -37,21 +49,24 @@ class _Stopped(BaseException):
 
 # ---------------------------------------------------------------- up
 def _up_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="proctor up", description="Start the embedded stack on 127.0.0.1.")
-    p.add_argument("--web", type=int, default=2, help="web nodes behind haproxy (default 2)")
-    p.add_argument("--merit-workers", type=int, default=2,
+    p = CliParser(prog="proctor up", description="Start the embedded stack on 127.0.0.1.")
+    p.add_argument("--web", type=positive_int, default=2, help="web nodes behind haproxy (default 2)")
+    p.add_argument("--merit-workers", type=non_negative_int, default=2,
                    help="merit lane workers (default %(default)s: one may die without stopping the lane)")
-    p.add_argument("--ai-workers", type=int, default=1)
-    p.add_argument("--sms-workers", type=int, default=1)
-    p.add_argument("--time-scale", type=float, default=None, help="real seconds per case second (TIME_SCALE)")
-    p.add_argument("--name", default="stack", help="run name, part of the run folder name")
+    p.add_argument("--ai-workers", type=non_negative_int, default=1, help="AI lane workers (default %(default)s)")
+    p.add_argument("--sms-workers", type=non_negative_int, default=1, help="SMS lane workers (default %(default)s)")
+    p.add_argument("--time-scale", type=positive_float, default=None,
+                   help="real seconds per case second (TIME_SCALE; default the stack's 0.01)")
+    p.add_argument("--name", default=None,
+                   help="run name, part of the run folder name (default 'stack'); naming a stack lets it run "
+                        "beside another")
     p.add_argument("--run-dir", type=Path, default=None, help="default: $PROCTOR_RESULTS_DIR/runs/<UTC timestamp>-<name>/ (or ./results/runs/...)")
     p.add_argument("--components", type=Path, default=None,
                    help="JSON file {kind: [argv template]} overriding component commands (tests)")
     p.add_argument("--link", action="append", default=[], metavar="NAME",
                    help="put a link behind the fault proxy (repeatable): valkey_web, valkey_workers, valkey_relay, "
                         "ai_provider, sms_gateway, web_N, web_*")
-    p.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for readiness")
+    p.add_argument("--ready-timeout", type=positive_float, default=60.0, help="seconds to wait for readiness")
     p.add_argument("--foreground", action="store_true", help="stay attached until Ctrl-C/SIGTERM")
     return p
 
@@ -63,7 +78,7 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
     if args.time_scale is not None:
         overrides["time_scale"] = args.time_scale
     commands = json.loads(args.components.read_text()) if args.components else {}
-    return StackSpec(name=args.name, web=args.web, merit_workers=args.merit_workers, ai_workers=args.ai_workers,
+    return StackSpec(name=args.name or DEFAULT_NAME, origin="cli", web=args.web, merit_workers=args.merit_workers, ai_workers=args.ai_workers,
                      sms_workers=args.sms_workers, settings_overrides=overrides, run_dir=args.run_dir,
                      commands=commands, ready_timeout=min(args.ready_timeout, 30.0), links=tuple(args.link))
 
@@ -109,7 +124,8 @@ def _up_foreground(args: argparse.Namespace) -> int:
 def _child_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
     argv = [sys.executable, "-m", "stack.embedded.cli", "up", "--foreground", "--run-dir", str(run_dir),
             "--web", str(args.web), "--merit-workers", str(args.merit_workers), "--ai-workers", str(args.ai_workers),
-            "--sms-workers", str(args.sms_workers), "--name", args.name, "--ready-timeout", str(args.ready_timeout)]
+            "--sms-workers", str(args.sms_workers), "--name", args.name or DEFAULT_NAME,
+            "--ready-timeout", str(args.ready_timeout)]
     if args.time_scale is not None:
         argv += ["--time-scale", str(args.time_scale)]
     if args.components:
@@ -122,8 +138,7 @@ def _child_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
 def _up_detached(args: argparse.Namespace) -> int:
     from stack.embedded.supervisor import PROJECT_ROOT
 
-    _spec_from_args(args).validate()  # report a bad option here, not in the detached child's log
-    run_dir = (args.run_dir or paths.new_run_dir(args.name)).resolve()
+    run_dir = (args.run_dir or paths.new_run_dir(args.name or DEFAULT_NAME)).resolve()
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "logs" / "supervisor.log"
     with open(log_path, "ab") as out:
@@ -159,8 +174,30 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+def _already_running(args: argparse.Namespace) -> int | None:
+    """One command-line stack per results folder unless named: exit 2 naming it, else None."""
+    if args.name is not None or args.run_dir is not None:
+        return None
+    mine = [s for s in running_stacks(paths.runs_dir()) if s.origin == "cli"]
+    if not mine:
+        return None
+    other = mine[-1]
+    print(f"proctor up: a stack is already running: {other.run_dir} (since {iso_time(other.started_at)}); "
+          f"stop it with `proctor down {other.run_dir}`, or start another beside it with --name NAME",
+          file=sys.stderr)
+    return EXIT_USAGE
+
+
 def up(argv: Sequence[str] | None = None) -> int:
     args = _up_parser().parse_args(argv)
+    refused = _already_running(args)
+    if refused is not None:
+        return refused
+    try:
+        _spec_from_args(args).validate()  # a bad option is reported here, not in the detached child's log
+    except (StackError, OSError, ValueError) as exc:  # a bad value: usage (2), before anything starts
+        print(f"proctor up: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return _up_foreground(args) if args.foreground else _up_detached(args)
     except (StackError, OSError, ValueError) as exc:
@@ -170,14 +207,14 @@ def up(argv: Sequence[str] | None = None) -> int:
 
 # ---------------------------------------------------------------- status / down
 def _run_dir_arg(prog: str, argv: Sequence[str] | None, extra: bool = False) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=prog)
+    p = CliParser(prog=prog)
     p.add_argument("run_dir", nargs="?", type=Path, default=None,
-                   help="run folder (default $PROCTOR_RESULTS_DIR/runs/latest, or ./results/runs/latest)")
+                   help="a stack's run folder (default: every stack running under $PROCTOR_RESULTS_DIR/runs, "
+                        "or ./results/runs)")
     if extra:
-        p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait before SIGKILL")
-    args = p.parse_args(argv)
-    args.run_dir = paths.latest_run_dir() if args.run_dir is None else args.run_dir
-    return args
+        p.add_argument("--timeout", type=positive_float, default=30.0, help="seconds to wait before SIGKILL")
+        p.add_argument("--all", action="store_true", help="stop every stack running under the results folder")
+    return p.parse_args(argv)
 
 
 def _ident(pid: Any, ticks: Any) -> tuple[int, int] | None:
@@ -197,11 +234,33 @@ def _health(entry: dict[str, Any], settings: dict[str, str]) -> str:
     return "-" if result is None else "ok" if result else "FAIL"
 
 
-def status(argv: Sequence[str] | None = None) -> int:
+def _stack_rows(stacks: Sequence[RunningStack]) -> list[str]:
+    lines = [f"  {'run folder':<60} {'name':<14} {'by':<8} {'since':<26} processes"]
+    lines += [f"  {str(s.run_dir):<60} {s.name:<14} {s.origin:<8} {iso_time(s.started_at):<26} {s.alive}/{s.total}"
+              for s in stacks]
+    return lines
 
+
+def status(argv: Sequence[str] | None = None) -> int:
     args = _run_dir_arg("proctor status", argv)
+    if args.run_dir is not None:
+        return _status_one(args.run_dir)
+    stacks = running_stacks(paths.runs_dir())
+    if not stacks:
+        print(f"no stack is running under {paths.runs_dir()} (start one with `proctor up`)")
+        return 1
+    print(f"{len(stacks)} stack(s) running under {paths.runs_dir()}:")
+    print("\n".join(_stack_rows(stacks)))
+    codes = []
+    for stack in stacks:
+        print()
+        codes.append(_status_one(stack.run_dir))
+    return max(codes)
+
+
+def _status_one(run_dir: Path) -> int:
     try:
-        manifest = read_manifest(args.run_dir)
+        manifest = read_manifest(run_dir)
     except StackError as exc:
         print(f"proctor status: {exc}", file=sys.stderr)
         return 2
@@ -220,37 +279,41 @@ def status(argv: Sequence[str] | None = None) -> int:
     return 0 if healthy else 1
 
 
-def _manifest_identities(manifest: dict[str, Any]) -> set[tuple[int, int]]:
-    idents = set()
-    sup = _ident(manifest.get("supervisor_pid"), manifest.get("supervisor_start_ticks"))
-    if sup:
-        idents.add(sup)
-    for entry in manifest.get("components", {}).values():
-        ident = _ident(entry.get("pid"), entry.get("start_ticks"))
-        if ident:
-            idents.add(ident)
-        idents.update((int(p), int(t)) for p, t in entry.get("tree", []))
-    return idents
-
-
 def down(argv: Sequence[str] | None = None) -> int:
     args = _run_dir_arg("proctor down", argv, extra=True)
+    if args.run_dir is not None:
+        if args.all:
+            return usage_error("proctor down", "give a run folder or --all, not both")
+        return _down_one(args.run_dir, args.timeout)
+    stacks = running_stacks(paths.runs_dir())
+    if not stacks:
+        print(f"no stack is running under {paths.runs_dir()}: nothing to stop")
+        return 0
+    if len(stacks) > 1 and not args.all:
+        print(f"proctor down: {len(stacks)} stacks are running; name one, or stop them all with "
+              f"`proctor down --all`:", file=sys.stderr)
+        print("\n".join(_stack_rows(stacks)), file=sys.stderr)
+        return EXIT_USAGE
+    return max(_down_one(stack.run_dir, args.timeout) for stack in stacks)
+
+
+def _down_one(run_dir: Path, timeout: float) -> int:
     try:
-        manifest = read_manifest(args.run_dir)
+        manifest = read_manifest(run_dir)
     except StackError as exc:
         print(f"proctor down: {exc}", file=sys.stderr)
         return 2
-    idents = _manifest_identities(manifest)
+    idents = identities(manifest)
     watchdog = _ident(manifest.get("watchdog_pid"), manifest.get("watchdog_start_ticks"))
     sup = _ident(manifest.get("supervisor_pid"), manifest.get("supervisor_start_ticks"))
     if sup and is_alive(sup):
         os.kill(sup[0], signal.SIGTERM)  # it stops its components in order, then exits
         first = {sup}
-        print(f"sent SIGTERM to supervisor {sup[0]}; waiting up to {args.timeout:.0f}s")
-        _wait_gone(first, args.timeout)
+        print(f"sent SIGTERM to supervisor {sup[0]}; waiting up to {timeout:.0f}s")
+        _wait_gone(first, timeout)
     else:
         print("supervisor is not running (detached or dead): stopping the components in order")
-        _stop_in_stages(manifest, args.timeout)
+        _stop_in_stages(manifest, timeout)
     left = {i for i in idents if is_alive(i)}  # e.g. an RQ horse in its own group
     if left:
         print(f"SIGKILL to the trees of {sorted(p for p, _ in left)}")

@@ -92,6 +92,9 @@ class StackSpec:
     links: Sequence[str] = ()  # network links put behind a named proxy of the fault proxy (stack.embedded.links)
     faultproxy_seed: int | None = None  # --seed of our fault proxy; None: a random one, kept in the manifest
     valkey_maxclients: int | None = None  # None: Valkey's default (10000); small for negative controls
+    # Who started it: "cli" for `proctor up` (one such stack per results folder unless named,
+    # stack/embedded/registry.py), "harness" for the stacks scenarios and tests start.
+    origin: str = "harness"
 
     def validate(self) -> None:
         if not _NAME_RE.match(self.name):

@@ -411,6 +411,7 @@ class EmbeddedStack:
             watchdog = self._watchdog_ident
             data = {
                 "name": self.spec.name,
+                "origin": self.spec.origin,
                 "status": self._status,
                 "error": self._error,
                 "run_dir": str(self.run_dir),

@@ -26,7 +26,7 @@ def test_compose_ranks_false_over_unknown_over_true() -> None:
     assert compose([ok, unsure]).valid == UNKNOWN
     assert compose([ok]).valid is True
     composed = compose([ok, unsure, bad]).to_dict()
-    assert composed["counts"] == {"valid": 1, "invalid": 1, "unknown": 1}
+    assert composed["counts"] == {"valid": 1, "invalid": 1, "unknown": 1, "n/a": 0}
     assert composed["notes"] == ["b: unknown", "c: invalid"]
     assert list(composed["checks"]) == ["a", "b", "c"]
 
@@ -116,7 +116,7 @@ EXPORTS = {
         "CHECKERS", "CheckOptions", "Checker", "DETAIL_SECTIONS", "OptionsError", "Result", "UNKNOWN", "check_answers",
         "check_connections",
         "check_ai_billing", "check_ai_paused_calls", "check_ai_provider_limit", "check_duplicate_charges", "check_retry_after",
-        "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "run_checkers",
+        "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "mark_vacuous", "run_checkers",
         "check_answer_reads", "check_final_answers", "check_revisions",
     ],
     "chaos.checkers.base": [
@@ -150,3 +150,27 @@ def test_all_is_exact(module: str) -> None:
     mod = importlib.import_module(module)
     assert sorted(mod.__all__) == sorted(EXPORTS[module])
     assert all(hasattr(mod, name) for name in mod.__all__)
+
+
+def test_nothing_to_check_is_counted_apart_and_never_inflates_the_headline() -> None:
+    from chaos.checkers.base import Result
+
+    ok = Result("answers", True, {"acknowledged": 3})
+    empty = Result.not_applicable("revisions", "no answer revisions in the history: nothing to check")
+    composed = compose([ok, empty])
+    assert composed.valid is True and composed.counts == {"valid": 1, "invalid": 0, "unknown": 0, "n/a": 1}
+    assert composed.to_dict()["checks"]["revisions"]["na"].startswith("no answer revisions")
+    # Only n/a: nothing was proven, so the run is unknown, not valid.
+    alone = compose([empty])
+    assert alone.valid == "unknown" and "nothing was proven" in alone.notes[0]
+    # A violation still wins: false > unknown > true.
+    assert compose([empty, Result("jobs", False, {"lost": 1})]).valid is False
+
+
+def test_a_valid_result_that_counted_nothing_is_n_a() -> None:
+    from chaos.checkers import mark_vacuous
+    from chaos.checkers.base import Result
+
+    assert mark_vacuous(Result("retry_after", True, {"refusals": 0, "early_retry": 0})).na
+    assert mark_vacuous(Result("retry_after", True, {"refusals": 2, "early_retry": 0})).na is None
+    assert mark_vacuous(Result("jobs", False, {"stuck": 0})).na is None  # a verdict is never hidden

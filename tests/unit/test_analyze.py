@@ -125,14 +125,17 @@ def build_run(folder: Path, *, lose_answer: bool = False, options: dict[str, Any
 
 def test_all_is_exact() -> None:
     assert sorted(analyze_module.__all__) == sorted(
-        ["EXIT_INVALID", "EXIT_UNKNOWN", "EXIT_VALID", "HISTORY_FILE", "SCENARIO_FILE", "ScenarioError", "analyze",
+        ["EXIT_INVALID", "EXIT_UNKNOWN", "EXIT_VALID", "HISTORY_FILE", "NotARunFolder", "SCENARIO_FILE",
+         "ScenarioError", "analyze", "require_run_folder",
          "check_command", "check_main", "exit_code", "load_scenario"]
     )
     assert sorted(report_module.__all__) == sorted(
-        ["REPORT_JSON", "REPORT_MD", "build_report", "case_durations", "format_seconds", "render_markdown",
+        ["REPORT_JSON", "REPORT_MD", "build_report", "case_durations", "check_word", "format_seconds",
+         "headline_counts", "render_markdown",
          "verdict_word", "write_report"]
     )
-    assert sorted(plots_module.__all__) == sorted(["PLOT_FILES", "plot_latency", "plot_queues", "plot_run", "plot_throughput"])
+    assert sorted(plots_module.__all__) == sorted(["PLOT_FILES", "load_end", "plot_latency", "plot_queues", "plot_run",
+                                                   "plot_throughput"])
 
 
 def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -141,7 +144,9 @@ def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: p
     assert capsys.readouterr().out == f"VALID\nreport: {run / 'report.md'}\n"
     report = json.loads((run / "report.json").read_text())
     assert (report["verdict"], report["valid"], report["name"], report["seed"], report["reproduce"]) == ("VALID", True, "kill-merit-worker", 7, REPRODUCE)
-    assert report["summary"] == {"valid": 16, "invalid": 0, "unknown": 0}
+    # 6 of the 16 had nothing to judge in this small run (no revisions, no connection samples,
+    # no pause, no refusal): counted apart, not as valid (issue #27).
+    assert report["summary"] == {"valid": 10, "invalid": 0, "unknown": 0, "n/a": 6}
     assert {n: c["valid"] for n, c in report["checkers"].items()} == dict.fromkeys(
         ["stats", "faults", "answers", "revisions", "final_answers", "answer_reads", "effects", "jobs", "payloads",
          "latency", "connections", "provider_limit", "duplicate_charges", "billing", "paused_calls", "retry_after"], True)
@@ -159,7 +164,8 @@ def test_report_md_shows_verdict_settings_both_times_and_reproduce(tmp_path: Pat
     run = build_run(tmp_path)
     analyze(run, plots=False)
     md = (run / "report.md").read_text()
-    assert "**Verdict: VALID** (16 valid, 0 invalid, 0 unknown)" in md
+    assert "**Verdict: VALID** (10 valid, 6 n/a, 0 invalid, 0 unknown)" in md
+    assert "| revisions | n/a | no answer revisions in the history: nothing to check |" in md
     assert REPRODUCE in md
     assert "SIGKILL the merit worker mid-job\n\nSeed `7`, started 2027-01-15T08:00:00+00:00, ended 2027-01-15T08:00:05+00:00." in md
     assert "TIME_SCALE = 0.01 (real seconds per case second)" in md

@@ -146,8 +146,14 @@ def test_missing_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch,
         "proctor fake: needs the 'stack' extra (module 'rq' is missing): pip install 'proctor[stack]'")
 
 
-def test_other_missing_modules_are_not_blamed_on_an_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_missing_modules_are_not_blamed_on_an_extra(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     _command_failing_with(monkeypatch, "no_such_module")
+    monkeypatch.delenv("PROCTOR_DEBUG", raising=False)
+    assert cli.main(["fake"]) == 2  # one line (the dispatcher's last net), never an extra's hint
+    err = capsys.readouterr().err
+    assert "no_such_module" in err and "pip install" not in err
+    monkeypatch.setenv("PROCTOR_DEBUG", "1")
     with pytest.raises(ModuleNotFoundError, match="no_such_module"):
         cli.main(["fake"])
     assert missing_extra_hint(ModuleNotFoundError("x", name="numpy"), "check") is None

@@ -29,3 +29,9 @@ def test_the_component_model_needs_nothing_beyond_the_standard_library() -> None
     imported = _imported_after("import stack.components")
     assert [m for m in imported["top"] if m not in sys.stdlib_module_names and m != "stack"] == []
     assert sorted(imported["stack"]) == STDLIB_ONLY_STACK
+
+
+def test_the_shared_cli_modules_need_nothing_beyond_the_standard_library() -> None:
+    """stack/cli_args.py and stack/cli_output.py serve the stack's commands and the harness's alike."""
+    imported = _imported_after("import stack.cli_args, stack.cli_output")
+    assert [m for m in imported["top"] if m not in sys.stdlib_module_names and m != "stack"] == []

@@ -28,4 +28,6 @@ def test_the_stack_puts_run_folders_and_latest_where_the_rule_says(tmp_path: Pat
     run_dir.mkdir(parents=True)
     assert update_latest_link(run_dir) == (tmp_path / "res" / "runs").resolve() / "latest"
     assert (tmp_path / "res" / "runs" / "latest").resolve() == run_dir.resolve()
-    assert _run_dir_arg("proctor status", []).run_dir == (tmp_path / "res" / "runs").resolve() / "latest"
+    assert _run_dir_arg("proctor status", []).run_dir is None  # every stack under runs_dir(), read now
+    from stack.embedded.registry import running_stacks
+    assert running_stacks(tmp_path / "res" / "runs") == []

@@ -16,7 +16,8 @@ THIRD_PARTY_PRIVATE = {("rq.scripts", "_build_hset_args")}
 
 
 def test_the_module_exports_exactly_its_public_names() -> None:
-    assert sorted(plot_style.__all__) == ["DPI", "no_data", "shade_faults", "titled_figure"]
+    assert sorted(plot_style.__all__) == ["DPI", "END_OF_LOAD", "LANE_STYLES", "lane_style", "mark_end_of_load",
+                                          "no_data", "shade_faults", "titled_figure"]
 
 
 def test_fault_bands_run_to_the_end_when_unhealed_and_are_labelled_once() -> None:

@@ -4,6 +4,7 @@ review | alerts | audit` commands over real HTTP (issue #11)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -48,8 +49,19 @@ def command(main: Any, *argv: str, url: str) -> tuple[int, Any]:
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = main([*argv, "--url", url, "--token", ADMIN])
+        code = main([*argv, "--url", url, "--token", ADMIN, "--json"])
     return code, json.loads(out.getvalue()) if out.getvalue() else None
+
+
+def human(main: Any, *argv: str, url: str) -> tuple[int, str]:
+    """The same command as people see it: stack/cli_output.py's table."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([*argv, "--url", url, "--token", ADMIN])
+    return code, out.getvalue()
 
 
 def seed_review_item(ledger: Engine) -> None:
@@ -83,6 +95,22 @@ def test_review_list_and_replay_once(admin_url: str, ledger: Engine) -> None:
         assert outbox.get_row(conn, OP)["status"] == "pending"  # type: ignore[index]
     assert command(ops_cmd.review_main, "replay", OP, url=admin_url)[0] == 2  # not in review any more: refused
     assert command(ops_cmd.review_main, "list", url=admin_url)[1] == {"items": []}
+
+
+def test_people_get_tables_with_iso_times_and_empty_results_say_so(admin_url: str, ledger: Engine) -> None:
+    assert human(ops_cmd.review_main, "list", url=admin_url) == (0, "the review queue is empty\n")
+    assert human(ops_cmd.alerts_main, url=admin_url) == (0, "no alerts\n")
+    seed_review_item(ledger)
+    code, text = human(ops_cmd.review_main, "list", url=admin_url)
+    header, row = text.splitlines()
+    assert code == 0 and header.split()[:3] == ["operation", "attempt", "accepted"] and OP in row
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row), row  # ISO 8601, not epoch seconds
+    with ledger.begin() as conn:
+        lanestate.raise_alert(conn, "ai", "credit_exhausted", {"status": 402})
+    code, text = human(ops_cmd.alerts_main, url=admin_url)
+    assert "credit_exhausted" in text and re.search(r"\dT\d", text) and not text.lstrip().startswith("{")
+    assert human(ops_cmd.lane_main, "pause", "ai", url=admin_url)[1].startswith("lane ai: PAUSED since 20")
+    assert human(ops_cmd.lane_main, "resume", "ai", url=admin_url)[1] == "lane ai: resumed\n"
 
 
 def test_alerts_list_what_the_lane_raised(admin_url: str, ledger: Engine) -> None:
