@@ -12,7 +12,7 @@ import httpx
 import pytest
 from redis import Redis
 
-from netsupport import ServedApp, free_port
+from netsupport import LANE_TOKEN, ServedApp, free_port
 from stack.lanes.ai import billing, lanestate
 from stack.lanes.ai.controls import BLIND_REPLAY, IGNORE_RETRY_AFTER
 from stack.lanes.ai.job import LaneConfig, Step, check_startup, run_narrative
@@ -21,12 +21,12 @@ from stack.lanes.ai.review import list_review, replay, resume_lane
 from stack.config import Settings, SettingsError
 from stack.lanes import jobs
 from stack.ledger import outbox, outcomes
-from stack.ledger.engine import init_ledger, make_engine
+from stack.ledger.engine import make_engine
 from stack.ledger.schema import outbox as outbox_table
 from stack.ledger.schema import outcomes as outcomes_table
 from stack.providers import ai
 from stack.providers.ledger import EffectLedger
-from test_jobs import all_correct, ready_card, seed_attempt, use
+from test_jobs import all_correct, provision, ready_card, seed_attempt, use
 from valkeysupport import running_valkey
 
 ADMIN = {"X-Admin-Token": "proctor-admin"}
@@ -43,8 +43,8 @@ def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
 def lane(tmp_path: Path, redis: Redis, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     redis.flushall()
     settings = Settings(run_dir=tmp_path, time_scale=0.001, ai_url=f"http://127.0.0.1:{free_port()}",
-                        exams={"NOVA-101": 4})
-    init_ledger(make_engine(settings), settings)
+                        exams={"NOVA-101": 4}, ai_client_token=LANE_TOKEN, sms_client_token=LANE_TOKEN)
+    provision(settings)
     use(settings, monkeypatch)
     with ServedApp(ai.create_app(settings), int(settings.ai_url.rsplit(":", 1)[1])):
         seed_attempt(settings, "a1", all_correct())
@@ -187,7 +187,7 @@ def _earlier_call_pending(settings: Settings) -> None:
 
 def _late_effect(settings: Settings) -> httpx.Response:
     """The earlier call lands at the provider after all (it kept working when its caller died)."""
-    return httpx.post(f"{settings.ai_url}/v1/narratives", headers={"Idempotency-Key": OP},
+    return httpx.post(f"{settings.ai_url}/v1/narratives", headers={"Idempotency-Key": OP, "Authorization": f"Bearer {LANE_TOKEN}"},
                       json={"operation_id": OP, "attempt_id": "a1", "score": 4, "position": 1})
 
 

@@ -47,12 +47,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settin
         ai_client_token=LANE_TOKEN,
         sms_client_token=LANE_TOKEN,
     )
-    engine = make_engine(current)
-    init_ledger(engine, current)
-    with engine.connect() as conn:
-        KEY.clear()
-        KEY.update(exam_key(conn, "NOVA-101"))  # drawn at provisioning: secret, so read back here
-    engine.dispose()
+    provision(current)
     yield current
     jobs.reset_process_state()
 
@@ -96,6 +91,16 @@ def seed_attempt(settings: Settings, attempt_id: str, contents: dict[str, str], 
 
 KEY: dict[str, str] = {}
 """The answer key of the current test's ledger (the settings fixture reads it)."""
+
+
+def provision(settings: Settings) -> None:
+    """Create the ledger and remember its answer key: drawn at provisioning, secret, so read back here."""
+    engine = make_engine(settings)
+    init_ledger(engine, settings)
+    with engine.connect() as conn:
+        KEY.clear()
+        KEY.update(exam_key(conn, "NOVA-101"))
+    engine.dispose()
 
 
 def all_correct() -> dict[str, str]:
