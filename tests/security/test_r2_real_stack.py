@@ -76,7 +76,7 @@ def _as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def _clear_login_counts(stack: EmbeddedStack) -> None:
-    valkey = stack.valkey()
+    valkey = stack.valkey_as("limiter")  # only the limiter's user may touch its counters (stack/valkey_acl.py)
     for key in valkey.scan_iter("proctor-limits*"):
         valkey.delete(key)
 
@@ -101,7 +101,7 @@ def test_through_haproxy_the_forwarded_address_is_believed(stack: EmbeddedStack)
     body = {"student_id": student, "exam_code": EXAM, "access_code": code}
     with httpx.Client(base_url=stack.urls["api"], trust_env=False, timeout=10) as api:
         assert api.post("/v1/sessions", json=body, headers={"X-Forwarded-For": "198.51.100.9"}).status_code == 201
-    keys = [key.decode() if isinstance(key, bytes) else key for key in stack.valkey().scan_iter("proctor-limits*")]
+    keys = [key.decode() if isinstance(key, bytes) else key for key in stack.valkey_as("limiter").scan_iter("proctor-limits*")]
     login_keys = [key for key in keys if "/login/" in key]
     assert login_keys and all("/login/127.0.0.1/" in key for key in login_keys), login_keys
 
