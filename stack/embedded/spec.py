@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 _UVICORN = ("--factory", "--host", HOST, "--port", "{port}", "--no-access-log", "--log-level", "warning",
-            "--timeout-graceful-shutdown", "2")
+            "--timeout-graceful-shutdown", "2", "--no-server-header")  # no version for a scanner to read (#21, finding 9)
 
 DEFAULT_COMMANDS: dict[str, tuple[str, ...]] = {
     # No proxy headers on the providers: the SMS allow-list must see the real source address,

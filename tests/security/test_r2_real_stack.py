@@ -164,6 +164,9 @@ def test_huge_heads_straight_to_the_nodes_get_431_and_spare_the_bystander(stack:
 
 def test_no_server_header_and_no_metrics_through_haproxy(stack: EmbeddedStack) -> None:
     with httpx.Client(trust_env=False, timeout=10) as client:
+        for name in ("ai_provider", "sms_gateway"):  # the fakes name no server either
+            reply = client.get(f"{stack.urls[name]}/healthz")
+            assert reply.status_code == 200 and "server" not in reply.headers, (name, dict(reply.headers))
         for url in (stack.urls["api"], stack.urls["web_1"]):
             reply = client.get(f"{url}/healthz")
             assert reply.status_code == 200 and "server" not in reply.headers, dict(reply.headers)
