@@ -148,7 +148,8 @@ def test_a_worker_quits_when_the_master_goes_away_and_a_wrong_token_gets_nothing
     worker with another token must be refused before it is sent anything (exit 2)."""
     token, port = secrets.token_urlsafe(16), _free_port()
     roster = tmp_path / "roster.json"
-    roster.write_text(json.dumps({"exams": {"NOVA-101": {"s1": "code-1", "s2": "code-2"}}}))
+    # as many students as the plan may need: the ramp refuses a roster too small for it (one attempt each)
+    roster.write_text(json.dumps({"exams": {"NOVA-101": {f"s{i}": f"code-{i}" for i in range(12)}}}))
     run_dir = tmp_path / "run"
     closed = f"http://127.0.0.1:{_free_port()}"
     master_log = (tmp_path / "master.log").open("wb")
