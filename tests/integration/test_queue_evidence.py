@@ -7,10 +7,6 @@ must say so: the jobs checker calls only the first states work in progress.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
 from typing import Iterator
 
 import pytest
@@ -20,36 +16,18 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 
 from chaos.checkers.jobs import IN_PROGRESS as CHECKER_IN_PROGRESS
-from netsupport import free_port
 from stack.lanes.evidence import IN_PROGRESS, job_states
 from stack.lanes.queues import LANE_OF_KIND
 from stack.lanes.worker import liveness_key
+from valkeysupport import running_valkey
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("valkey")
-    server = subprocess.Popen(["valkey-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
-    client = Redis(host="127.0.0.1", port=port)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+    with running_valkey(tmp_path_factory.mktemp("valkey")) as client:
         yield client
-    finally:
-        client.close()
-        os.kill(server.pid, signal.SIGTERM)
-        server.wait(timeout=10)
 
 
 def enqueued(op: str) -> dict:
