@@ -148,6 +148,8 @@ class EffectRow:
     """When the call reached the provider: what limit checkers count (absent before issue #11)."""
     cost: float | None = None
     """What the provider charged for this effect (absent before issue #11)."""
+    source: str | None = None
+    """The caller's address as the provider saw it (absent before issue #26): the egress proof."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,8 @@ class RefusalRow:
     at: float
     status: str  # the HTTP status as text ("429"), like every status field of the exports
     retry_after_seconds: float | None = None
+    source: str | None = None
+    """The refused caller's address (the SMS gateway's 403s, issue #26)."""
 
 
 @dataclass(frozen=True)

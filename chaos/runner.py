@@ -65,6 +65,9 @@ class Scenario:
     # Bounds derived at analysis time from what the run measured (chaos/bounds.py:
     # "outcome_deadline_seconds", "slo.merit.oldest_age"); stored in scenario.json.
     derive_bounds: tuple[str, ...] = ()
+    # SMS egress from a reserved address (docs/egress.md): the deployment's failover policy,
+    # "move" or "without_address" (negative control); None = off.
+    sms_egress: str | None = None
     expect_valid: bool = True  # False for a negative control: the checkers must catch it
     # Further top-level scenario.json keys a checker reads (e.g. "lane_isolation",
     # chaos/checkers/isolation.py); never one of the keys the runner writes itself.
@@ -187,6 +190,10 @@ def _nemesis_for(stack: Deployment, scenario: Scenario) -> CompositeNemesis:
     providers' knobs (``provider``: targets are the deployment's URL names, e.g. ``ai_provider``)
     and, with links behind the fault proxy, the network (``toxic``)."""
     members: list[Any] = [ProcessNemesis(stack), ProviderNemesis(stack.urls, stack.settings.admin_token)]
+    if scenario.sms_egress is not None:
+        from chaos.nemesis.host import HostNemesis
+
+        members.append(HostNemesis(stack))
     if scenario.links:
         from chaos.nemesis.network import NetworkNemesis
 

@@ -176,6 +176,8 @@ class Settings:
     run_dir: Path = field(default_factory=lambda: runs_dir() / "adhoc")  # PROCTOR_RUN_DIR (stack.paths rule)
     component: str = ""  # PROCTOR_COMPONENT: set by the embedded runner; names connections and counter files
     ready_file: str = ""  # PROCTOR_READY_FILE: set by the embedded runner for a worker (its readiness file)
+    egress_host: str = ""  # PROCTOR_EGRESS_HOST: an SMS worker's own host address (stack/lanes/egress.py); empty = the OS picks
+    egress_attachment: str = ""  # PROCTOR_EGRESS_ATTACHMENT: the file naming the SMS lane's holder and the reserved address's
     control_url: str = ""  # PROCTOR_CONTROL_URL: the deployment's scale executor (`POST /admin/scale`)
     database_url: str = ""  # DATABASE_URL; empty = SQLite ledger.db in run_dir
     valkey_url: str = "rediss://127.0.0.1:6380/0"  # PROCTOR_VALKEY_URL
@@ -266,6 +268,8 @@ ENV_NAMES: dict[str, str] = {
     "run_dir": "PROCTOR_RUN_DIR",
     "component": "PROCTOR_COMPONENT",
     "ready_file": "PROCTOR_READY_FILE",
+    "egress_host": "PROCTOR_EGRESS_HOST",
+    "egress_attachment": "PROCTOR_EGRESS_ATTACHMENT",
     "control_url": "PROCTOR_CONTROL_URL",
     "database_url": "DATABASE_URL",
     "valkey_url": "PROCTOR_VALKEY_URL",

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from chaos.checkers.ailane import AiLaneOptions, declared_ai_limit, declared_time_scale
 from chaos.checkers.connections import ConnectionsOptions
 from chaos.checkers.effects import EffectsOptions
+from chaos.checkers.egress import EgressOptions
 from chaos.checkers.faults import FaultsOptions, declared_faults
 from chaos.checkers.jobs import JobsOptions
 from chaos.checkers.latency import LatencyOptions
@@ -24,7 +25,7 @@ __all__ = ["CheckOptions"]
 
 
 @dataclass(frozen=True)
-class CheckOptions(AiLaneOptions, ConnectionsOptions, LatencyOptions, JobsOptions, EffectsOptions, FaultsOptions, StatsOptions):
+class CheckOptions(EgressOptions, AiLaneOptions, ConnectionsOptions, LatencyOptions, JobsOptions, EffectsOptions, FaultsOptions, StatsOptions):
     """The "options" object of scenario.json plus its declared faults; defaults are the strict choice.
     A new checker with options adds its options class to the bases: fields come in reverse
     order of the bases, so this list runs against CHECKERS' order to keep report.md in it."""
