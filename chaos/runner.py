@@ -68,6 +68,9 @@ class Scenario:
     # SMS egress from a reserved address (docs/egress.md): the deployment's failover policy,
     # "move" or "without_address" (negative control); None = off.
     sms_egress: str | None = None
+    # Log shipping (docs/log-shipping.md): the shipper's policy, "redact" or a negative control
+    # ("unredacted", "uncounted"); None = off.
+    log_shipping: str | None = None
     expect_valid: bool = True  # False for a negative control: the checkers must catch it
     # Further top-level scenario.json keys a checker reads (e.g. "lane_isolation",
     # chaos/checkers/isolation.py); never one of the keys the runner writes itself.

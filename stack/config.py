@@ -177,6 +177,7 @@ class Settings:
     component: str = ""  # PROCTOR_COMPONENT: set by the embedded runner; names connections and counter files
     ready_file: str = ""  # PROCTOR_READY_FILE: set by the embedded runner for a worker (its readiness file)
     egress_host: str = ""  # PROCTOR_EGRESS_HOST: an SMS worker's own host address (stack/lanes/egress.py); empty = the OS picks
+    log_store_token: str = ""  # PROCTOR_LOG_STORE_TOKEN: the log store's read API token (stack/logship/store.py)
     egress_attachment: str = ""  # PROCTOR_EGRESS_ATTACHMENT: the file naming the SMS lane's holder and the reserved address's
     control_url: str = ""  # PROCTOR_CONTROL_URL: the deployment's scale executor (`POST /admin/scale`)
     database_url: str = ""  # DATABASE_URL; empty = SQLite ledger.db in run_dir
@@ -270,6 +271,7 @@ ENV_NAMES: dict[str, str] = {
     "ready_file": "PROCTOR_READY_FILE",
     "egress_host": "PROCTOR_EGRESS_HOST",
     "egress_attachment": "PROCTOR_EGRESS_ATTACHMENT",
+    "log_store_token": "PROCTOR_LOG_STORE_TOKEN",
     "control_url": "PROCTOR_CONTROL_URL",
     "database_url": "DATABASE_URL",
     "valkey_url": "PROCTOR_VALKEY_URL",

@@ -26,6 +26,7 @@ from chaos.checkers.connections import check_connections
 from chaos.checkers.duplicate_charges import check_duplicate_charges
 from chaos.checkers.effects import check_effects
 from chaos.checkers.egress import check_egress
+from chaos.checkers.logship import check_logship
 from chaos.checkers.faults import check_faults
 from chaos.checkers.final_answers import check_final_answers
 from chaos.checkers.jobs import check_jobs
@@ -56,6 +57,7 @@ __all__ = [
     "check_duplicate_charges",
     "check_effects",
     "check_egress",
+    "check_logship",
     "check_faults",
     "check_final_answers",
     "check_jobs",
@@ -87,6 +89,7 @@ CHECKERS: dict[str, Checker] = {
     "paused_calls": check_ai_paused_calls,
     "retry_after": check_retry_after,
     "egress": check_egress,
+    "logship": check_logship,
 }
 
 

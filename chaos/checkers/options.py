@@ -16,6 +16,7 @@ from chaos.checkers.ailane import AiLaneOptions, declared_ai_limit, declared_tim
 from chaos.checkers.connections import ConnectionsOptions
 from chaos.checkers.effects import EffectsOptions
 from chaos.checkers.egress import EgressOptions
+from chaos.checkers.logship import LogshipOptions
 from chaos.checkers.faults import FaultsOptions, declared_faults
 from chaos.checkers.jobs import JobsOptions
 from chaos.checkers.latency import LatencyOptions
@@ -25,7 +26,7 @@ __all__ = ["CheckOptions"]
 
 
 @dataclass(frozen=True)
-class CheckOptions(EgressOptions, AiLaneOptions, ConnectionsOptions, LatencyOptions, JobsOptions, EffectsOptions, FaultsOptions, StatsOptions):
+class CheckOptions(LogshipOptions, EgressOptions, AiLaneOptions, ConnectionsOptions, LatencyOptions, JobsOptions, EffectsOptions, FaultsOptions, StatsOptions):
     """The "options" object of scenario.json plus its declared faults; defaults are the strict choice.
     A new checker with options adds its options class to the bases: fields come in reverse
     order of the bases, so this list runs against CHECKERS' order to keep report.md in it."""

@@ -109,5 +109,8 @@ class EmbeddedDeployment:
     def export(self, dest: Path, allow_pending: frozenset[str] = frozenset(),
                quiet_timeout: float | None = None) -> FinalRead:
         urls = self.urls
-        return final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
-                          SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)
+        final = final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
+                           SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)
+        if "log_store" in urls:  # log shipping (docs/log-shipping.md): after the outbox settled
+            self.stack.export_logs(dest)
+        return final

@@ -99,6 +99,9 @@ class StackSpec:
     # OS picks the source, every SMS worker serves); "move" or "without_address" (negative control)
     # names the failover policy, turned into its object once when the stack starts.
     sms_egress: str | None = None
+    # Log shipping (stack/embedded/logship.py): None = off; "redact" (production), or the negative
+    # controls "unredacted" and "uncounted" name the shipper's policy.
+    log_shipping: str | None = None
 
     def validate(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -114,6 +117,10 @@ class StackSpec:
         if self.valkey_maxclients is not None and self.valkey_maxclients < 1:
             raise StackError(f"StackSpec.valkey_maxclients={self.valkey_maxclients}: at least 1")
         validate_links(self.links, self.web)
+        if self.log_shipping is not None:
+            from stack.embedded.logship import policy
+
+            policy(self.log_shipping)  # names a policy, or StackError
         if self.sms_egress is not None:
             from stack.embedded.egress import failover_policy
 

@@ -174,6 +174,7 @@ class EmbeddedStack:
         self._watchdog_ident = self._sup.watchdog_identity  # kept after detach, for `proctor down`
         self._write_manifest()
         self._start_stage([self._service("valkey")])
+        self._start_log_shipping()
         init_ledger(self.engine, self.settings)  # once, so components never race to create tables
         self._issue_roster()
         self._start_stage([self._service("ai_provider"), self._service("sms_gateway"), *self._topo.faultproxy_stage()])
@@ -189,6 +190,23 @@ class EmbeddedStack:
         self._start_stage([self._topo.worker(lane, i) for lane in LANES for i in range(1, self.spec.worker_count(lane) + 1)])
         if self._egress is not None:
             self._egress.start()
+
+    def _start_log_shipping(self) -> None:
+        """The log store, then the shipper following every component's log (docs/log-shipping.md)."""
+        if self.spec.log_shipping is None:
+            return
+        from stack.embedded.logship import log_store_component, shipper_component
+
+        self._log_relp_port = free_port()
+        store = self._table.put(log_store_component(self.run_dir, free_port(), self._log_relp_port))
+        self._start_stage([store])
+        self._start_stage([self._table.put(shipper_component(self.run_dir, self._log_relp_port, self.spec.log_shipping))])
+
+    def export_logs(self, dest: Path) -> dict[str, Any]:
+        """The log store's ledger, the lines produced and the shipper's counters into dest/ledgers/."""
+        from stack.embedded.logship import export_logs
+
+        return export_logs(self.run_dir, self.urls["log_store"], self.settings.log_store_token, dest)
 
     def _start_egress(self) -> None:
         """Before the workers: SMS worker 1 holds the lane and the reserved address (docs/egress.md)."""

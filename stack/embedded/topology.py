@@ -66,6 +66,8 @@ class Topology:
             urls.setdefault("admin", urls[f"{web.name}_admin"])
         if self.haproxy_socket is not None:
             urls["haproxy_socket"] = str(self.haproxy_socket)
+        if "log_store" in self.table:
+            urls["log_store"] = _http(self.port("log_store"))
         return urls
 
     @property
@@ -137,7 +139,7 @@ class Topology:
     def process_spec(self, component: Component, settings: Settings, pid_of: Callable[[str], int | None]) -> ProcessSpec:
         """How the supervisor runs a component; Valkey, HAProxy and the fault proxy get our environment only."""
         alive_only = component.health.kind == "alive"
-        own_env = component.role in ("valkey", "haproxy", "faultproxy")
+        own_env = component.role in ("valkey", "haproxy", "faultproxy", "shipper")
         env = dict(os.environ) if own_env else self.env(component.name, settings)
         if component.role == "faultproxy":
             env = self.links.server_env(env)

@@ -70,6 +70,7 @@ def test_options_defaults_are_strict() -> None:
         "max_component_connection_errors": None,
         "max_connects_per_process": None,
         "egress_address": None,
+        "log_canaries": None,
     }
 
 
@@ -111,6 +112,7 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
         "paused_calls": UNKNOWN,
         "retry_after": UNKNOWN,
         "egress": True,  # no egress address: n/a
+        "logship": True,  # no canaries: not a log-shipping run, n/a
     }
 
 
@@ -119,7 +121,7 @@ EXPORTS = {
         "CHECKERS", "CheckOptions", "Checker", "DETAIL_SECTIONS", "OptionsError", "Result", "UNKNOWN", "check_answers",
         "check_connections",
         "check_ai_billing", "check_ai_paused_calls", "check_ai_provider_limit", "check_duplicate_charges", "check_retry_after",
-        "check_egress",
+        "check_egress", "check_logship",
         "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "mark_vacuous", "run_checkers",
         "check_answer_reads", "check_final_answers", "check_revisions",
     ],
@@ -135,6 +137,7 @@ EXPORTS = {
     "chaos.checkers.payloads": ["NAME", "check_payloads", "score_of", "sms_body"],
     "chaos.checkers.answers": ["NAME", "check_answers", "fingerprint", "fingerprints"],
     "chaos.checkers.effects": ["EffectsOptions", "NAME", "check_effects"],
+    "chaos.checkers.logship": ["LogshipOptions", "NAME", "REDACTED_MARK", "RELP_WINDOW", "check_logship", "shipping_delays"],
     "chaos.checkers.egress": ["EgressOptions", "NAME", "check_egress", "derive_sms_bound", "host_losses", "parse_address"],
     "chaos.checkers.jobs": ["IN_PROGRESS", "JobsOptions", "NAME", "PendingOptions", "check_jobs", "completion_seconds",
                             "in_progress", "pending_reason", "queue_evidence"],
