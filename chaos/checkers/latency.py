@@ -173,8 +173,8 @@ def _compare(
         if observed is None:
             unknowns.append(f"slo {key}.{threshold}: no data to compare with {limit} s")
         elif observed > limit:
-            violations.append({"slo": key, "threshold": threshold, "limit": limit, "stated": stated,
-                               "pace_factor": round(factor, 3), "observed": observed})
+            scaled = {} if kind == "lane" else {"stated": stated, "pace_factor": round(factor, 3)}
+            violations.append({"slo": key, "threshold": threshold, "limit": limit, **scaled, "observed": observed})
 
 
 def render_details(details: Mapping[str, Any]) -> list[str]:
