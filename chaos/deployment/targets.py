@@ -38,6 +38,9 @@ def unsupported_on(target: str, scenario: Scenario) -> str | None:
     """Why ``scenario`` cannot run on ``target`` (a skip reason), or None."""
     if check_target(target) == "embedded":
         return None
+    if scenario.sms_egress is not None or scenario.log_shipping is not None:
+        # Issue #26 item 3, not done: compose has no reserved egress address to move, nor a shipper.
+        return "SMS egress and log shipping run on the embedded stack only (docs/egress.md, docs/log-shipping.md)"
     return _compose_spec(scenario, dict(scenario.settings), Path(".")).unsupported()
 
 
