@@ -119,3 +119,21 @@ def test_egress_address_option_must_be_one_ip_address() -> None:
     assert EgressOptions.from_dict({"egress_address": "127.0.0.10"}).egress_address == "127.0.0.10"
     with pytest.raises(OptionsError, match="egress_address"):
         EgressOptions.from_dict({"egress_address": "127.0.0.0/8"})
+
+
+def test_counts_delivered_and_needs_both_ledgers() -> None:
+    result = check_egress(loss(105.0), ledgers(ATTEMPTS, GOOD[:4]), OPTIONS)
+    assert (result.counts["finished"], result.counts["delivered"]) == (5, 4)
+    only_attempts = Ledgers.from_exports(attempts=ATTEMPTS)
+    assert check_egress([], only_attempts, OPTIONS).valid == UNKNOWN
+
+
+def test_the_evidence_note_needs_an_undelivered_sms_and_either_an_alert_or_a_403() -> None:
+    refusals = Ledgers.from_exports(sms_refusals={"provider": "sms", "effects": [], "refusals": [
+        {"operation_id": "sms-a5", "at": 107.1, "status": 403, "source": "127.0.0.12"}]}).sms_refusals
+    missing = ledgers(ATTEMPTS, GOOD[:4])
+    with_403 = check_egress(loss(105.0), Ledgers(**{**missing.__dict__, "sms_refusals": refusals}), OPTIONS)
+    assert any("evidence: lane alerts (none), 1 gateway 403" in note for note in with_403.notes)
+    alerts = {"table": "alerts", "rows": [{"lane": "sms", "kind": "egress_refused", "at": 106.0}]}
+    delivered = check_egress(loss(105.0), ledgers(ATTEMPTS, GOOD, alerts=alerts), OPTIONS)
+    assert delivered.valid is True and not any("evidence" in note for note in delivered.notes)
