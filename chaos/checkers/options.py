@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from chaos.checkers.ailane import AiLaneOptions, declared_ai_limit, declared_time_scale
 from chaos.checkers.connections import ConnectionsOptions
 from chaos.checkers.effects import EffectsOptions
-from chaos.checkers.egress import EgressOptions
+from chaos.checkers.egress import EgressOptions, declared_recovery
 from chaos.checkers.logship import LogshipOptions
 from chaos.checkers.faults import FaultsOptions, declared_faults
 from chaos.checkers.jobs import JobsOptions
@@ -36,4 +36,5 @@ class CheckOptions(LogshipOptions, EgressOptions, AiLaneOptions, ConnectionsOpti
         """The options of a scenario.json document, plus its declared faults."""
         options = cls.from_dict(scenario.get("options"))
         return replace(options, declared_faults=declared_faults(scenario.get("faults")),
-                       time_scale=declared_time_scale(scenario), ai_calls_per_minute=declared_ai_limit(scenario))
+                       time_scale=declared_time_scale(scenario), ai_calls_per_minute=declared_ai_limit(scenario),
+                       in_flight_recovery=declared_recovery(scenario))

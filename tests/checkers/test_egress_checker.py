@@ -46,7 +46,17 @@ def test_every_sms_once_from_the_allowed_address_across_a_failover_is_valid_with
     bound = result.details["sms_bound"]
     # F = 106 - 105; L = worst before the loss (0.5); B = attempts 3 and 4 waiting at 106 -> 1 + 3 x 0.5
     assert (bound["failover_seconds"], bound["worst_lateness_before"], bound["backlog"], bound["value"]) == (1.0, 0.5, 2, 2.5)
-    assert "F 1.000 s + (B 2 + 1) x L 0.500 s = 2.500 s" in result.notes[0]
+    assert "max(F 1.000 s, R 0.000 s) + (B 2 + 1) x L 0.500 s = 2.500 s" in result.notes[0]
+
+
+def test_the_job_the_lost_host_held_is_excused_for_the_recovery_time_and_no_longer() -> None:
+    messages = [*GOOD[:4], message(5, 107.0 + 3.45)]  # past 2.5 s, inside max(F, R 2.0) + 1.5
+    with_recovery = EgressOptions(egress_address=ALLOWED, in_flight_recovery=2.0)
+    assert check_egress(loss(105.0), ledgers(ATTEMPTS, messages), with_recovery).valid is True
+    late = [*GOOD[:4], message(5, 107.0 + 3.45)]
+    assert check_egress(loss(105.0), ledgers(ATTEMPTS, late), OPTIONS).valid is False
+    assert check_egress(loss(105.0), ledgers(ATTEMPTS, [*GOOD[:4], message(5, 107.0 + 3.45)]),
+                        EgressOptions(egress_address=ALLOWED, in_flight_recovery=1.9)).valid is False
 
 
 def test_an_sms_missing_after_delivered_ones_is_not_delivered_with_the_alert_as_evidence() -> None:

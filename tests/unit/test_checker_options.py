@@ -27,7 +27,7 @@ from chaos.report import case_durations, render_markdown
 OWN_OPTIONS = (StatsOptions, FaultsOptions, PendingOptions, EffectsOptions, JobsOptions, LatencyOptions, ConnectionsOptions,
                AiLaneOptions, EgressOptions, LogshipOptions)
 # Plain fields filled from scenario.json's other keys by CheckOptions.from_scenario, not "options" keys:
-FROM_SCENARIO = {"declared_faults", "time_scale", "ai_calls_per_minute"}
+FROM_SCENARIO = {"declared_faults", "time_scale", "ai_calls_per_minute", "in_flight_recovery"}
 
 
 def own_keys(cls: type) -> set[str]:
