@@ -1,0 +1,125 @@
+"""Who gets the SQLite ledger's write lock next: a queue in the kernel, not SQLite's busy handler.
+
+Every process of the stack that writes the ledger (web nodes, relay, workers, their horses)
+takes SQLite's one write lock with ``BEGIN IMMEDIATE``. When it is taken, SQLite's default
+busy handler sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50 ms and then 100 ms at a time
+before it looks again. A writer that met the lock late in a busy stretch therefore slept for
+0.23 + k x 0.1 s even when the lock had been free again long before, and nobody kept order:
+a newcomer could take the lock while an old waiter slept. Measured (issue #23, docs/ramp.md
+"Where the stalls came from"): ledger writers' waits for the lock sat on 0.23, 0.34, 0.44,
+0.54, 0.65 ... s, the answer latencies on the same steps.
+
+``QueuedWriters`` makes every writer first take an exclusive ``flock`` on a file beside the
+ledger (``<ledger>.writers``) and only then issue ``BEGIN IMMEDIATE``; it lets go right after
+COMMIT or ROLLBACK. A writer that has to wait sleeps in the kernel and is woken the moment the
+holder lets go, so it waits for the writers ahead of it and not a moment longer. The lock
+belongs to the open file, so a process that dies (SIGKILL included) lets go with it. SQLite's
+busy timeout stays behind it, for writers that do not queue (a sqlite3 shell, an old process).
+
+The wait has no deadline of its own: a writer waits as long as the writers ahead of it hold
+their transactions, as it waited for SQLite's lock before (a frozen holder held both). No
+ledger transaction makes a network call, so a hold is one transaction's statements and commit.
+
+``BusyHandlerWriters`` is the behaviour before, kept so a test can show the difference.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, event
+
+__all__ = ["BusyHandlerWriters", "QueuedWriters", "WriterPolicy", "lock_path_of"]
+
+_HELD = "proctor_writer_queue_fd"  # key in the pooled connection's info: the flock we hold
+
+
+def lock_path_of(database: str | None) -> Path | None:
+    """The queue's file for an on-disk SQLite ledger; None for an in-memory one (one process)."""
+    if not database or database == ":memory:" or database.startswith("file::memory:"):
+        return None
+    return Path(f"{database}.writers")
+
+
+class WriterPolicy:
+    """How a write transaction of this engine starts and ends; chosen once, in make_engine."""
+
+    name = "abstract"
+
+    def attach(self, engine: Engine) -> None:
+        raise NotImplementedError
+
+
+class BusyHandlerWriters(WriterPolicy):
+    """BEGIN IMMEDIATE and nothing else: waiters poll the lock in SQLite's busy handler."""
+
+    name = "busy-handler"
+
+    def attach(self, engine: Engine) -> None:
+        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+
+
+class QueuedWriters(WriterPolicy):
+    """Writers queue on an flock before BEGIN IMMEDIATE and let go right after it ends."""
+
+    name = "queued"
+
+    def attach(self, engine: Engine) -> None:
+        path = lock_path_of(engine.url.database)
+        if path is None:
+            BusyHandlerWriters().attach(engine)
+            return
+        event.listen(engine, "begin", lambda conn: self._begin(conn, path))
+        event.listen(engine, "commit", self._commit)
+        event.listen(engine, "rollback", self._rollback)
+        # a safety net: a connection that goes back to its pool still queued lets go there
+        event.listen(engine, "checkin", lambda _dbapi, record: self._release(record.info))
+
+    @staticmethod
+    def _begin(conn: Connection, path: Path) -> None:
+        if _HELD not in conn.info:  # a second transaction on a connection that still holds it
+            conn.info[_HELD] = _take(path)
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            QueuedWriters._release(conn.info)
+            raise
+
+    @staticmethod
+    def _commit(conn: Connection) -> None:
+        # COMMIT here, through SQLAlchemy (errors arrive wrapped, as from any statement), so the
+        # lock goes right after it; the DB-API commit() SQLAlchemy calls next finds nothing open.
+        try:
+            conn.exec_driver_sql("COMMIT")
+        finally:
+            QueuedWriters._release(conn.info)
+
+    @staticmethod
+    def _rollback(conn: Connection) -> None:
+        try:
+            dbapi = conn.connection.dbapi_connection
+            if dbapi is not None and dbapi.in_transaction:
+                dbapi.rollback()
+        except Exception:  # noqa: BLE001 - SQLAlchemy's own rollback right after reports it
+            pass
+        finally:
+            QueuedWriters._release(conn.info)
+
+    @staticmethod
+    def _release(info: dict) -> None:
+        fd = info.pop(_HELD, None)
+        if fd is not None:
+            os.close(fd)  # closing the file lets go of its flock
+
+
+def _take(path: Path) -> int:
+    """Open the queue's file (0600, like the ledger) and wait in the kernel for its flock."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # releases the GIL while it waits
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
