@@ -132,6 +132,8 @@ def _parse_rate(name: str, raw: str) -> str:
 
 ANSWER_REVISION_RULES = ("highest", "last-arrival", "compacting")
 """PROCTOR_ANSWER_REVISIONS: the highest revision is current (correct), or a negative control."""
+ANSWER_SINKS = ("per-answer", "group-commit", "ack-at-enqueue")
+"""PROCTOR_ANSWER_SINK values: ack-at-enqueue is a negative control (stack/web/group_commit.py)."""
 
 
 def _parse_revision_rule(name: str, raw: str) -> str:
@@ -139,6 +141,13 @@ def _parse_revision_rule(name: str, raw: str) -> str:
     if rule not in ANSWER_REVISION_RULES:
         raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(ANSWER_REVISION_RULES)}")
     return rule
+
+
+def _parse_answer_sink(name: str, raw: str) -> str:
+    sink = raw.strip().lower()
+    if sink not in ANSWER_SINKS:
+        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(ANSWER_SINKS)}")
+    return sink
 
 
 def _parse_exam_window(name: str, raw: str) -> str:
@@ -216,6 +225,7 @@ class Settings:
     answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
     shared_lane: bool = False  # PROCTOR_SHARED_LANE: on = AI jobs join the merit queue (negative control, the seed's lane)
     answer_revisions: str = "highest"  # PROCTOR_ANSWER_REVISIONS: last-arrival/compacting = negative controls
+    answer_sink: str = "per-answer"  # PROCTOR_ANSWER_SINK: per-answer/group-commit; ack-at-enqueue = negative control
     ai_calls_per_minute: int = CASE_PROVIDER_CALLS_PER_MINUTE  # PROCTOR_AI_CALLS_PER_MINUTE: the shared AI limiter (#11); high = lifted
     # The AI lane's safeguards (docs/ai-lane.md); each off is a negative control, chosen at start-up:
     ai_shared_limiter: bool = True  # PROCTOR_AI_SHARED_LIMITER: off = a limiter per worker
@@ -254,7 +264,7 @@ class Settings:
 
 CONTROLS = frozenset({
     "rate_limits", "reconciler_enabled", "sms_idempotency", "valkey_fresh_connections", "answer_write_behind",
-    "shared_lane", "answer_revisions", "ai_shared_limiter", "ai_retry_after", "ai_ask_before_replay",
+    "shared_lane", "answer_revisions", "answer_sink", "ai_shared_limiter", "ai_retry_after", "ai_ask_before_replay",
     "allow_default_secrets",  # test-only
 })
 """The negative-control switches and the test-only flag among the fields above. Production code
@@ -306,6 +316,7 @@ ENV_NAMES: dict[str, str] = {
     "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
     "shared_lane": "PROCTOR_SHARED_LANE",
     "answer_revisions": "PROCTOR_ANSWER_REVISIONS",
+    "answer_sink": "PROCTOR_ANSWER_SINK",
     "ai_calls_per_minute": "PROCTOR_AI_CALLS_PER_MINUTE",
     "ai_shared_limiter": "PROCTOR_AI_SHARED_LIMITER",
     "ai_retry_after": "PROCTOR_AI_RETRY_AFTER",
@@ -334,6 +345,7 @@ _PARSERS = {
     "sms_allowlist": _parse_networks,
     "answer_write_behind": _parse_non_negative_float,
     "answer_revisions": _parse_revision_rule,
+    "answer_sink": _parse_answer_sink,
     "reconciler_enabled": _parse_bool,
     "sms_idempotency": _parse_bool,
     "valkey_fresh_connections": _parse_bool,
