@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, event
@@ -34,6 +35,8 @@ from sqlalchemy import Connection, Engine, event
 __all__ = ["BusyHandlerWriters", "QueuedWriters", "WriterPolicy", "lock_path_of"]
 
 _HELD = "proctor_writer_queue_fd"  # key in the pooled connection's info: the flock we hold
+_HOLDER = "proctor_writer_queue_thread"  # and the thread that took it
+_HOLDING_THREADS: set[int] = set()  # threads (idents) that hold the queue through some connection
 
 
 def lock_path_of(database: str | None) -> Path | None:
@@ -79,8 +82,12 @@ class QueuedWriters(WriterPolicy):
 
     @staticmethod
     def _begin(conn: Connection, path: Path) -> None:
-        if _HELD not in conn.info:  # a second transaction on a connection that still holds it
-            conn.info[_HELD] = _take(path)
+        # A thread that already holds the queue through another connection would wait for itself
+        # for ever; it goes straight to SQLite, whose busy timeout ends that wait as it always did.
+        me = threading.get_ident()
+        if _HELD not in conn.info and me not in _HOLDING_THREADS:
+            conn.info[_HELD], conn.info[_HOLDER] = _take(path), me
+            _HOLDING_THREADS.add(me)
         try:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         except BaseException:
@@ -112,6 +119,7 @@ class QueuedWriters(WriterPolicy):
         fd = info.pop(_HELD, None)
         if fd is not None:
             os.close(fd)  # closing the file lets go of its flock
+            _HOLDING_THREADS.discard(info.pop(_HOLDER, None))
 
 
 def _take(path: Path) -> int:

@@ -119,3 +119,18 @@ def test_a_failed_transaction_lets_the_queue_go(settings: Settings) -> None:
     assert lock_file is not None
     with open(lock_file) as probe:  # a non-blocking try succeeds only if nobody holds it
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_thread_writing_through_two_connections_does_not_wait_for_itself(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue is per thread: a second connection of the holding thread skips it and meets
+    SQLite's lock, which refuses after the busy timeout, as before the queue (never a hang)."""
+    monkeypatch.setattr(engine_module, "SQLITE_BUSY_TIMEOUT_MS", 1)
+    writer, second = make_engine(settings), make_engine(settings)
+    with writer.begin() as held:
+        held.execute(students.insert().values(id="s-held", created_at=time.time()))
+        with pytest.raises(OperationalError, match="locked"):
+            with second.begin() as conn:
+                conn.execute(students.insert().values(id="s-other", created_at=time.time()))
+    with second.begin() as conn:  # the thread's queue slot was given back with the first
+        conn.execute(students.insert().values(id="s-after", created_at=time.time()))
