@@ -56,6 +56,7 @@ class GroupCommitAnswers:
         self.engine, self.node, self.max_batch = engine, node, max_batch
         self.policy = RevisionPolicy() if policy is None else policy
         self.batches = 0  # committed transactions, for tests and the benchmark's note
+        self.committing = 0  # answers in the transaction under way (a test waits for the rest to queue)
         self._queue: deque[_Pending] = deque()
         self._ready = threading.Condition()
         self._stopping = False
@@ -96,7 +97,9 @@ class GroupCommitAnswers:
             batch = self._take_batch()
             if not batch:
                 return  # stopping, and nothing left
+            self.committing = len(batch)
             self._commit(batch)
+            self.committing = 0
 
     def _commit(self, batch: list[_Pending]) -> None:
         try:

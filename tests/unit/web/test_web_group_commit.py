@@ -48,7 +48,7 @@ def _answer_all_while_held(settings: Settings, ledger: Engine, sink: GroupCommit
                            *, acknowledges_early: bool = False) -> tuple[int, list]:
     """Send one answer per attempt while the ledger's writes are held; returns how many replies
     came back while their answer was not in the ledger, and every outcome once the hold ends.
-    The committer takes one answer and waits for the lock; the rest queue behind it. A sink that
+    The committer takes the answers queued when it woke and waits for the lock; the rest queue. A sink that
     ``acknowledges_early`` (the control) is given the time to answer every request meanwhile."""
     outcomes: list = []
     early: list[str] = []
@@ -67,7 +67,7 @@ def _answer_all_while_held(settings: Settings, ledger: Engine, sink: GroupCommit
     with ledger_writes_held(settings):
         for thread in threads:
             thread.start()
-        while len(sink._queue) < len(attempts) - 1:  # no clock: every answer is queued or being committed
+        while len(sink._queue) + sink.committing < len(attempts):  # no clock: all queued or in the commit
             time.sleep(0.002)
         if acknowledges_early:
             for thread in threads:
@@ -88,7 +88,7 @@ def test_answers_that_arrive_together_share_a_commit_and_wait_for_it(
     assert early == 0  # nobody heard "saved" while nothing was committed
     assert len(outcomes) == ANSWERS and not any(isinstance(o, Exception) for o in outcomes)
     assert count_rows(ledger, answers) == ANSWERS
-    assert sink.batches == 2  # the one the committer held, then the four that queued meanwhile
+    assert sink.batches < ANSWERS  # the batch the committer held, then the answers that queued meanwhile
 
 
 def test_control_ack_at_enqueue_acknowledges_before_the_commit(
