@@ -79,7 +79,7 @@ def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int =
         if read_only:
             event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
         else:
-            (writers or QueuedWriters()).attach(engine)
+            (writers or QueuedWriters(SQLITE_BUSY_TIMEOUT_MS / 1000)).attach(engine)
 
         @event.listens_for(engine, "connect")
         def _no_autobegin(dbapi_connection, _record):  # type: ignore[no-untyped-def]

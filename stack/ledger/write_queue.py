@@ -16,9 +16,11 @@ holder lets go, so it waits for the writers ahead of it and not a moment longer.
 belongs to the open file, so a process that dies (SIGKILL included) lets go with it. SQLite's
 busy timeout stays behind it, for writers that do not queue (a sqlite3 shell, an old process).
 
-The wait has no deadline of its own: a writer waits as long as the writers ahead of it hold
-their transactions, as it waited for SQLite's lock before (a frozen holder held both). No
-ledger transaction makes a network call, so a hold is one transaction's statements and commit.
+The wait keeps SQLite's deadline: a writer that has not reached the head of the queue within
+the busy timeout gives up with SQLite's own "database is locked" (a 503 with Retry-After on a
+web node, tests/security/test_f7_ledger_busy.py), exactly as the busy handler gave up before.
+A contended wait sleeps in ``flock`` on a helper thread while the writer waits on an event
+with that timeout; a helper whose writer gave up lets go the moment it gets the lock.
 
 ``BusyHandlerWriters`` is the behaviour before, kept so a test can show the difference.
 """
@@ -27,10 +29,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 import threading
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.exc import OperationalError
 
 __all__ = ["BusyHandlerWriters", "QueuedWriters", "WriterPolicy", "lock_path_of"]
 
@@ -69,24 +73,27 @@ class QueuedWriters(WriterPolicy):
 
     name = "queued"
 
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout  # seconds: SQLite's busy timeout of the same engine
+
     def attach(self, engine: Engine) -> None:
         path = lock_path_of(engine.url.database)
         if path is None:
             BusyHandlerWriters().attach(engine)
             return
-        event.listen(engine, "begin", lambda conn: self._begin(conn, path))
+        event.listen(engine, "begin", lambda conn: self._begin(conn, path, self.timeout))
         event.listen(engine, "commit", self._commit)
         event.listen(engine, "rollback", self._rollback)
         # a safety net: a connection that goes back to its pool still queued lets go there
         event.listen(engine, "checkin", lambda _dbapi, record: self._release(record.info))
 
     @staticmethod
-    def _begin(conn: Connection, path: Path) -> None:
+    def _begin(conn: Connection, path: Path, timeout: float) -> None:
         # A thread that already holds the queue through another connection would wait for itself
         # for ever; it goes straight to SQLite, whose busy timeout ends that wait as it always did.
         me = threading.get_ident()
         if _HELD not in conn.info and me not in _HOLDING_THREADS:
-            conn.info[_HELD], conn.info[_HOLDER] = _take(path), me
+            conn.info[_HELD], conn.info[_HOLDER] = _take(path, timeout), me
             _HOLDING_THREADS.add(me)
         try:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
@@ -122,12 +129,43 @@ class QueuedWriters(WriterPolicy):
             _HOLDING_THREADS.discard(info.pop(_HOLDER, None))
 
 
-def _take(path: Path) -> int:
-    """Open the queue's file (0600, like the ledger) and wait in the kernel for its flock."""
+def _take(path: Path, timeout: float) -> int:
+    """Open the queue's file (0600, like the ledger) and get its flock within ``timeout`` seconds."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # releases the GIL while it waits
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd  # nobody ahead: the common case costs one system call
+    except BlockingIOError:
+        pass
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return _wait_in_queue(fd, timeout)
+
+
+def _wait_in_queue(fd: int, timeout: float) -> int:
+    """Sleep in the kernel's queue on a helper thread (flock itself has no timeout); give up at
+    ``timeout`` with SQLite's own busy error, and leave the helper to let go once it gets the lock."""
+    got = threading.Event()
+    state = {"abandoned": False}
+    guard = threading.Lock()
+
+    def wait() -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # releases the GIL while it waits
+        except OSError:
+            pass
+        with guard:
+            if state["abandoned"]:
+                os.close(fd)  # its writer gave up: the next in the queue goes on at once
+                return
+            got.set()
+
+    threading.Thread(target=wait, name="ledger-writers-queue", daemon=True).start()
+    if got.wait(timeout):
+        return fd
+    with guard:
+        if got.is_set():  # it arrived while we gave up: take it after all
+            return fd
+        state["abandoned"] = True
+    raise OperationalError("BEGIN IMMEDIATE", None, sqlite3.OperationalError("database is locked"))

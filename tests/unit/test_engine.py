@@ -95,7 +95,7 @@ def test_a_waiting_writer_queues_in_the_kernel_not_in_sqlites_busy_handler(
     """With a 1 ms busy timeout, a writer that polled SQLite's lock would give up at once; the
     queued one sleeps on the flock for as long as the first holds it, then commits."""
     monkeypatch.setattr(engine_module, "SQLITE_BUSY_TIMEOUT_MS", 1)
-    queued, error = _second_writer_while_held(settings, QueuedWriters())
+    queued, error = _second_writer_while_held(settings, QueuedWriters(timeout=60))
     assert queued and error is None
     with make_engine(settings, read_only=True).connect() as conn:
         assert {row.id for row in conn.execute(select(students))} >= {"s-held", "s-second"}
@@ -134,3 +134,26 @@ def test_a_thread_writing_through_two_connections_does_not_wait_for_itself(
                 conn.execute(students.insert().values(id="s-other", created_at=time.time()))
     with second.begin() as conn:  # the thread's queue slot was given back with the first
         conn.execute(students.insert().values(id="s-after", created_at=time.time()))
+
+
+def test_a_writer_gives_up_at_the_busy_timeout_and_the_queue_moves_on(settings: Settings) -> None:
+    """The queue keeps SQLite's deadline ("database is locked", a 503 on a node); the waiter
+    that gave up lets go as soon as it reaches the head, so the next writer is not stuck."""
+    holder, impatient = make_engine(settings), make_engine(settings, writers=QueuedWriters(timeout=0.05))
+    errors: list[BaseException] = []
+
+    def write_impatiently() -> None:  # another thread: the holder's own thread would skip the queue
+        try:
+            with impatient.begin() as conn:
+                conn.execute(students.insert().values(id="s-impatient", created_at=time.time()))
+        except OperationalError as exc:
+            errors.append(exc)
+
+    with holder.begin() as held:
+        held.execute(students.insert().values(id="s-held", created_at=time.time()))
+        thread = threading.Thread(target=write_impatiently)
+        thread.start()
+        thread.join()  # the holder keeps the lock until the impatient writer has given up
+    assert len(errors) == 1 and "database is locked" in str(errors[0])
+    with make_engine(settings).begin() as conn:  # would wait for the abandoned helper if it kept the lock
+        conn.execute(students.insert().values(id="s-next", created_at=time.time()))
