@@ -29,6 +29,7 @@ __all__ = [
     "READY_DIR",
     "SCALABLE",
     "StackSpec",
+    "VALKEY_TOPOLOGIES",
     "component_argv",
     "http_probe",
     "missing_component_modules",
@@ -66,6 +67,9 @@ COMPONENT_MODULES: dict[str, str] = {
 PROVIDER_KINDS = ("ai_provider", "sms_gateway")
 """The fake providers: run niced (stack.priority "provider")."""
 
+VALKEY_TOPOLOGIES = ("single", "sentinel")
+"""``proctor up --valkey``: one Valkey, or primary + replica + three Sentinels."""
+
 READY_DIR = "ready"
 """<run_dir>/ready/<worker>: the worker's pid, written once it can take a job ($PROCTOR_READY_FILE)."""
 SCALABLE = {pool: pool for pool in POOLS}
@@ -95,6 +99,9 @@ class StackSpec:
     # Who started it: "cli" for `proctor up` (one such stack per results folder unless named,
     # stack/embedded/registry.py), "harness" for the stacks scenarios and tests start.
     origin: str = "harness"
+    # "single": one Valkey; "sentinel": primary + replica + three Sentinels that every client
+    # asks for the primary (stack/embedded/sentinel.py, docs/valkey.md).
+    valkey: str = "single"
 
     def validate(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -109,6 +116,14 @@ class StackSpec:
             raise StackError(f"unknown settings_overrides {sorted(unknown)}; known: {sorted(ENV_NAMES)}")
         if self.valkey_maxclients is not None and self.valkey_maxclients < 1:
             raise StackError(f"StackSpec.valkey_maxclients={self.valkey_maxclients}: at least 1")
+        if self.valkey not in VALKEY_TOPOLOGIES:
+            raise StackError(f"StackSpec.valkey={self.valkey!r}: one of {', '.join(VALKEY_TOPOLOGIES)}")
+        valkey_links = [name for name in self.links if name.startswith("valkey_")]
+        if self.valkey == "sentinel" and valkey_links:
+            # Clients ask the Sentinels for the primary, so a proxy in PROCTOR_VALKEY_URL would be
+            # bypassed: refused rather than silently not injecting (docs/valkey.md, "Not yet").
+            raise StackError(f"StackSpec.links {valkey_links}: Valkey links need StackSpec.valkey='single' "
+                             "(with Sentinel the nodes do not announce proxy addresses yet)")
         validate_links(self.links, self.web)
         bad_kinds = set(self.commands) - set(DEFAULT_COMMANDS)
         if bad_kinds:

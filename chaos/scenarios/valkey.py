@@ -1,0 +1,55 @@
+"""Valkey failover: the primary SIGKILLed mid-exam with a replica and three Sentinels
+(``Scenario.valkey = "sentinel"``), and its negative control (the reconciler off).
+
+The kill lands while the AI worker runs a job (its provider answers slowly), so a job is in
+flight on the old primary when it dies. What must hold: every acknowledged answer is in the
+ledger (the answers never needed Valkey), every finished attempt's jobs complete (the
+reconciler re-enqueues what the failover lost), no effect is duplicated, and every client
+component reaches the new primary (the fault-end lists any that never did). The verdict's
+bounds are derived from the measured switch (chaos/bounds.py, failover windows)."""
+
+from __future__ import annotations
+
+from chaos.load.exam import WorkloadSpec
+from chaos.nemesis import FaultSpec
+from chaos.runner import Scenario
+from chaos.scenarios.kills import KILL_BOUNDS, slow_ai_calls
+
+__all__ = ["FAILOVER_DOWN_SECONDS", "VALKEY_SCENARIOS"]
+
+FAILOVER_DOWN_SECONDS = 8.0
+"""How long the killed primary stays down: past the failover (measured ~2.5-3.3 s from the kill
+to +switch-master with down-after 2 s), so the Sentinels, not a restart, end the outage."""
+
+
+def _primary_kill(seed: int, scenario: Scenario) -> list[FaultSpec]:
+    return [FaultSpec(at=3.0, kind="failover", target="primary", duration=FAILOVER_DOWN_SECONDS,
+                      params={"wait_busy_worker": "worker_ai_1", "wait_busy": 5.0})]
+
+
+_OPTIONS = {"expect_ops": ["session", "start", "answer", "finish", "merit_card"]}
+
+VALKEY_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        name="valkey_failover",
+        description="Valkey primary SIGKILLed mid-exam (replica + 3 Sentinels, quorum 2): nothing acknowledged "
+                    "lost, every finished attempt's jobs done, no effect twice, every client on the new primary",
+        workload=WorkloadSpec(arrival_rate=2.0, duration=14.0, questions=3),
+        valkey="sentinel",
+        prepare=slow_ai_calls,
+        faults=_primary_kill,
+        options=_OPTIONS,
+        derive_bounds=KILL_BOUNDS,
+    ),
+    Scenario(
+        name="valkey_failover_no_reconciler",
+        description="negative control: reconciler off; the job in flight when the primary died must be reported lost",
+        workload=WorkloadSpec(arrival_rate=2.0, duration=10.0, questions=2),
+        valkey="sentinel",
+        settings={"reconciler_enabled": False},
+        prepare=slow_ai_calls,
+        faults=_primary_kill,
+        options=_OPTIONS,
+        expect_valid=False,
+    ),
+)
