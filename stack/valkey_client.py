@@ -259,9 +259,10 @@ def valkey_client(settings: Settings, purpose: str = "queue") -> Redis:
             kwargs["ssl_ca_certs"] = settings.valkey_ca
         kwargs["ssl_cert_reqs"] = "required"
         kwargs["ssl_check_hostname"] = True  # the run's certificate names 127.0.0.1
+    fresh = settings.valkey_fresh_connections
     if settings.valkey_sentinels:
-        return _primary_via_sentinels(settings, purpose, kwargs)
-    if settings.valkey_fresh_connections:
+        return _primary_via_sentinels(settings, kwargs, FreshSentinelConnectionPool if fresh else SentinelConnectionPool)
+    if fresh:
         pool = FreshConnectionPool.from_url(settings.valkey_url, **kwargs)
         client = Redis(connection_pool=pool)
         client.auto_close_connection_pool = True  # close() also drops this private pool
@@ -296,14 +297,14 @@ def primary_port(settings: Settings) -> int | None:
     return max(set(ports), key=ports.count) if ports else None
 
 
-def _primary_via_sentinels(settings: Settings, purpose: str, kwargs: dict[str, object]) -> Redis:
+def _primary_via_sentinels(settings: Settings, kwargs: dict[str, object],
+                           pool_class: type[SentinelConnectionPool]) -> Redis:
     """A client of the current primary, as ``Sentinel.master_for`` gives it, with our connection
     class (counted, the shared TLS context) and the Sentinels asked as the ``discovery`` user."""
     tls = kwargs.get("connection_class") is CountingSSLConnection
     kwargs = {**kwargs, "connection_class": CountingSentinelSSLConnection if tls else SentinelManagedConnection}
     manager = Sentinel([])
     manager.sentinels = sentinel_clients(settings)
-    pool_class = FreshSentinelConnectionPool if settings.valkey_fresh_connections else SentinelConnectionPool
     client = manager.master_for(settings.valkey_service, connection_pool_class=pool_class, **kwargs)
     client.auto_close_connection_pool = True
     return client

@@ -8,7 +8,9 @@ into a replica of the new primary. A watcher thread measures, from outside the s
 - ``first_success``: when each client component (web nodes, relay, workers) first holds a
   connection to the new primary (its ``CLIENT SETNAME <component>/<purpose>`` appears in
   the new primary's ``CLIENT LIST``, polled): the component found the new primary;
-- ``rejoined_at``: when the restarted node is a replica with its link up.
+- ``rejoined_as_replica``: the restarted node became a replica with its link up;
+- ``errors_by_component``: the connection errors each component counted from the kill to the
+  fault's end (stack/connection_stats.py counters, by kind: refused, reset, timeout, ...).
 
 All wall-clock (``time.time()``), as the ledgers; chaos/bounds.py turns the workers'
 ``first_success`` into their kill windows, so the verdict's bounds follow the measured switch.
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from chaos.nemesis.base import FaultSpec, NemesisError
+from chaos.observe.valkey_stats import read_process_counters
 from stack.valkey_client import primary_port, valkey_client
 
 if TYPE_CHECKING:
@@ -46,6 +49,7 @@ class _Watch:
     switch_at: float | None = None
     new_port: int | None = None
     first_success: dict[str, float] = field(default_factory=dict)
+    counters_before: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
@@ -74,7 +78,9 @@ class FailoverNemesis:
         self.stack.set_autorestart(victim, False)
         pids = self.stack.pids(victim)
         self.stack.kill(victim)
-        watch = _Watch(victim, old_port, time.time(), expected, time.monotonic() + self.ready_timeout)
+        before = read_process_counters(self.stack.run_dir)
+        watch = _Watch(victim, old_port, time.time(), expected, time.monotonic() + self.ready_timeout,
+                       counters_before=before)
         watch.thread = threading.Thread(target=self._watch, args=(watch,), name=f"failover-{victim}", daemon=True)
         watch.thread.start()
         self._watches[fault.target] = watch
@@ -153,7 +159,8 @@ class FailoverNemesis:
                 "switch_seconds": round(watch.switch_at - watch.killed_at, 3) if watch.switch_at else None,
                 "primary_after": by_port.get(watch.new_port), "first_success": dict(watch.first_success),
                 "first_success_seconds": since,
-                "never_back": sorted(set(watch.expected) - set(watch.first_success)), "errors": watch.errors}
+                "never_back": sorted(set(watch.expected) - set(watch.first_success)), "errors": watch.errors,
+                "errors_by_component": _error_delta(watch.counters_before, read_process_counters(self.stack.run_dir))}
 
     def _wait_replica(self, watch: _Watch) -> bool:
         """The restarted node follows the new primary (the Sentinels reconfigured it)."""
@@ -177,3 +184,15 @@ class FailoverNemesis:
     def heal(self) -> None:
         for target in list(self._watches):
             self.end(FaultSpec(at=0.0, kind="failover", target=target, duration=0.0))
+
+
+def _error_delta(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Connection errors per component and kind counted between two counter reads (only the nonzero)."""
+    delta: dict[str, dict[str, int]] = {}
+    for component, entry in sorted(after.items()):
+        old = (before.get(component) or {}).get("errors") or {}
+        kinds = {kind: int(n) - int(old.get(kind, 0)) for kind, n in (entry.get("errors") or {}).items()}
+        kinds = {kind: n for kind, n in kinds.items() if n > 0}
+        if kinds:
+            delta[component] = kinds
+    return delta

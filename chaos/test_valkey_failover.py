@@ -1,0 +1,46 @@
+"""Valkey failover (issue #25): the primary SIGKILLed mid-exam, a replica promoted by three
+Sentinels. Nothing acknowledged is lost, every finished attempt's jobs complete, no effect is
+duplicated, and every client component reaches the new primary. The negative control (the
+reconciler off) must report the job that was in flight when the primary died.
+
+Both run on the embedded target only (the compose stack has one Valkey so far: docs/valkey.md).
+"""
+
+import pytest
+
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+
+def _failover(run) -> dict:
+    """The failover's measured timeline (its fault-end, as the report shows it)."""
+    ends = run.verdict["failovers"]
+    assert len(ends) == 1, run.faults()
+    return ends[0]
+
+
+def test_a_primary_failover_loses_nothing_and_every_client_follows(run_chaos):
+    run = run_chaos("valkey_failover")
+    failover = _failover(run)
+    assert failover["switch_seconds"] is not None, failover  # the Sentinels promoted the replica
+    assert failover["primary_after"] not in (None, failover["node"]), failover
+    assert failover["never_back"] == [], failover  # web nodes, relay and every worker found the new primary
+    assert failover["rejoined_as_replica"] is True, failover  # the old primary came back as a replica
+    assert run.valid is True, run.summary()
+    assert run.checker("answers")["counts"]["lost"] == 0
+    assert run.checker("jobs")["counts"]["stuck"] == 0
+    assert run.checker("effects")["counts"]["duplicated"] == 0
+    bounds = run.verdict["bounds"]  # derived from the measured switch and first connections
+    assert bounds["outcome_deadline_seconds"]["value"] is not None, bounds
+    assert run.recheck() == 0
+
+
+@pytest.mark.negative_control
+def test_without_reconciler_the_job_lost_in_the_failover_is_reported(run_chaos):
+    run = run_chaos("valkey_failover_no_reconciler")
+    failover = _failover(run)
+    assert failover["switch_seconds"] is not None, failover
+    starts = [f for f in run.faults() if f["kind"] == "failover"]
+    assert starts and starts[0]["mid_job"], "no job was in flight at the kill: this control proves nothing"
+    assert run.valid is False, run.summary()
+    assert run.checker("jobs")["counts"]["stuck"] >= 1, run.summary()
+    assert run.recheck() == 1
