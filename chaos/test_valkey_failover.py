@@ -3,7 +3,9 @@ Sentinels. Nothing acknowledged is lost, every finished attempt's jobs complete,
 duplicated, and every client component reaches the new primary. The negative control (the
 reconciler off) must report the job that was in flight when the primary died.
 
-Both run on the embedded target only (the compose stack has one Valkey so far: docs/valkey.md).
+``tls_churn_sentinel`` shows that the fault-proxy links still inject with Sentinel on.
+
+All run on the embedded target only (the compose stack has one Valkey so far: docs/valkey.md).
 """
 
 import pytest
@@ -44,3 +46,16 @@ def test_without_reconciler_the_job_lost_in_the_failover_is_reported(run_chaos):
     assert run.valid is False, run.summary()
     assert run.checker("jobs")["counts"]["stuck"] >= 1, run.summary()
     assert run.recheck() == 1
+
+
+def test_with_sentinel_the_node_links_still_inject_into_every_client(run_chaos):
+    """Sentinel hands clients the addresses the nodes announce: the node links' proxies. So the
+    tls_churn toxics on those links must break the web nodes', relay's and workers' connections."""
+    run = run_chaos("tls_churn_sentinel")
+    applied = [f for f in run.faults() if f["kind"] == "toxic" and not f.get("error")]
+    assert "valkey_node_1" in {f["target"] for f in applied}, applied  # the primary's link: what clients use
+    assert run.valid is True, run.summary()
+    conn = run.checker("connections")
+    components = conn["details"]["components"]
+    assert sum(c["reconnects"] for n, c in components.items() if n.startswith("web_") or n == "relay") > 0, components
+    assert conn["counts"]["component_errors"] > 0, "the toxics broke no client connection: the links were bypassed"

@@ -6,7 +6,10 @@ flight on the old primary when it dies. What must hold: every acknowledged answe
 ledger (the answers never needed Valkey), every finished attempt's jobs complete (the
 reconciler re-enqueues what the failover lost), no effect is duplicated, and every client
 component reaches the new primary (the fault-end lists any that never did). The verdict's
-bounds are derived from the measured switch (chaos/bounds.py, failover windows)."""
+bounds are derived from the measured switch (chaos/bounds.py, failover windows).
+
+``tls_churn_sentinel`` is tls_churn on the Sentinel topology: its toxics sit on the node links,
+the proxies in front of each node whose addresses the nodes announce."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from chaos.load.exam import WorkloadSpec
 from chaos.nemesis import FaultSpec
 from chaos.runner import Scenario
 from chaos.scenarios.kills import KILL_BOUNDS, slow_ai_calls
+from chaos.scenarios.tls import tls_churn_on
+from stack.deploy.links import NODE_LINKS
 
 __all__ = ["FAILOVER_DOWN_SECONDS", "VALKEY_SCENARIOS"]
 
@@ -51,5 +56,11 @@ VALKEY_SCENARIOS: tuple[Scenario, ...] = (
         faults=_primary_kill,
         options=_OPTIONS,
         expect_valid=False,
+    ),
+    tls_churn_on(
+        "tls_churn_sentinel",
+        "tls_churn with Sentinel: the toxics on the node links (the addresses the nodes announce, which the "
+        "Sentinels hand every client) still reach the web nodes, relay and workers",
+        tuple(NODE_LINKS), valkey="sentinel",
     ),
 )

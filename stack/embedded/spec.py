@@ -16,6 +16,7 @@ from stack.components import LANES, POOLS, Component, HealthProbe
 from stack.config import ENV_NAMES, Settings, load_settings
 from stack.embedded import StackError
 from stack.embedded import valkey as vk
+from stack.deploy.links import NODE_LINKS, UPSTREAM_OF
 from stack.embedded.links import validate_links
 from stack.deploy.ports import HOST
 from stack.deploy.secrets import run_secrets
@@ -118,12 +119,15 @@ class StackSpec:
             raise StackError(f"StackSpec.valkey_maxclients={self.valkey_maxclients}: at least 1")
         if self.valkey not in VALKEY_TOPOLOGIES:
             raise StackError(f"StackSpec.valkey={self.valkey!r}: one of {', '.join(VALKEY_TOPOLOGIES)}")
-        valkey_links = [name for name in self.links if name.startswith("valkey_")]
-        if self.valkey == "sentinel" and valkey_links:
+        url_links = [name for name in self.links if name in UPSTREAM_OF and UPSTREAM_OF[name] == "valkey"]
+        if self.valkey == "sentinel" and url_links:
             # Clients ask the Sentinels for the primary, so a proxy in PROCTOR_VALKEY_URL would be
-            # bypassed: refused rather than silently not injecting (docs/valkey.md, "Not yet").
-            raise StackError(f"StackSpec.links {valkey_links}: Valkey links need StackSpec.valkey='single' "
-                             "(with Sentinel the nodes do not announce proxy addresses yet)")
+            # bypassed: refused rather than silently not injecting. The node links inject instead.
+            raise StackError(f"StackSpec.links {url_links}: with StackSpec.valkey='sentinel' use the node links "
+                             f"{', '.join(NODE_LINKS)} (clients reach the nodes at the addresses they announce)")
+        node_links = [name for name in self.links if name in NODE_LINKS]
+        if self.valkey != "sentinel" and node_links:
+            raise StackError(f"StackSpec.links {node_links}: node links need StackSpec.valkey='sentinel'")
         validate_links(self.links, self.web)
         bad_kinds = set(self.commands) - set(DEFAULT_COMMANDS)
         if bad_kinds:

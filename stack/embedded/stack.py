@@ -172,14 +172,19 @@ class EmbeddedStack:
         self._sup = Supervisor(self.run_dir, on_change=self._write_manifest)
         self._watchdog_ident = self._sup.watchdog_identity  # kept after detach, for `proctor down`
         self._write_manifest()
-        assert self._certs is not None
+        # With node links the replica syncs through the fault proxy: it must run first.
+        proxy_first = self._topo.faultproxy_stage() if self._topo.node_links else None
+        if proxy_first is not None:
+            self._start_stage(proxy_first)
+            self._links.mark_live()
+            self._links.push()  # an external Toxiproxy gets the node links now
         self._start_stage(self._topo.valkey_nodes(self._binaries["valkey"].path, certs))
         init_ledger(self.engine, self.settings)  # once, so components never race to create tables
         self._issue_roster()
         # The Sentinels find each other (hellos every 2 s) while the providers start.
         sentinels = self._topo.sentinels(self._binaries["sentinel"].path, certs) if self._topo.sentinel else []
-        self._start_stage([self._service("ai_provider"), self._service("sms_gateway"), *self._topo.faultproxy_stage(),
-                           *sentinels])
+        proxy = self._topo.faultproxy_stage() if proxy_first is None else []
+        self._start_stage([self._service("ai_provider"), self._service("sms_gateway"), *proxy, *sentinels])
         if self._links.active:
             self._links.mark_live()
             # Creates the proxies on an external Toxiproxy; for ours it re-points any proxy whose

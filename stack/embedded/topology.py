@@ -23,6 +23,7 @@ from stack.embedded import valkey as vk
 from stack.embedded.certs import CertPaths
 from stack.embedded.links import COMPONENT as FAULTPROXY
 from stack.embedded.links import LinkManager
+from stack.deploy.links import NODE_LINKS
 from stack.deploy.ports import HOST
 from stack.deploy.secrets import HAPROXY_SOURCE
 from stack.embedded.spec import StackSpec, probe_health, python_component, web_component, worker_component
@@ -185,13 +186,23 @@ class Topology:
         if name in ("ai_provider", "sms_gateway") and self.links.wants(name):
             self.links.add(name, port)
 
+    @property
+    def node_links(self) -> bool:
+        """Sentinel with node links: the fault proxy must run before the nodes (replication goes through it)."""
+        return self.sentinel and any(self.links.wants(link) for link in NODE_LINKS)
+
+    def announced_port(self, node: str) -> int:
+        """Where everyone reaches ``node``: its link's proxy when it has one, else the node itself."""
+        link = next((link for link, name in NODE_LINKS.items() if name == node), None)
+        return (self.links.listen_port(link) if link else None) or self.port(node)
+
     def valkey(self, binary: Path, certs: CertPaths, name: str = "valkey") -> Component:
         """A data node: the one Valkey, or (Sentinel) ``valkey`` starting as primary, ``valkey_2`` as its replica."""
         port = self.port(name)
         extra: list[str] = []
         if self.sentinel:
-            primary = None if name == st.NODES[0] else self.port(st.NODES[0])
-            extra = st.node_lines(port, self.valkey_passwords, replica_of=primary)
+            primary = None if name == st.NODES[0] else self.announced_port(st.NODES[0])
+            extra = st.node_lines(self.announced_port(name), self.valkey_passwords, replica_of=primary)
         conf = vk.write_valkey_config(self.run_dir, port, certs, self.spec.maxmemory, self.spec.valkey_maxclients,
                                       passwords=self.valkey_passwords, name=name, extra=extra)
         prober = self.harness_credentials()  # the supervisor's probe runs in the harness, as the harness user
@@ -212,7 +223,8 @@ class Topology:
 
     def sentinel_component(self, binary: Path, certs: CertPaths, name: str) -> Component:
         port = self.port(name)
-        conf = st.write_sentinel_config(self.run_dir, name, port, certs, self.port(st.NODES[0]), self.valkey_passwords)
+        conf = st.write_sentinel_config(self.run_dir, name, port, certs, self.announced_port(st.NODES[0]),
+                                        self.valkey_passwords)
         health = HealthProbe("valkey", vk.valkey_url(port, user="discovery", password=self.valkey_passwords["discovery"]),
                              ca=str(certs.ca_cert))
         index = self.table.get(name).index
