@@ -65,7 +65,7 @@ def _up_parser() -> argparse.ArgumentParser:
                    help="JSON file {kind: [argv template]} overriding component commands (tests)")
     p.add_argument("--link", action="append", default=[], metavar="NAME",
                    help="put a link behind the fault proxy (repeatable): valkey_web, valkey_workers, valkey_relay, "
-                        "ai_provider, sms_gateway, web_N, web_*")
+                        "ai_provider, sms_gateway, web_N, web_*; with --valkey sentinel valkey_node_1, valkey_node_2")
     p.add_argument("--valkey", choices=("single", "sentinel"), default="single",
                    help="one Valkey, or primary + replica + 3 Sentinels that every client asks for the primary "
                         "(default %(default)s; docs/valkey.md)")

@@ -69,9 +69,11 @@ def test_the_replica_and_sentinel_users_hold_no_key_and_clients_cannot_steer_the
 def test_the_spec_refuses_an_unknown_topology_and_valkey_links_with_sentinel():
     with pytest.raises(StackError, match="StackSpec.valkey='cluster': one of single, sentinel"):
         StackSpec(valkey="cluster").validate()
-    with pytest.raises(StackError, match="Valkey links need StackSpec.valkey='single'"):
+    with pytest.raises(StackError, match=r"\['valkey_web'\]: with StackSpec.valkey='sentinel' use the node links"):
         StackSpec(valkey="sentinel", links=("ai_provider", "valkey_web")).validate()
-    StackSpec(valkey="sentinel", links=("ai_provider",)).validate()  # other links still inject
+    with pytest.raises(StackError, match=r"\['valkey_node_2'\]: node links need StackSpec.valkey='sentinel'"):
+        StackSpec(links=("valkey_node_2",)).validate()
+    StackSpec(valkey="sentinel", links=("ai_provider", "valkey_node_1", "valkey_node_2")).validate()
 
 
 def test_a_missing_sentinel_binary_names_the_debian_package(tmp_path, monkeypatch):
