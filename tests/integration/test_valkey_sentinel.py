@@ -4,7 +4,6 @@ Sentinels, TLS everywhere, each with its own ACL users. What may each credential
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
