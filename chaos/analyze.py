@@ -188,7 +188,7 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
 def failover_timelines(history: Sequence[Op]) -> list[dict[str, Any]]:
     """What each Valkey failover's fault-end measured (chaos/nemesis/failover.py), for the report."""
     return [dict(op.value) for op in history
-            if op.f == "fault-end" and isinstance(op.value, dict) and op.value.get("kind") == "failover"]
+            if op.f == "fault-end" and isinstance(op.value, dict) and op.value.get("kind") in ("failover", "partition")]
 
 
 def _fault_rows(history: Sequence[Op]) -> list[dict[str, Any]]:

@@ -69,6 +69,8 @@ __all__ = [
 DEADLINE = "outcome_deadline_seconds"
 MERIT_OLDEST = "slo.merit.oldest_age"
 DERIVABLE = (DEADLINE, MERIT_OLDEST)
+FAILOVER_KINDS = ("failover", "partition")
+"""chaos/nemesis/failover.py's faults: the primary killed, or cut off."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def kill_windows(history: Iterable[Op]) -> list[KillWindow]:
     windows: list[KillWindow] = []
     for op in history:
         value = op.value if isinstance(op.value, dict) else {}
-        if op.process == NEMESIS and op.f == "fault-end" and value.get("kind") == "failover":
+        if op.process == NEMESIS and op.f == "fault-end" and value.get("kind") in FAILOVER_KINDS:
             windows += failover_windows(value)
             continue
         if op.process != NEMESIS or value.get("kind") != "kill" or not str(value.get("target", "")).startswith("worker_"):

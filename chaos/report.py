@@ -195,8 +195,11 @@ def failover_markdown(failovers: Any) -> list[str]:
         killed = failover.get("killed_at")
         if not isinstance(killed, (int, float)):
             continue
-        lines += [f"## Valkey failover: {failover.get('node')} killed, {failover.get('primary_after') or 'no node'} promoted",
-                  "", "| event | seconds after the kill |", "|---|---|", f"| SIGKILL {failover.get('node')} | 0.000 |"]
+        cut = failover.get("kind") == "partition"
+        how = "cut off" if cut else "killed"
+        lines += [f"## Valkey failover: {failover.get('node')} {how}, {failover.get('primary_after') or 'no node'} promoted",
+                  "", f"| event | seconds after the {'partition' if cut else 'kill'} |", "|---|---|",
+                  f"| {'partition of' if cut else 'SIGKILL'} {failover.get('node')} | 0.000 |"]
         switch = failover.get("switch_seconds")
         lines.append(f"| Sentinels name the new primary (+switch-master) | {'never' if switch is None else f'{switch:.3f}'} |")
         for name, since in sorted((failover.get("first_success_seconds") or {}).items(), key=lambda item: item[1]):
@@ -205,7 +208,8 @@ def failover_markdown(failovers: Any) -> list[str]:
         ready = failover.get("ready_at")
         if isinstance(ready, (int, float)):
             replica = "as a replica" if failover.get("rejoined_as_replica") else "NOT as a replica"
-            lines.append(f"| {failover.get('node')} restarted (fault end), back {replica} | {ready - killed:.3f} |")
+            back = "healed" if cut else "restarted"
+            lines.append(f"| {failover.get('node')} {back} (fault end), back {replica} | {ready - killed:.3f} |")
         errors = failover.get("errors_by_component") or {}
         lines += ["", "Connection errors counted per component during the failover: "
                   + (", ".join(f"{c} {dict(k)}" for c, k in errors.items()) or "none"), ""]

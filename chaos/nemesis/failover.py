@@ -1,8 +1,14 @@
-"""Valkey failover: SIGKILL the node the Sentinels name primary, and measure the failover.
+"""Valkey failover: SIGKILL (``failover``) or cut off (``partition``) the node the Sentinels
+name primary, and measure the failover.
 
 The fault ``failover`` (target ``primary``, resolved when it starts) keeps the killed node
 down for the fault's duration, then lets the supervisor restart it; the Sentinels turn it
-into a replica of the new primary. A watcher thread measures, from outside the stack:
+into a replica of the new primary. The fault ``partition`` (same target; the node needs its
+node link, ``valkey_node_N``) puts a ``timeout`` toxic with no deadline on the downstream of
+the primary's link: whatever the node sends (replies, the replication stream, answers to the
+Sentinels' pings) is dropped while commands still arrive and run. The node stays up and keeps
+what it applied; at the end the toxic is removed (which closes the link's connections) and
+the Sentinels demote it. A watcher thread measures, from outside the stack:
 
 - ``switch_at``: when most Sentinels first name another node (their ``+switch-master``);
 - ``first_success``: when each client component (web nodes, relay, workers) first holds a
@@ -55,13 +61,19 @@ class _Watch:
     thread: threading.Thread | None = None
 
 
+PARTITION_TOXIC = {"type": "timeout", "stream": "downstream", "attributes": {"timeout": 0}, "name": "partition"}
+"""Drop everything the node sends, keep the connections open: a silent one-way partition."""
+
+
 class FailoverNemesis:
-    kinds = frozenset({"failover"})
+    kinds = frozenset({"failover", "partition"})
 
     def __init__(self, stack: Deployment, ready_timeout: float = 60.0) -> None:
         self.stack = stack
         self.ready_timeout = ready_timeout
         self._watches: dict[str, _Watch] = {}
+        self._cut: dict[str, str] = {}  # fault target -> the link carrying the partition toxic
+        self._network: Any = None
 
     # ------------------------------------------------------------------ start
     def start(self, fault: FaultSpec) -> dict[str, Any]:
@@ -69,15 +81,20 @@ class FailoverNemesis:
         if not settings.valkey_sentinels:
             raise NemesisError("a failover needs the Sentinel topology (StackSpec.valkey='sentinel')")
         old_port = primary_port(settings)
-        by_port = {c.port: c.name for c in self.stack.components() if c.role == "valkey"}
+        by_port = self._nodes_by_port()
         if old_port not in by_port:
             raise NemesisError(f"the Sentinels name no node of this stack primary (port {old_port}; nodes {by_port})")
         victim = by_port[old_port]
         mid_job = self._wait_busy(fault.params.get("wait_busy_worker"), float(fault.params.get("wait_busy", 0)))
         expected = tuple(c.name for c in self.stack.components() if c.role in CLIENT_ROLES)
-        self.stack.set_autorestart(victim, False)
         pids = self.stack.pids(victim)
-        self.stack.kill(victim)
+        if fault.kind == "partition":
+            link = self._link_of(old_port)
+            self._network_nemesis().start(self._toxic(link))
+            self._cut[fault.target] = link
+        else:
+            self.stack.set_autorestart(victim, False)
+            self.stack.kill(victim)
         before = read_process_counters(self.stack.run_dir)
         watch = _Watch(victim, old_port, time.time(), expected, time.monotonic() + self.ready_timeout,
                        counters_before=before)
@@ -85,7 +102,25 @@ class FailoverNemesis:
         watch.thread.start()
         self._watches[fault.target] = watch
         return {"node": victim, "pids": pids, "killed_at": watch.killed_at, "mid_job": mid_job,
-                "primary_port_before": old_port}
+                "primary_port_before": old_port, **({"link": self._cut[fault.target]} if fault.target in self._cut else {})}
+
+    def _link_of(self, port: int) -> str:
+        """The node link whose proxy is the address the node announces (the Sentinels' view of it)."""
+        for name, link in self.stack.links().items():
+            if link["listen"].endswith(f":{port}"):
+                return name
+        raise NemesisError(f"a partition needs the primary's node link (valkey_node_N); links: {sorted(self.stack.links())}")
+
+    def _network_nemesis(self) -> Any:
+        if self._network is None:
+            from chaos.nemesis.network import NetworkNemesis
+
+            self._network = NetworkNemesis(self.stack)
+        return self._network
+
+    @staticmethod
+    def _toxic(link: str) -> FaultSpec:
+        return FaultSpec(at=0.0, kind="toxic", target=link, duration=0.0, params=dict(PARTITION_TOXIC))
 
     def _wait_busy(self, worker: Any, timeout: float) -> bool:
         """Kill while ``worker`` runs a job (its tree has a horse), so a job is in flight."""
@@ -142,7 +177,11 @@ class FailoverNemesis:
         watch.thread.join(max(0.0, watch.deadline - time.monotonic()))  # the clients may still be coming back
         watch.stop.set()
         revived = time.monotonic()
-        self.stack.set_autorestart(watch.victim, True)
+        link = self._cut.pop(fault.target, None)
+        if link is not None:
+            self._network_nemesis().end(self._toxic(link))  # healed: the node is reachable again
+        else:
+            self.stack.set_autorestart(watch.victim, True)
         detail = self._timeline(watch)
         try:
             self.stack.wait_healthy(watch.victim, self.ready_timeout)
@@ -152,8 +191,17 @@ class FailoverNemesis:
             detail.update(ready=False, error=f"{type(exc).__name__}: {str(exc)[:200]}")
         return detail
 
+    def _nodes_by_port(self) -> dict[int | None, str]:
+        """Each node by its own port and by its node link's listen port (what the Sentinels name)."""
+        nodes = {c.port: c.name for c in self.stack.components() if c.role == "valkey"}
+        for link in self.stack.links().values():
+            upstream, listen = (int(link[k].rsplit(":", 1)[1]) for k in ("upstream", "listen"))
+            if upstream in nodes:
+                nodes[listen] = nodes[upstream]
+        return nodes
+
     def _timeline(self, watch: _Watch) -> dict[str, Any]:
-        by_port = {c.port: c.name for c in self.stack.components() if c.role == "valkey"}
+        by_port = self._nodes_by_port()
         since = {name: round(at - watch.killed_at, 3) for name, at in sorted(watch.first_success.items())}
         return {"node": watch.victim, "killed_at": watch.killed_at, "switch_at": watch.switch_at,
                 "switch_seconds": round(watch.switch_at - watch.killed_at, 3) if watch.switch_at else None,
@@ -183,7 +231,8 @@ class FailoverNemesis:
 
     def heal(self) -> None:
         for target in list(self._watches):
-            self.end(FaultSpec(at=0.0, kind="failover", target=target, duration=0.0))
+            kind = "partition" if target in self._cut else "failover"
+            self.end(FaultSpec(at=0.0, kind=kind, target=target, duration=0.0))
 
 
 def _error_delta(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:

@@ -32,6 +32,11 @@ def _primary_kill(seed: int, scenario: Scenario) -> list[FaultSpec]:
                       params={"wait_busy_worker": "worker_ai_1", "wait_busy": 5.0})]
 
 
+def _primary_cut(seed: int, scenario: Scenario) -> list[FaultSpec]:
+    return [FaultSpec(at=3.0, kind="partition", target="primary", duration=FAILOVER_DOWN_SECONDS,
+                      params={"wait_busy_worker": "worker_ai_1", "wait_busy": 5.0})]
+
+
 _OPTIONS = {"expect_ops": ["session", "start", "answer", "finish", "merit_card"]}
 
 VALKEY_SCENARIOS: tuple[Scenario, ...] = (
@@ -56,6 +61,19 @@ VALKEY_SCENARIOS: tuple[Scenario, ...] = (
         faults=_primary_kill,
         options=_OPTIONS,
         expect_valid=False,
+    ),
+    Scenario(
+        name="valkey_partition",
+        description="the Valkey primary cut off (everything it sends dropped, commands still arrive) via its node "
+                    "link, then healed: the Sentinels promote the replica, the old primary is demoted and loses "
+                    "what it applied alone; nothing acknowledged lost, nothing done twice",
+        workload=WorkloadSpec(arrival_rate=2.0, duration=14.0, questions=3),
+        valkey="sentinel",
+        links=tuple(NODE_LINKS),
+        prepare=slow_ai_calls,
+        faults=_primary_cut,
+        options=_OPTIONS,
+        derive_bounds=KILL_BOUNDS,
     ),
     tls_churn_on(
         "tls_churn_sentinel",

@@ -150,3 +150,28 @@ def test_the_report_shows_the_failover_timeline_in_order_and_the_errors_per_comp
     assert rows[2] == "| web_1: first connection to the new primary | 2.300 |"
     assert "| worker_sms_1: never reached the new primary | - |" in text
     assert "back as a replica | 8.000 |" in text and "web_1 {'refused': 3}" in text
+
+
+def test_a_sentinel_connection_asks_where_the_primary_is_each_time_it_reconnects(monkeypatch):
+    """redis-py reconnects inside a command to the address it had; under a silent partition that
+    is the old primary again and again (a SET took 66 s here). Ours asks the pool first."""
+    from redis.sentinel import SentinelManagedSSLConnection
+
+    from stack.valkey_client import CountingSentinelSSLConnection
+
+    class Pool:
+        is_master = True
+        primary = ("127.0.0.1", 2002)
+
+        def get_master_address(self):
+            return self.primary
+
+    dialed = []
+    monkeypatch.setattr(SentinelManagedSSLConnection, "connect_check_health",
+                        lambda self, *args, **kwargs: dialed.append((self.host, self.port)), raising=False)
+    pool = Pool()
+    connection = CountingSentinelSSLConnection(connection_pool=pool, host="127.0.0.1", port=2001)
+    connection.connect_check_health(check_health=True)
+    pool.primary = ("127.0.0.1", 2003)  # the Sentinels switched
+    connection.connect_check_health(check_health=True)
+    assert dialed == [("127.0.0.1", 2002), ("127.0.0.1", 2003)]
