@@ -58,6 +58,7 @@ class Scenario:
     links: tuple[str, ...] = ()  # network links put behind the fault proxy (docs/architecture.md)
     valkey_maxclients: int | None = None
     valkey: str = "single"  # "sentinel": primary + replica + 3 Sentinels (StackSpec.valkey)
+    valkey_maxmemory: str | None = None  # StackSpec.maxmemory (None: its default), small for memory pressure
     background: dict[str, Background] = field(default_factory=dict)
     # Real seconds within which every outcome must be final after its attempt finished,
     # computed from the stack's settings and the fault schedule (checker option

@@ -75,3 +75,23 @@ def test_a_partitioned_primary_is_replaced_and_demoted_without_losing_anything(r
     assert run.checker("answers")["counts"]["lost"] == 0
     assert run.checker("jobs")["counts"]["stuck"] == 0
     assert run.checker("effects")["counts"]["duplicated"] == 0
+
+
+def test_a_full_valkey_refuses_writes_yet_loses_no_answer_and_no_job(run_chaos):
+    """noeviction: the filler fills Valkey to maxmemory and keeps it full; the stack's own writes
+    are refused (OOM) meanwhile. Answers need only the ledger; every job is done once it is freed."""
+    import json
+
+    from chaos.history import read_history
+
+    run = run_chaos("valkey_memory_pressure")
+    filler = json.loads((run.run_dir / "scenario.json").read_text())["background"]["filler"]
+    assert filler["full"] and filler["refusals"] >= 2, filler  # refused, and still refusing while held
+    assert filler["freed"] == filler["keys"] > 0, filler
+    statuses = [op.status for op in read_history(run.run_dir / "history.jsonl").ops
+                if op.type in ("ok", "fail", "info") and getattr(op, "status", None)]
+    assert statuses and all(status < 500 for status in statuses), sorted(set(statuses))
+    assert run.valid is True, run.summary()
+    assert run.checker("answers")["counts"]["lost"] == 0
+    assert run.checker("jobs")["counts"]["stuck"] == 0
+    assert run.checker("effects")["counts"]["duplicated"] == 0

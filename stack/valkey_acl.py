@@ -33,6 +33,8 @@ The Sentinels have their own users (``SENTINEL_USERS``): ``discovery`` for clien
 primary, which replicas, which Sentinels: read-only ``SENTINEL`` subcommands) and ``peer``,
 the ``sentinel-user`` one Sentinel authenticates to another with (votes and hellos). Their
 ``default`` user is off as well: a loopback client without a password may not move the primary.
+The memory-pressure scenario's filler (chaos/load/filler.py) is the ``filler`` user: writes and
+deletes strings under ``proctor-filler:*``, nothing else.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ USERS: tuple[AclUser, ...] = (
     AclUser("harness", (*_BASE, *_DATA, "+@pubsub"), ("~rq:*", "~proctor:*", "%R~*"), ("&*",),
             (*_NEEDED, "+client|list", "+client|info", "+config|get", "+keys")),
     AclUser("replica", (), (), (), ("+psync", "+replconf", "+ping")),
+    AclUser("filler", (*_BASE, "+@write", "+@string", "+@keyspace"), ("~proctor-filler:*",), (), ()),
     AclUser("sentinel", (), (), ("&__sentinel__:hello",),
             ("+multi", "+exec", "+slaveof", "+replicaof", "+ping", "+info", "+role", "+subscribe", "+publish",
              "+config|rewrite", "+client|setname", "+client|kill", "+script|kill")),

@@ -14,6 +14,7 @@ the proxies in front of each node whose addresses the nodes announce."""
 from __future__ import annotations
 
 from chaos.load.exam import WorkloadSpec
+from chaos.load.filler import FillerSpec, filler_generator
 from chaos.nemesis import FaultSpec
 from chaos.runner import Scenario
 from chaos.scenarios.kills import KILL_BOUNDS, slow_ai_calls
@@ -25,6 +26,10 @@ __all__ = ["FAILOVER_DOWN_SECONDS", "VALKEY_SCENARIOS"]
 FAILOVER_DOWN_SECONDS = 8.0
 """How long the killed primary stays down: past the failover (measured ~2.5-3.3 s from the kill
 to +switch-master with down-after 2 s), so the Sentinels, not a restart, end the outage."""
+
+
+MEMORY_PRESSURE_MAXMEMORY = "24mb"
+"""Small, so the filler reaches it in a second (about 90 writes of 256 KiB), bounded in bytes."""
 
 
 def _primary_kill(seed: int, scenario: Scenario) -> list[FaultSpec]:
@@ -74,6 +79,15 @@ VALKEY_SCENARIOS: tuple[Scenario, ...] = (
         faults=_primary_cut,
         options=_OPTIONS,
         derive_bounds=KILL_BOUNDS,
+    ),
+    Scenario(
+        name="valkey_memory_pressure",
+        description="a filler (its own ACL user and keys) fills Valkey to maxmemory under noeviction mid-exam, holds "
+                    "it full 4 s, frees it: answers still accepted, nothing lost or done twice, no 5xx",
+        workload=WorkloadSpec(arrival_rate=2.0, duration=12.0, questions=3),
+        valkey_maxmemory=MEMORY_PRESSURE_MAXMEMORY,
+        background={"filler": filler_generator(FillerSpec(start_at=3.0, hold=4.0))},
+        options=_OPTIONS,
     ),
     tls_churn_on(
         "tls_churn_sentinel",

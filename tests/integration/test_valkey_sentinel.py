@@ -118,3 +118,16 @@ def test_the_replication_and_sentinel_users_read_no_key(topology: Topology, user
             client.get("rq:queue:merit")
     finally:
         client.close()
+
+
+def test_the_memory_filler_writes_only_its_own_keys(topology: Topology) -> None:
+    filler = topology.client(topology.nodes[NODES[0]], "filler")
+    try:
+        assert filler.set("proctor-filler:1", "x") and filler.delete("proctor-filler:1") == 1
+        for key in ("rq:queue:merit", "proctor:capacity-lock", "proctor-limits:login"):
+            with pytest.raises(NoPermissionError):
+                filler.set(key, "x")
+        with pytest.raises(NoPermissionError):
+            filler.flushall()
+    finally:
+        filler.close()
