@@ -202,6 +202,9 @@ def failover_markdown(failovers: Any) -> list[str]:
                   f"| {'partition of' if cut else 'SIGKILL'} {failover.get('node')} | 0.000 |"]
         switch = failover.get("switch_seconds")
         lines.append(f"| Sentinels name the new primary (+switch-master) | {'never' if switch is None else f'{switch:.3f}'} |")
+        healed = failover.get("healed_at")
+        if isinstance(healed, (int, float)):
+            lines.append(f"| link healed (the schedule's end; its connections closed) | {healed - killed:.3f} |")
         for name, since in sorted((failover.get("first_success_seconds") or {}).items(), key=lambda item: item[1]):
             lines.append(f"| {name}: first connection to the new primary | {since:.3f} |")
         lines += [f"| {name}: never reached the new primary | - |" for name in failover.get("never_back") or []]

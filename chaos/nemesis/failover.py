@@ -38,7 +38,7 @@ from stack.valkey_client import primary_port, valkey_client
 if TYPE_CHECKING:
     from chaos.deployment import Deployment
 
-__all__ = ["CLIENT_ROLES", "FailoverNemesis"]
+__all__ = ["CLIENT_ROLES", "PARTITION_TOXIC", "FailoverNemesis"]
 
 CLIENT_ROLES = ("web", "relay", "worker")
 """Components that find the primary through the Sentinels; each must reach the new one."""
@@ -174,15 +174,18 @@ class FailoverNemesis:
         if watch is None:
             return {}
         assert watch.thread is not None
-        watch.thread.join(max(0.0, watch.deadline - time.monotonic()))  # the clients may still be coming back
-        watch.stop.set()
         revived = time.monotonic()
         link = self._cut.pop(fault.target, None)
         if link is not None:
-            self._network_nemesis().end(self._toxic(link))  # healed: the node is reachable again
-        else:
+            # Healed when the schedule says: removing the toxic closes the link's connections, so a
+            # client still waiting on the silent node (a worker's blocking dequeue) moves now.
+            self._network_nemesis().end(self._toxic(link))
+        watch.thread.join(max(0.0, watch.deadline - time.monotonic()))  # the clients may still be coming back
+        watch.stop.set()
+        if link is None:  # a killed node stays down until every client found the new primary
+            revived = time.monotonic()
             self.stack.set_autorestart(watch.victim, True)
-        detail = self._timeline(watch)
+        detail = {**self._timeline(watch), **({"healed_at": time.time() - (time.monotonic() - revived)} if link else {})}
         try:
             self.stack.wait_healthy(watch.victim, self.ready_timeout)
             detail.update(ready=True, ready_at=time.time(), restart_seconds=round(time.monotonic() - revived, 3),
