@@ -21,8 +21,9 @@ COMPOSE_PARITY := chaos/test_worker_kill.py::test_worker_kills_lose_nothing_and_
 	chaos/test_worker_kill.py::test_without_reconciler_a_killed_job_is_reported_lost \
 	chaos/test_web_node_kill.py chaos/test_tls_churn.py
 
+# --durations and the junit file say where the suite's wall time goes (issue #22 part 4), every CI run.
 test: setup lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=25 --junitxml=results/junit.xml $(PYTEST_ARGS)
 	$(PY) -m pytest --chaos-target compose --timeout 1500 --junitxml=results/junit-compose.xml $(COMPOSE_PARITY) $(PYTEST_ARGS)
 
 # ruff, configured in pyproject.toml ([tool.ruff]): seconds, before any test runs.

@@ -60,7 +60,7 @@ class EmbeddedRampStack:
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "chaos.cli", "up", "--foreground", "--run-dir", str(self.run_dir),
-                "--web", str(self.web), "--name", "ramp", "--ready-timeout", str(self.ready_timeout)]
+                "--web", str(self.web), "--name", "ramp", "--origin", "harness", "--ready-timeout", str(self.ready_timeout)]
 
     def start(self, progress: Callable[[float], None] = lambda _waited: None) -> dict[str, Any]:
         """Start and wait until the manifest says ready; returns the manifest. ``progress(waited)``

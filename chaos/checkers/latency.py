@@ -15,6 +15,14 @@ Measured (all real seconds):
 merit/ai/sms (or is written ``lane:<lane>``), else a client f (or ``op:<f>``).
 Lane p50/p95/p99/max thresholds apply to completion time. A threshold exceeded
 is an **slo_violation** (invalid); an SLO on a series with no data is unknown.
+
+Client (op) SLOs are promises made on the reference machine, so each is applied multiplied by
+the run's **pace factor** (chaos/observe/pace.py): the median of the monitor's machine-pace
+probes against the reference machine's, never below 1. A run beside a CPU hog, or on a
+slower machine, gets a proportionally longer limit; a stack that got slow on its own does not
+move the probe, so its SLO still fails. Violations and the report show the stated limit, the
+factor and the limit applied. Lane thresholds are compared as given: a scenario's lane
+bounds are derived from the run's own service times (chaos/bounds.py).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from chaos.checkers.base import (
 )
 from chaos.history import Op, monitor_samples, pair_ops
 from chaos.ledgers import LANE_OF_KIND, Ledgers, OutboxRow
+from chaos.observe.pace import pace_factor
 
 __all__ = ["LANES", "LatencyOptions", "NAME", "SLO_THRESHOLDS", "check_latency", "op_latencies", "render_details", "resolve_slo_key"]
 
@@ -77,13 +86,15 @@ def check_latency(history: Sequence[Op], ledgers: Ledgers, options: LatencyOptio
     ops, incomplete = op_latencies(history)
     op_summary = {f: summarize(values) for f, values in sorted(ops.items())}
     lanes = _lane_summaries(ledgers.outbox, history)
+    factor, pace = pace_factor(sample.value.get("pace") for sample in monitor_samples(history))
     violations: list[dict[str, Any]] = []
     unknowns: list[str] = []
     for key, limits in sorted(options.slo.items()):
         kind, name = resolve_slo_key(key)
         series = lanes.get(name) if kind == "lane" else op_summary.get(name)
-        _compare(key, kind, series, limits, violations, unknowns)
-    details = {"ops": op_summary, "incomplete": dict(sorted(incomplete.items())), "lanes": lanes, "slo": {k: dict(v) for k, v in options.slo.items()}}
+        _compare(key, kind, series, limits, 1.0 if kind == "lane" else factor, violations, unknowns)
+    details = {"ops": op_summary, "incomplete": dict(sorted(incomplete.items())), "lanes": lanes,
+               "slo": {k: dict(v) for k, v in options.slo.items()}, "pace": pace}
     notes = ledgers.missing("outbox") if ledgers.outbox is None else []
     result = build_result(NAME, bad={"slo_violations": violations}, counts={"slos": len(options.slo)}, notes=notes + unknowns, details=details)
     if result.valid is True and unknowns:
@@ -149,18 +160,21 @@ def _compare(
     kind: str,
     series: Mapping[str, Any] | None,
     limits: Mapping[str, float],
+    factor: float,
     violations: list[dict[str, Any]],
     unknowns: list[str],
 ) -> None:
-    for threshold, limit in sorted(limits.items()):
+    for threshold, stated in sorted(limits.items()):
         if threshold == "oldest_age" and kind != "lane":
             unknowns.append(f"slo {key}: oldest_age applies to lanes only")
             continue
+        limit = round(stated * factor, 6)
         observed = series.get(threshold) if series else None
         if observed is None:
             unknowns.append(f"slo {key}.{threshold}: no data to compare with {limit} s")
         elif observed > limit:
-            violations.append({"slo": key, "threshold": threshold, "limit": limit, "observed": observed})
+            scaled = {} if kind == "lane" else {"stated": stated, "pace_factor": round(factor, 3)}
+            violations.append({"slo": key, "threshold": threshold, "limit": limit, **scaled, "observed": observed})
 
 
 def render_details(details: Mapping[str, Any]) -> list[str]:
@@ -172,4 +186,12 @@ def render_details(details: Mapping[str, Any]) -> list[str]:
         cells = " | ".join(format_seconds(s.get(q)) for q in ("p50", "p95", "p99", "max"))
         wait = format_seconds((s.get("wait") or {}).get("p99"))
         lines.append(f"| lane {lane} (finish to done) | {s.get('count', 0)} | {cells} | {wait} | {format_seconds(s.get('oldest_age'))} |")
-    return lines
+    return lines + _pace_lines(details.get("pace"))
+
+
+def _pace_lines(pace: Mapping[str, Any] | None) -> list[str]:
+    if not pace or not pace.get("probes"):
+        return ["", "Machine pace: no probe in the history; client SLOs applied as stated."]
+    return ["", f"Machine pace: median probe {format_seconds(pace['median_seconds'])} over {pace['probes']} samples "
+                f"against the reference machine's {format_seconds(pace['reference_seconds'])}: client SLOs applied "
+                f"x{pace['factor']:g} (factor = max(1, median / reference); chaos/observe/pace.py)."]

@@ -27,7 +27,9 @@ import httpx
 
 from stack.cli_args import CliParser, positive_float
 from chaos.digest.sources import component_cpu, cpu_lines, fetch_lock, lock_line
+from stack import paths
 from stack.admin_client import AdminTargetError, resolve_target
+from stack.embedded.registry import running_stacks
 
 __all__ = ["NodeScrape", "digest_main", "parse_metrics", "render_digest", "scrape"]
 
@@ -121,6 +123,17 @@ def render_digest(now: list[NodeScrape], before: list[NodeScrape] | None = None,
     return "\n".join(lines + (cpu or cpu_lines({}, None, None)))
 
 
+def _the_running_stack(parser: CliParser) -> Path:
+    """Neither a run folder nor --url: the one stack running under the results folder, as `proctor down` picks."""
+    stacks = running_stacks(paths.runs_dir())
+    if len(stacks) == 1:
+        return stacks[0].run_dir
+    if not stacks:
+        parser.error(f"no stack is running under {paths.runs_dir()}: start one with `proctor up`, "
+                     "or name a run folder or the nodes (--url, repeatable)")
+    parser.error(f"{len(stacks)} stacks are running; name one: " + ", ".join(str(s.run_dir) for s in stacks))
+
+
 def _manifest(run_dir: Path | None) -> dict | None:
     return json.loads((run_dir / "manifest.json").read_text()) if run_dir else None
 
@@ -144,13 +157,17 @@ def _admin(run_dir: Path | None, admin_url: str | None) -> tuple[str, str] | Non
 
 def digest_main(argv: Sequence[str] | None = None) -> int:
     parser = CliParser(prog="proctor digest", description="The exam digest from each node's /metrics.")
-    parser.add_argument("run_dir", nargs="?", type=Path, help="a running stack's run folder (its manifest.json names the nodes)")
+    parser.add_argument("run_dir", nargs="?", type=Path,
+                        help="a running stack's run folder (its manifest.json names the nodes); default: the one "
+                             "stack running under $PROCTOR_RESULTS_DIR/runs (or ./results/runs)")
     parser.add_argument("--url", action="append", default=[], help="a web node's admin listener, where /metrics is (repeatable); instead of run_dir")
     parser.add_argument("--admin-url", default=None, help="a node's admin listener for the exam lock "
                                                          "(token from PROCTOR_ADMIN_TOKEN); default the manifest's")
     parser.add_argument("--watch", type=positive_float, default=None, metavar="SECONDS",
                         help="refresh every SECONDS until Ctrl-C")
     args = parser.parse_args(argv)
+    if args.run_dir is None and not args.url:
+        args.run_dir = _the_running_stack(parser)
     if args.run_dir is not None and not (args.run_dir / "manifest.json").is_file():
         parser.error(f"argument run_dir: {args.run_dir} holds no manifest.json (a running stack's run folder, "
                      f"e.g. results/runs/latest)")

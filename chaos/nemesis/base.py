@@ -25,9 +25,14 @@ class FaultSpec:
     target: str  # component or link name
     duration: float  # seconds until the fault ends (a killed component is restarted then)
     params: dict[str, Any] = field(default_factory=dict)
+    # Faults naming the same group never overlap (chaos/nemesis/runner.py), whatever their targets: a kill
+    # of the second web node waits until the first is back, so the pool always keeps a node serving,
+    # however long a slow machine takes to restart one.
+    exclusive: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"at": self.at, "kind": self.kind, "target": self.target, "duration": self.duration, **self.params}
+        group = {"exclusive": self.exclusive} if self.exclusive else {}
+        return {"at": self.at, "kind": self.kind, "target": self.target, "duration": self.duration, **group, **self.params}
 
 
 class Nemesis(Protocol):

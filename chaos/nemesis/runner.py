@@ -8,6 +8,7 @@ Nemesis calls block (kills wait for processes), so they run in threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, Sequence
 
@@ -26,19 +27,27 @@ async def run_schedule(nemesis: Nemesis, faults: Sequence[FaultSpec], history: H
     """Start and end every fault on time (times relative to ``started``, a monotonic clock).
 
     Faults on one target never overlap: a second kill of a component that is still
-    being restarted would fight the first fault's end. A fault whose target is busy
+    being restarted would fight the first fault's end. Nor do faults of one ``exclusive``
+    group (the web pool: one node down at a time). A fault whose target or group is busy
     starts when the earlier one has ended; the history records the real times.
     """
-    locks = {fault.target: asyncio.Lock() for fault in faults}
-    await asyncio.gather(*(_play(nemesis, fault_id, fault, history, started, locks[fault.target])
+    locks = {key: asyncio.Lock() for fault in faults for key in _lock_keys(fault)}
+    await asyncio.gather(*(_play(nemesis, fault_id, fault, history, started, [locks[k] for k in _lock_keys(fault)])
                            for fault_id, fault in enumerate(faults)))
 
 
+def _lock_keys(fault: FaultSpec) -> list[str]:
+    """Always taken in this (sorted) order, so two faults sharing both never wait on each other."""
+    return sorted({f"target:{fault.target}"} | ({f"group:{fault.exclusive}"} if fault.exclusive else set()))
+
+
 async def _play(
-    nemesis: Nemesis, fault_id: int, fault: FaultSpec, history: History, started: float, target_lock: asyncio.Lock
+    nemesis: Nemesis, fault_id: int, fault: FaultSpec, history: History, started: float, locks: list[asyncio.Lock]
 ) -> None:
     await _sleep_until(started + fault.at)
-    async with target_lock:
+    async with contextlib.AsyncExitStack() as held:
+        for lock in locks:
+            await held.enter_async_context(lock)
         await _start_and_end(nemesis, fault_id, fault, history)
 
 

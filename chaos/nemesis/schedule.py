@@ -20,6 +20,7 @@ def periodic_schedule(
     duration: tuple[float, float],
     first_at: float = 1.0,
     params: dict | None = None,
+    exclusive: str = "",
 ) -> list[FaultSpec]:
     """Faults on randomly chosen targets, spaced by jittered ``mean_interval``, all ending inside the load."""
     if not targets:
@@ -34,5 +35,5 @@ def periodic_schedule(
         if at + length > load_seconds:
             return faults
         faults.append(FaultSpec(at=round(at, 3), kind=kind, target=rng.choice(list(targets)),
-                                duration=length, params=dict(params or {})))
+                                duration=length, params=dict(params or {}), exclusive=exclusive))
         at += mean_interval * rng.uniform(0.5, 1.5)

@@ -1,6 +1,8 @@
 """Samples the stack's /metrics while a run goes on: queue depth and oldest-job age
 per lane, pending outcomes, outbox lag — recorded as ``sample`` ops in the history
-so plots and the latency checker can show what the queues did during faults.
+so plots and the latency checker can show what the queues did during faults. Each sample
+also carries ``pace``, the seconds of the machine-pace probe (chaos/observe/pace.py), by
+which the latency checker scales client SLOs.
 
 /metrics is served on the web nodes' admin listeners only (never through HAProxy), so the
 monitor takes them in turn; a run whose monitor collected no sample fails (``NoSamples``):
@@ -16,6 +18,7 @@ from typing import Any, Callable, Mapping
 import httpx
 
 from chaos.history import History
+from chaos.observe.pace import probe
 
 __all__ = ["NoSamples", "admin_urls", "parse_prometheus", "lane_sample", "require_samples", "run_monitor"]
 
@@ -97,7 +100,7 @@ async def run_monitor(sources: Callable[[], list[str]], history: History, interv
                 if urls:
                     response = await http.get(f"{urls[next(turn) % len(urls)].rstrip('/')}/metrics")
                     if response.status_code == 200:
-                        history.sample(lane_sample(response.text))
+                        history.sample({**lane_sample(response.text), "pace": round(probe(), 6)})
                         collected += 1
             except httpx.HTTPError:
                 pass  # a failed sample is a gap in the plot, not a harness error

@@ -71,6 +71,9 @@ def _up_parser() -> argparse.ArgumentParser:
                         "(default %(default)s; docs/valkey.md)")
     p.add_argument("--ready-timeout", type=positive_float, default=60.0, help="seconds to wait for readiness")
     p.add_argument("--foreground", action="store_true", help="stay attached until Ctrl-C/SIGTERM")
+    # A stack another command starts for itself (the ramp's): listed by `status`, but it neither blocks
+    # nor is blocked by the user's own `proctor up` (stack/embedded/registry.py).
+    p.add_argument("--origin", choices=("cli", "harness"), default="cli", help=argparse.SUPPRESS)
     return p
 
 
@@ -81,7 +84,7 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
     if args.time_scale is not None:
         overrides["time_scale"] = args.time_scale
     commands = json.loads(args.components.read_text()) if args.components else {}
-    return StackSpec(name=args.name or DEFAULT_NAME, origin="cli", web=args.web, merit_workers=args.merit_workers, ai_workers=args.ai_workers,
+    return StackSpec(name=args.name or DEFAULT_NAME, origin=args.origin, web=args.web, merit_workers=args.merit_workers, ai_workers=args.ai_workers,
                      sms_workers=args.sms_workers, settings_overrides=overrides, run_dir=args.run_dir,
                      commands=commands, ready_timeout=min(args.ready_timeout, 30.0), links=tuple(args.link),
                      valkey=args.valkey)
@@ -129,7 +132,7 @@ def _child_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
     argv = [sys.executable, "-m", "stack.embedded.cli", "up", "--foreground", "--run-dir", str(run_dir),
             "--web", str(args.web), "--merit-workers", str(args.merit_workers), "--ai-workers", str(args.ai_workers),
             "--sms-workers", str(args.sms_workers), "--name", args.name or DEFAULT_NAME,
-            "--ready-timeout", str(args.ready_timeout), "--valkey", args.valkey]
+            "--ready-timeout", str(args.ready_timeout), "--origin", args.origin, "--valkey", args.valkey]
     if args.time_scale is not None:
         argv += ["--time-scale", str(args.time_scale)]
     if args.components:

@@ -10,7 +10,10 @@ RQ's started registry, which would run its abandoned-job cleanup here):
   paused);
 - ``queued``: the job id waits in its lane's queue;
 - ``dequeued``: a worker took it (it sits in the queue's intermediate list) and has not
-  marked it started yet;
+  marked it started yet; but when every worker that RQ recorded an execution for (its main
+  process records one before it forks the horse, the horse marks the job started) is dead,
+  the job is ``abandoned``: a horse killed before its first write leaves the job in the
+  intermediate list for good, and no live worker will start it;
 - ``running``: its hash says ``started`` by a worker whose liveness key is alive;
 - ``abandoned``: ``started`` by a worker whose liveness key is gone (the worker died);
 - ``absent``: no job hash (never enqueued, or Valkey lost it);
@@ -25,6 +28,7 @@ from typing import Any, Iterable, Mapping
 
 from redis import Redis
 from rq.intermediate_queue import IntermediateQueue
+from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 
@@ -51,7 +55,10 @@ def job_states(redis: Redis, rows: Iterable[Mapping[str, Any]], routes: Mapping[
     dequeued = {lane: {j.decode() for j in lists[2 * n + 1]} for n, lane in enumerate(lanes)}
     jobs = [row["job_id"] for row in rows if row.get("job_id") and row["status"] != "pending"]
     fields = _job_fields(redis, jobs)
-    alive = _alive_workers(redis, {worker for status, worker in fields.values() if worker})
+    taken = set().union(*dequeued.values())
+    owners = _execution_workers(redis, [job for job in jobs if job in taken])
+    named = {worker for status, worker in fields.values() if worker} | {w for ws in owners.values() for w in ws if w}
+    alive = _alive_workers(redis, named)
     records = []
     for row in rows:
         lane = routes.get(row["kind"], row["kind"])
@@ -60,6 +67,8 @@ def job_states(redis: Redis, rows: Iterable[Mapping[str, Any]], routes: Mapping[
             state = "awaiting_relay" if row["operation_id"] in enqueueable else "waiting"
         else:
             state = _state(job, queued.get(lane, set()), dequeued.get(lane, set()), fields.get(job or ""), alive)
+            if state == "dequeued" and _owned_by_the_dead(owners.get(job or ""), alive):
+                state = "abandoned"
         records.append({"operation_id": row["operation_id"], "kind": row["kind"], "lane": lane,
                         "status": row["status"], "job_id": job, "state": state})
     return records
@@ -71,6 +80,30 @@ def _job_fields(redis: Redis, jobs: list[str]) -> dict[str, tuple[str | None, st
         pipe.hmget(Job.key_for(job), "status", "worker_name")
     return {job: tuple(None if v is None else v.decode() for v in pair)  # type: ignore[misc]
             for job, pair in zip(jobs, pipe.execute())}
+
+
+def _execution_workers(redis: Redis, jobs: list[str]) -> dict[str, list[str | None]]:
+    """job -> the worker name of each execution RQ recorded for it (None: that execution's hash expired)."""
+    pipe = redis.pipeline(transaction=False)
+    for job in jobs:
+        pipe.zrange(ExecutionRegistry(job_id=job, connection=redis).key, 0, -1)
+    ids = {job: [i.decode() for i in found] for job, found in zip(jobs, pipe.execute())}
+    pipe = redis.pipeline(transaction=False)
+    for job, executions in ids.items():
+        for execution in executions:
+            pipe.hget(Execution(execution, job, redis).key, "worker_name")
+    names = iter(pipe.execute())
+    return {job: [_text(next(names)) for _ in executions] for job, executions in ids.items()}
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
+
+
+def _owned_by_the_dead(workers: list[str | None] | None, alive: set[str]) -> bool:
+    """Some worker took the job (an execution exists) and none of its workers is alive. No execution yet
+    is the instant between a worker's BLMOVE and its bookkeeping: still in progress."""
+    return bool(workers) and not any(worker in alive for worker in workers if worker)
 
 
 def _alive_workers(redis: Redis, workers: set[str]) -> set[str]:

@@ -50,8 +50,10 @@ class HistoryBuilder:
         if end is not None:
             self.op("nemesis", "info", "fault-end", value, at=end)
 
-    def sample(self, at: float, **lanes: tuple[int, float]) -> None:
+    def sample(self, at: float, pace: float | None = None, **lanes: tuple[int, float]) -> None:
         value = {"lanes": {lane: {"depth": d, "oldest_age": age} for lane, (d, age) in lanes.items()}, "pending_outcomes": 0}
+        if pace is not None:  # the machine-pace probe's seconds (chaos/observe/pace.py)
+            value["pace"] = pace
         self.op("monitor", "info", "sample", value, at=at)
 
 

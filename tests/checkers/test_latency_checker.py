@@ -7,7 +7,8 @@ from checker_builders import HistoryBuilder, answer, attempt_row, good_exports, 
 
 from chaos.checkers import CheckOptions
 from chaos.checkers.base import OptionsError
-from chaos.checkers.latency import check_latency, resolve_slo_key
+from chaos.observe.pace import REFERENCE_SECONDS
+from chaos.checkers.latency import check_latency, render_details, resolve_slo_key
 
 
 def history(latencies: list[float]) -> HistoryBuilder:
@@ -51,7 +52,7 @@ def test_op_slo_violated_is_invalid() -> None:
     assert result["valid"] is False
     assert result["counts"] == {"slos": 1, "slo_violations": 1}
     assert result["violations"] == ["slo_violations"]
-    assert result["examples"] == {"slo_violations": [{"slo": "answer", "threshold": "p99", "limit": 0.5, "observed": 0.9}]}
+    assert result["examples"] == {"slo_violations": [{"slo": "answer", "threshold": "p99", "limit": 0.5, "stated": 0.5, "pace_factor": 1.0, "observed": 0.9}]}
 
 
 def test_lane_slo_on_completion_and_oldest_age() -> None:
@@ -65,6 +66,41 @@ def test_lane_slo_on_completion_and_oldest_age() -> None:
         {"slo": "merit", "threshold": "oldest_age", "limit": 2.0, "observed": 3.0},
         {"slo": "merit", "threshold": "p99", "limit": 60.0, "observed": 70.0},
     ]
+
+
+SLOW = [0.1] * 98 + [0.9, 2.0]  # the slow answers come after the fast ones
+REFERENCE = REFERENCE_SECONDS
+
+
+def paced(latencies: list[float], probes: list[float]) -> HistoryBuilder:
+    h = history(latencies)
+    for n, pace in enumerate(probes):
+        h.sample(0.5 * n, pace=pace, merit=(0, 0.0))
+    return h
+
+
+def test_a_slower_machine_gets_a_proportionally_longer_client_slo() -> None:
+    # the machine ran 2x slower than the reference (median of the probes; one preempted probe does not count)
+    result = run(paced(SLOW, [2 * REFERENCE, 2 * REFERENCE, 50 * REFERENCE]), slo={"answer": {"p99": 0.5}})
+    assert result["valid"] is True, result
+    assert result["details"]["pace"] == {"probes": 3, "median_seconds": 2 * REFERENCE, "reference_seconds": REFERENCE,
+                                         "factor": 2.0}
+
+
+def test_at_the_reference_pace_the_stack_that_got_slow_on_its_own_still_fails() -> None:
+    result = run(paced(SLOW, [REFERENCE, 0.5 * REFERENCE, REFERENCE]), slo={"answer": {"p99": 0.5}})
+    assert result["valid"] is False  # a faster machine never tightens the SLO below what was stated, nor loosens it
+    assert result["examples"]["slo_violations"] == [
+        {"slo": "answer", "threshold": "p99", "limit": 0.5, "stated": 0.5, "pace_factor": 1.0, "observed": 0.9}]
+
+
+def test_the_pace_factor_scales_client_slos_only_never_lane_thresholds() -> None:
+    h = paced([0.1], [4 * REFERENCE] * 3)
+    h.sample(2.0, pace=4 * REFERENCE, merit=(5, 3.0))
+    result = run(h, slo={"merit": {"oldest_age": 2}, "answer": {"p99": 0.05}})
+    assert result["examples"]["slo_violations"] == [
+        {"slo": "merit", "threshold": "oldest_age", "limit": 2.0, "observed": 3.0}]
+    assert any("client SLOs applied x4" in line for line in render_details(result["details"]))
 
 
 def test_slo_met_is_valid() -> None:
@@ -103,7 +139,7 @@ def test_bad_slo_options_are_rejected(slo: dict) -> None:
 def test_oldest_age_on_an_op_is_unknown_but_the_op_thresholds_after_it_are_still_compared() -> None:
     result = run(history([0.1] * 98 + [0.9, 2.0]), slo={"answer": {"oldest_age": 1.0, "p99": 0.5}})
     assert result["valid"] is False
-    assert result["examples"]["slo_violations"] == [{"slo": "answer", "threshold": "p99", "limit": 0.5, "observed": 0.9}]
+    assert result["examples"]["slo_violations"] == [{"slo": "answer", "threshold": "p99", "limit": 0.5, "stated": 0.5, "pace_factor": 1.0, "observed": 0.9}]
     assert result["notes"] == ["slo answer: oldest_age applies to lanes only"]
 
 

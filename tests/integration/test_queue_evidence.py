@@ -12,6 +12,7 @@ from typing import Iterator
 import pytest
 from redis import Redis
 from rq import Queue
+from rq.executions import Execution
 from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 
@@ -54,6 +55,25 @@ def test_each_place_a_job_can_be_in_is_read_as_its_state(redis: Redis) -> None:
     states = {r["operation_id"]: r["state"] for r in job_states(redis, rows, LANE_OF_KIND, enqueueable={"sms-a1"})}
     assert states == {"merit-a1": "queued", "merit-a2": "dequeued", "merit-a3": "running", "merit-a4": "abandoned",
                       "merit-a5": "absent", "sms-a1": "awaiting_relay", "narrative-a1": "waiting"}
+
+
+def test_a_job_left_in_the_intermediate_list_by_a_dead_worker_is_abandoned(redis: Redis) -> None:
+    """A horse killed before its first write leaves the job in the intermediate list with the
+    execution its worker recorded before the fork; that worker's liveness is gone, so no one will
+    start the job. A job whose execution belongs to a live worker is still dequeued."""
+    redis.flushall()
+    merit = Queue("merit", connection=redis)
+    intermediate = IntermediateQueue.get_intermediate_queue_key(merit.key)
+    for op, worker in (("merit-a1", "w-alive"), ("merit-a2", "w-dead")):
+        job = merit.enqueue("stack.lanes.jobs.compute_merit_card", op, job_id=f"{op}-1")
+        redis.lrem(merit.key, 0, job.id)
+        redis.rpush(intermediate, job.id)
+        with redis.pipeline() as pipe:
+            Execution.create(job, ttl=30, pipeline=pipe, worker_name=worker)
+            pipe.execute()
+    redis.set(liveness_key("w-alive"), "1", ex=30)
+    records = job_states(redis, [enqueued("merit-a1"), enqueued("merit-a2")], LANE_OF_KIND, enqueueable=set())
+    assert {r["operation_id"]: r["state"] for r in records} == {"merit-a1": "dequeued", "merit-a2": "abandoned"}
 
 
 def test_a_job_that_ended_in_rq_reports_rqs_status(redis: Redis) -> None:

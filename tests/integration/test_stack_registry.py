@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fake_components import FAKE_HTTP, FORKING_WORKER
 
+from loadtests.ramp_stack import EmbeddedRampStack
 from stack.embedded.manifest import read_manifest
 from stack.embedded.registry import running_stacks
 
@@ -31,6 +32,9 @@ def results(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "res", table
 
 
+SMALL = ("--web", "1", "--merit-workers", "0", "--ai-workers", "0", "--sms-workers", "0")
+
+
 def _proctor(results_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PROCTOR_RESULTS_DIR": str(results_dir)}
     return subprocess.run([sys.executable, "-m", "chaos.cli", *args], capture_output=True, text=True, timeout=120,
@@ -39,8 +43,7 @@ def _proctor(results_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_second_up_is_refused_unless_named_and_down_asks_which(results: tuple[Path, Path]) -> None:
     res, table = results
-    small = ("--web", "1", "--merit-workers", "0", "--ai-workers", "0", "--sms-workers", "0",
-             "--components", str(table))
+    small = (*SMALL, "--components", str(table))
     first = _proctor(res, "up", *small)
     try:
         assert first.returncode == 0, first.stderr
@@ -66,6 +69,21 @@ def test_a_second_up_is_refused_unless_named_and_down_asks_which(results: tuple[
     assert every.returncode == 0, every.stdout + every.stderr
     assert running_stacks(res / "runs") == []
     assert _proctor(res, "status").returncode == 1
+
+
+def test_the_ramps_own_stack_does_not_block_a_bare_up(results: tuple[Path, Path]) -> None:
+    res, table = results
+    ramp_argv = EmbeddedRampStack(res / "unused").argv()
+    origin = ramp_argv[ramp_argv.index("--origin"):][:2]  # the flag the ramp starts its stack with
+    try:
+        ramp = _proctor(res, "up", *SMALL, "--components", str(table), "--name", "ramp", *origin)
+        assert ramp.returncode == 0, ramp.stderr
+        bare = _proctor(res, "up", *SMALL, "--components", str(table))
+        assert bare.returncode == 0, bare.stderr
+        assert sorted(s.origin for s in running_stacks(res / "runs")) == ["cli", "harness"]
+    finally:
+        every = _proctor(res, "down", "--all")
+    assert every.returncode == 0, every.stdout + every.stderr
 
 
 def test_a_stack_whose_processes_are_gone_is_stale_and_cleaned(tmp_path: Path) -> None:

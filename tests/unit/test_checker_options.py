@@ -90,8 +90,9 @@ def test_detail_sections_belong_to_checkers() -> None:
     quantiles = {"count": 2, "p50": 0.05, "p95": 0.05, "p99": 2.0, "max": 300}
     rows = DETAIL_SECTIONS["latency"]({"ops": {"answer": quantiles},
                                        "lanes": {"merit": {**quantiles, "wait": {"p99": 0.5}, "oldest_age": 1.5}}})
-    assert rows[-2:] == ["| op answer | 2 | 50 ms | 50 ms | 2 s | 5 min | | |",
-                         "| lane merit (finish to done) | 2 | 50 ms | 50 ms | 2 s | 5 min | 500 ms | 1.5 s |"]
+    assert rows[-4:-2] == ["| op answer | 2 | 50 ms | 50 ms | 2 s | 5 min | | |",
+                           "| lane merit (finish to done) | 2 | 50 ms | 50 ms | 2 s | 5 min | 500 ms | 1.5 s |"]
+    assert rows[-1] == "Machine pace: no probe in the history; client SLOs applied as stated."
 
 
 def test_case_durations_come_from_the_run_not_the_stack() -> None:

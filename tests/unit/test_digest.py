@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from chaos.digest.command import NodeScrape, digest_main, parse_metrics, render_digest
+from stack.embedded.watchdog import identity
 
 FINISH = 'proctor_http_request_duration_seconds_count{method="POST",node="web_1",route="/v1/attempts/{attempt_id}/finish"}'
 
@@ -57,3 +61,19 @@ def test_bad_options_name_themselves(capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit):
         digest_main([])
     assert "--url" in capsys.readouterr().err
+
+
+def test_without_a_run_folder_it_reads_the_one_running_stack(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("PROCTOR_RESULTS_DIR", str(tmp_path))
+    with pytest.raises(SystemExit) as none_running:
+        digest_main([])
+    assert none_running.value.code == 2 and "proctor up" in capsys.readouterr().err
+    run_dir = tmp_path / "runs" / "20260101T000000Z-stack"
+    run_dir.mkdir(parents=True)
+    me = os.getpid()  # this process stands in for the stack's supervisor: alive, with its own start ticks
+    (run_dir / "manifest.json").write_text(json.dumps({
+        "name": "stack", "origin": "cli", "status": "ready", "run_dir": str(run_dir),
+        "supervisor_pid": me, "supervisor_start_ticks": identity(me)[1], "components": {},
+        "urls": {"web_1_admin": "http://127.0.0.1:9"}}))
+    assert digest_main([]) == 1  # it found the stack and scraped its node (nothing listens on port 9)
+    assert "http://127.0.0.1:9" in capsys.readouterr().out
