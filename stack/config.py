@@ -192,6 +192,9 @@ class Settings:
     valkey_user: str = ""  # PROCTOR_VALKEY_USER: this component's Valkey ACL user (stack/valkey_acl.py); empty = no AUTH
     valkey_password: str = ""  # PROCTOR_VALKEY_PASSWORD: its password, drawn per run
     valkey_limiter_password: str = ""  # PROCTOR_VALKEY_LIMITER_PASSWORD: web nodes only, the request limiter's user
+    valkey_sentinels: str = ""  # PROCTOR_VALKEY_SENTINELS: "host:port,..."; set = find the primary through Sentinel
+    valkey_service: str = "proctor"  # PROCTOR_VALKEY_SERVICE: the Sentinel master name
+    valkey_sentinel_password: str = ""  # PROCTOR_VALKEY_SENTINEL_PASSWORD: the sentinels' "discovery" user
     ai_url: str = "http://127.0.0.1:8101"  # PROCTOR_AI_URL
     sms_url: str = "http://127.0.0.1:8102"  # PROCTOR_SMS_URL
     token_secret: str = "proctor-dev-secret"  # PROCTOR_TOKEN_SECRET; `proctor up` draws a random one per run
@@ -283,6 +286,9 @@ ENV_NAMES: dict[str, str] = {
     "valkey_user": "PROCTOR_VALKEY_USER",
     "valkey_password": "PROCTOR_VALKEY_PASSWORD",
     "valkey_limiter_password": "PROCTOR_VALKEY_LIMITER_PASSWORD",
+    "valkey_sentinels": "PROCTOR_VALKEY_SENTINELS",
+    "valkey_service": "PROCTOR_VALKEY_SERVICE",
+    "valkey_sentinel_password": "PROCTOR_VALKEY_SENTINEL_PASSWORD",
     "ai_url": "PROCTOR_AI_URL",
     "sms_url": "PROCTOR_SMS_URL",
     "token_secret": "PROCTOR_TOKEN_SECRET",

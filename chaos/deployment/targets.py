@@ -38,6 +38,10 @@ def unsupported_on(target: str, scenario: Scenario) -> str | None:
     """Why ``scenario`` cannot run on ``target`` (a skip reason), or None."""
     if check_target(target) == "embedded":
         return None
+    if scenario.valkey != "single":
+        return f"Valkey topology {scenario.valkey!r} runs on the embedded target only so far (docs/valkey.md)"
+    if scenario.valkey_maxmemory:
+        return "the memory filler runs on the embedded target only so far (docs/valkey.md)"
     return _compose_spec(scenario, dict(scenario.settings), Path(".")).unsupported()
 
 
@@ -53,4 +57,5 @@ def build_deployment(target: str, scenario: Scenario, settings: dict[str, Any], 
     return EmbeddedDeployment(StackSpec(
         name=scenario.name, web=scenario.web, merit_workers=scenario.merit_workers, ai_workers=scenario.ai_workers,
         sms_workers=scenario.sms_workers, settings_overrides=settings, run_dir=run_dir, links=scenario.links,
-        valkey_maxclients=scenario.valkey_maxclients))
+        valkey_maxclients=scenario.valkey_maxclients, valkey=scenario.valkey,
+        **({"maxmemory": scenario.valkey_maxmemory} if scenario.valkey_maxmemory else {})))
