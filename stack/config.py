@@ -133,6 +133,10 @@ def _parse_rate(name: str, raw: str) -> str:
 ANSWER_REVISION_RULES = ("highest", "last-arrival", "compacting")
 """PROCTOR_ANSWER_REVISIONS: the highest revision is current (correct), or a negative control."""
 ANSWER_SINKS = ("per-answer", "group-commit", "ack-at-enqueue")
+LEDGER_WRITERS = ("busy-handler", "queued")
+"""How SQLite writers wait for the write lock (stack/ledger/write_queue.py). ``busy-handler`` stays the
+default: the kernel queue removed the busy handler's 0.23 + k x 0.1 s sleeps, but on the loaded machine
+it measured more node 503s at 100 req/s in all 5 pairs (docs/ramp.md); a quiet-machine A/B decides."""
 """PROCTOR_ANSWER_SINK values: ack-at-enqueue is a negative control (stack/web/group_commit.py)."""
 
 
@@ -148,6 +152,13 @@ def _parse_answer_sink(name: str, raw: str) -> str:
     if sink not in ANSWER_SINKS:
         raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(ANSWER_SINKS)}")
     return sink
+
+
+def _parse_ledger_writers(name: str, raw: str) -> str:
+    policy = raw.strip().lower()
+    if policy not in LEDGER_WRITERS:
+        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(LEDGER_WRITERS)}")
+    return policy
 
 
 def _parse_exam_window(name: str, raw: str) -> str:
@@ -229,6 +240,7 @@ class Settings:
     shared_lane: bool = False  # PROCTOR_SHARED_LANE: on = AI jobs join the merit queue (negative control, the seed's lane)
     answer_revisions: str = "highest"  # PROCTOR_ANSWER_REVISIONS: last-arrival/compacting = negative controls
     answer_sink: str = "per-answer"  # PROCTOR_ANSWER_SINK: per-answer/group-commit; ack-at-enqueue = negative control
+    ledger_writers: str = "busy-handler"  # PROCTOR_LEDGER_WRITERS: busy-handler/queued (SQLite's write-lock wait)
     ai_calls_per_minute: int = CASE_PROVIDER_CALLS_PER_MINUTE  # PROCTOR_AI_CALLS_PER_MINUTE: the shared AI limiter (#11); high = lifted
     # The AI lane's safeguards (docs/ai-lane.md); each off is a negative control, chosen at start-up:
     ai_shared_limiter: bool = True  # PROCTOR_AI_SHARED_LIMITER: off = a limiter per worker
@@ -323,6 +335,7 @@ ENV_NAMES: dict[str, str] = {
     "shared_lane": "PROCTOR_SHARED_LANE",
     "answer_revisions": "PROCTOR_ANSWER_REVISIONS",
     "answer_sink": "PROCTOR_ANSWER_SINK",
+    "ledger_writers": "PROCTOR_LEDGER_WRITERS",
     "ai_calls_per_minute": "PROCTOR_AI_CALLS_PER_MINUTE",
     "ai_shared_limiter": "PROCTOR_AI_SHARED_LIMITER",
     "ai_retry_after": "PROCTOR_AI_RETRY_AFTER",
@@ -352,6 +365,7 @@ _PARSERS = {
     "answer_write_behind": _parse_non_negative_float,
     "answer_revisions": _parse_revision_rule,
     "answer_sink": _parse_answer_sink,
+    "ledger_writers": _parse_ledger_writers,
     "reconciler_enabled": _parse_bool,
     "sms_idempotency": _parse_bool,
     "valkey_fresh_connections": _parse_bool,

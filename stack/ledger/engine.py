@@ -14,7 +14,7 @@ from sqlalchemy.schema import CreateIndex
 from stack.config import Settings
 from stack.ledger import answer_keys, exam_rules
 from stack.ledger.schema import IX_OUTBOX_DONE_AT, exams, metadata
-from stack.ledger.write_queue import QueuedWriters, WriterPolicy
+from stack.ledger.write_queue import BusyHandlerWriters, QueuedWriters, WriterPolicy
 
 __all__ = ["make_engine", "make_reader", "init_ledger"]
 
@@ -45,6 +45,10 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
 
 
+def _writer_policy(name: str) -> WriterPolicy:
+    return QueuedWriters(SQLITE_BUSY_TIMEOUT_MS / 1000) if name == "queued" else BusyHandlerWriters()
+
+
 def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int = 0,
                 writers: WriterPolicy | None = None) -> Engine:
     """The ledger engine. ``read_only`` (SQLite): plain deferred BEGIN and ``query_only``, so
@@ -58,8 +62,9 @@ def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int =
     a connection is opened and closed as before (no overflow limit, so never a pool
     timeout). Every pragma, durability included, is set on each connection as it opens.
 
-    ``writers`` (SQLite): how write transactions wait for the write lock; the default queues
-    them in the kernel (stack/ledger/write_queue.py), never in SQLite's sleeping busy handler."""
+    ``writers`` (SQLite): how write transactions wait for the write lock; by default the policy
+    ``settings.ledger_writers`` names (PROCTOR_LEDGER_WRITERS: SQLite's busy handler, or the
+    kernel queue of stack/ledger/write_queue.py)."""
     url = settings.ledger_url
     if url.startswith("sqlite"):
         settings.run_dir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +84,7 @@ def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int =
         if read_only:
             event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
         else:
-            (writers or QueuedWriters(SQLITE_BUSY_TIMEOUT_MS / 1000)).attach(engine)
+            (writers or _writer_policy(settings.ledger_writers)).attach(engine)
 
         @event.listens_for(engine, "connect")
         def _no_autobegin(dbapi_connection, _record):  # type: ignore[no-untyped-def]

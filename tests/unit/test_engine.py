@@ -19,7 +19,7 @@ from stack.ledger.schema import exams, students
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    current = Settings(run_dir=tmp_path)
+    current = Settings(run_dir=tmp_path, ledger_writers="queued")  # these tests examine the writers' queue
     init_ledger(make_engine(current), current)
     return current
 

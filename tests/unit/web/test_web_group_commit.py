@@ -3,6 +3,7 @@ each is acknowledged only after the commit that holds it; ack-at-enqueue is the 
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import threading
 import time
@@ -22,6 +23,12 @@ from stack.web.app import create_app
 from stack.web.group_commit import AckAtEnqueue, GroupCommitAnswers
 
 ANSWERS = 5
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """The ledger's writers queue (PROCTOR_LEDGER_WRITERS=queued), which the tests hold to keep commits waiting."""
+    return dataclasses.replace(settings, ledger_writers="queued")
 
 
 @contextmanager
