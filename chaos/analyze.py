@@ -178,10 +178,17 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     plot_names = _plots(history or [], run_dir, notes, time_scale, scenario.get("history_origin")) if plots else []
     report = build_report(scenario, result, options, time_scale, plot_names, notes)
     report["faults"] = _fault_rows(history or [])
+    report["failovers"] = failover_timelines(history or [])
     report["bounds"] = bounds
     report["interrupted"] = interrupted
     write_report(run_dir, report)
     return report
+
+
+def failover_timelines(history: Sequence[Op]) -> list[dict[str, Any]]:
+    """What each Valkey failover's fault-end measured (chaos/nemesis/failover.py), for the report."""
+    return [dict(op.value) for op in history
+            if op.f == "fault-end" and isinstance(op.value, dict) and op.value.get("kind") in ("failover", "partition")]
 
 
 def _fault_rows(history: Sequence[Op]) -> list[dict[str, Any]]:

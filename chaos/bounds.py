@@ -11,6 +11,10 @@ Terms, all real seconds (wall clock, as the ledgers record them):
 - **kill window** of a worker: ``killed_at`` -> ``ready_at`` (the nemesis logged both;
   ``ready_at`` is when the restarted worker had set its liveness key, before its
   first dequeue). A window that never ended makes the bound underivable.
+- **failover window** of a worker (a Valkey primary killed, ``chaos/nemesis/failover.py``):
+  every client worker is down from the kill until its measured first connection to the
+  new primary (``first_success``), which is after the measured ``+switch-master``; such a
+  window counts as one kill of that worker (its job in flight is re-enqueued after a detection).
 - **all-down** time of a lane: the longest stretch in which every worker of the lane
   sat in a kill window (0 when a redundant worker always served).
 - **service** S of a lane: the median queue-to-done time (``done_at - enqueued_at``)
@@ -56,6 +60,7 @@ __all__ = [
     "bounds_markdown",
     "burst",
     "derive_bounds",
+    "failover_windows",
     "kill_windows",
     "service_time",
     "underivable_notes",
@@ -64,6 +69,8 @@ __all__ = [
 DEADLINE = "outcome_deadline_seconds"
 MERIT_OLDEST = "slo.merit.oldest_age"
 DERIVABLE = (DEADLINE, MERIT_OLDEST)
+FAILOVER_KINDS = ("failover", "partition")
+"""chaos/nemesis/failover.py's faults: the primary killed, or cut off."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,9 @@ def kill_windows(history: Iterable[Op]) -> list[KillWindow]:
     windows: list[KillWindow] = []
     for op in history:
         value = op.value if isinstance(op.value, dict) else {}
+        if op.process == NEMESIS and op.f == "fault-end" and value.get("kind") in FAILOVER_KINDS:
+            windows += failover_windows(value)
+            continue
         if op.process != NEMESIS or value.get("kind") != "kill" or not str(value.get("target", "")).startswith("worker_"):
             continue
         if op.f == "fault-start" and isinstance(value.get("killed_at"), (int, float)):
@@ -90,6 +100,23 @@ def kill_windows(history: Iterable[Op]) -> list[KillWindow]:
             windows.append(_window(start, ready))
     windows += [_window(start, None) for start in starts.values()]
     return sorted(windows, key=lambda w: w.start)
+
+
+def failover_windows(end: Mapping[str, Any]) -> list[KillWindow]:
+    """A failover's fault-end as one window per worker: the kill to the worker's first
+    connection to the new primary (None when it never connected: the bound is underivable)."""
+    killed_at = end.get("killed_at")
+    if not isinstance(killed_at, (int, float)):
+        return []
+    back = end.get("first_success") or {}
+    workers = sorted({*back, *(end.get("never_back") or [])} - {n for n in back if not n.startswith("worker_")})
+    windows = []
+    for name in (w for w in workers if w.startswith("worker_")):
+        lane = worker_from_name(name).lane
+        assert lane is not None
+        at = back.get(name)
+        windows.append(KillWindow(name, lane, float(killed_at), float(at) if isinstance(at, (int, float)) else None))
+    return windows
 
 
 def _window(start: Mapping[str, Any], ready_at: Any) -> KillWindow:

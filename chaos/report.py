@@ -124,6 +124,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines = [f"# Proctor run report: {report.get('name') or '(unnamed)'}", ""]
     lines += _verdict_section(report)
     lines += _run_section(report)
+    lines += failover_markdown(report.get("failovers"))
     lines += bounds_markdown(report.get("bounds"))
     lines += settle_markdown(report.get("settle_wait"))
     for name, check in report["checkers"].items():
@@ -183,6 +184,39 @@ def _run_section(report: Mapping[str, Any]) -> list[str]:
         lines += [f"After heal the outbox {settled} in {_both(recovery, report['time_scale'])}.", ""]
     if report.get("workload"):
         lines += ["Workload: " + ", ".join(f"{k} **{_short(v)}**" for k, v in report["workload"].items()), ""]
+    return lines
+
+
+def failover_markdown(failovers: Any) -> list[str]:
+    """Each Valkey failover as a timeline: the kill, +switch-master, each client's first
+    connection to the new primary, the old primary back as a replica; errors per component."""
+    lines: list[str] = []
+    for failover in failovers or []:
+        killed = failover.get("killed_at")
+        if not isinstance(killed, (int, float)):
+            continue
+        cut = failover.get("kind") == "partition"
+        how = "cut off" if cut else "killed"
+        lines += [f"## Valkey failover: {failover.get('node')} {how}, {failover.get('primary_after') or 'no node'} promoted",
+                  "", f"| event | seconds after the {'partition' if cut else 'kill'} |", "|---|---|",
+                  f"| {'partition of' if cut else 'SIGKILL'} {failover.get('node')} | 0.000 |"]
+        switch = failover.get("switch_seconds")
+        lines.append(f"| Sentinels name the new primary (+switch-master) | {'never' if switch is None else f'{switch:.3f}'} |")
+        healed = failover.get("healed_at")
+        if isinstance(healed, (int, float)):
+            lines.append(f"| link healed (the schedule's end; its connections closed) | {healed - killed:.3f} |")
+        for name, since in sorted((failover.get("first_success_seconds") or {}).items(), key=lambda item: item[1]):
+            lines.append(f"| {name}: first connection to the new primary | {since:.3f} |")
+        lines += [f"| {name}: never reached the new primary | - |" for name in failover.get("never_back") or []]
+        ready = failover.get("ready_at")
+        if isinstance(ready, (int, float)):
+            replica = "as a replica" if failover.get("rejoined_as_replica") else "NOT as a replica"
+            back = "healed" if cut else "restarted"
+            lines.append(f"| {failover.get('node')} {back} (fault end), back {replica} | {ready - killed:.3f} |")
+        errors = failover.get("errors_by_component") or {}
+        lines += ["", "Connection errors counted per component during the failover: "
+                  + (", ".join(f"{c} {dict(k)}" for c, k in errors.items()) or "none"), ""]
+        lines += [f"- watcher: {e}" for e in failover.get("errors") or []] + [""]
     return lines
 
 

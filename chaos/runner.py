@@ -57,6 +57,8 @@ class Scenario:
     prepare: Callable[[Deployment], None] | None = None  # e.g. set provider faults
     links: tuple[str, ...] = ()  # network links put behind the fault proxy (docs/architecture.md)
     valkey_maxclients: int | None = None
+    valkey: str = "single"  # "sentinel": primary + replica + 3 Sentinels (StackSpec.valkey)
+    valkey_maxmemory: str | None = None  # StackSpec.maxmemory (None: its default), small for memory pressure
     background: dict[str, Background] = field(default_factory=dict)
     # Real seconds within which every outcome must be final after its attempt finished,
     # computed from the stack's settings and the fault schedule (checker option
@@ -193,6 +195,10 @@ def _nemesis_for(stack: Deployment, scenario: Scenario) -> CompositeNemesis:
     providers' knobs (``provider``: targets are the deployment's URL names, e.g. ``ai_provider``)
     and, with links behind the fault proxy, the network (``toxic``)."""
     members: list[Any] = [ProcessNemesis(stack), ProviderNemesis(stack.urls, stack.settings.admin_token)]
+    if scenario.valkey == "sentinel":
+        from chaos.nemesis.failover import FailoverNemesis
+
+        members.append(FailoverNemesis(stack))
     if scenario.sms_egress is not None:
         from chaos.nemesis.host import HostNemesis
 
@@ -303,7 +309,7 @@ def _scenario_meta(
         "workload": asdict(scenario.workload),
         "faults": [f.as_dict() for f in faults],
         "stack": {"web": scenario.web, "merit_workers": scenario.merit_workers,
-                  "ai_workers": scenario.ai_workers, "sms_workers": scenario.sms_workers},
+                  "ai_workers": scenario.ai_workers, "sms_workers": scenario.sms_workers, "valkey": scenario.valkey},
         "started_at": time.time(),
         "reproduce": reproduce,
     }

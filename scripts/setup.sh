@@ -12,6 +12,8 @@ backports_configured() {
 
 need_apt=()
 command -v valkey-server >/dev/null 2>&1 || command -v redis-server >/dev/null 2>&1 || need_apt+=(valkey-server)
+# Sentinel (`proctor up --valkey sentinel`, the failover scenarios; issue #25): bookworm-backports, as valkey-server.
+command -v valkey-sentinel >/dev/null 2>&1 || need_apt+=(valkey-sentinel)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
@@ -34,12 +36,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "setup: missing system packages: ${need_apt[*]}" >&2
     echo "setup: on Debian 12 as root this script installs them; otherwise install valkey-server 8" >&2
-    echo "       (Debian: apt-get install -t bookworm-backports valkey-server), haproxy, openssl," >&2
+    echo "       (Debian: apt-get install -t bookworm-backports valkey-server valkey-sentinel), haproxy, openssl," >&2
     echo "       postgresql (server binaries, for the tests) and python3-venv, then run it again." >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  if [[ " ${need_apt[*]} " == *" valkey-server "* ]] && ! apt-cache policy valkey-server 2>/dev/null | grep -q backports; then
+  if [[ " ${need_apt[*]} " == *" valkey-"* ]] && ! apt-cache policy valkey-server 2>/dev/null | grep -q backports; then
     . /etc/os-release
     if [ "${VERSION_CODENAME:-}" = bookworm ] && ! backports_configured /etc/apt; then
       # Same mirror and keyring as the machine's own Debian source, never a hard-coded host.
@@ -58,6 +60,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   for pkg in "${need_apt[@]}"; do
     if [ "$pkg" = valkey-server ] && backports_configured /etc/apt; then
       apt-get install -y -qq -t bookworm-backports valkey-server valkey-tools
+    elif [ "$pkg" = valkey-sentinel ] && backports_configured /etc/apt; then
+      apt-get install -y -qq -t bookworm-backports valkey-sentinel
     else
       apt-get install -y -qq "$pkg"
     fi

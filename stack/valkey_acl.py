@@ -21,11 +21,20 @@ RQ keys stay writable by web and relay: they must enqueue. That is why a worker 
 the project's own job functions (``stack.lanes.allowlist``): a stolen web credential can
 enqueue, never execute.
 
-Issue #25 adds a replica, Sentinels and a memory-filler client: each is one more row of
-``USERS`` (a replica's ``masteruser`` needs ``+psync +replconf +ping``; a Sentinel the
-documented ``+client +subscribe +publish +ping +info +multi +slaveof +config +exec``
-set; a filler only its own key prefix), and its password one more entry of the same
-``draw_passwords`` dict.
+With Sentinel (issue #25, ``proctor up --valkey sentinel``; docs/valkey.md) the data nodes
+also know:
+- ``replica``: the ``masteruser`` a replica authenticates to its primary with (``PSYNC``,
+  ``REPLCONF``, ``PING``: no key, no channel). Every node carries it, since any node may be
+  demoted to a replica after a failover;
+- ``sentinel``: what a Sentinel sends to a monitored node (the set Valkey's Sentinel
+  documentation lists: ``INFO``, ``ROLE``, ``REPLICAOF``, ``CONFIG REWRITE``, ``MULTI``/``EXEC``,
+  ``CLIENT SETNAME``/``KILL``, ``SCRIPT KILL``, publish/subscribe on its hello channel).
+The Sentinels have their own users (``SENTINEL_USERS``): ``discovery`` for clients (which
+primary, which replicas, which Sentinels: read-only ``SENTINEL`` subcommands) and ``peer``,
+the ``sentinel-user`` one Sentinel authenticates to another with (votes and hellos). Their
+``default`` user is off as well: a loopback client without a password may not move the primary.
+The memory-pressure scenario's filler (chaos/load/filler.py) is the ``filler`` user: writes and
+deletes strings under ``proctor-filler:*``, nothing else.
 """
 
 from __future__ import annotations
@@ -35,7 +44,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["LIMITER_USER", "REFUSED_JOBS_KEY", "USERS", "AclUser", "acl_lines", "draw_passwords", "user_of_role"]
+__all__ = ["LIMITER_USER", "REFUSED_JOBS_KEY", "SENTINEL_USERS", "USERS", "AclUser", "acl_lines", "draw_passwords",
+           "sentinel_acl_lines", "user_of_role"]
 
 REFUSED_JOBS_KEY = "proctor:refused-jobs"
 """Jobs a worker refused (a function outside the allow-list, undecodable data): a counter
@@ -80,7 +90,22 @@ USERS: tuple[AclUser, ...] = (
             ("~proctor-limits:*",)),
     AclUser("harness", (*_BASE, *_DATA, "+@pubsub"), ("~rq:*", "~proctor:*", "%R~*"), ("&*",),
             (*_NEEDED, "+client|list", "+client|info", "+config|get", "+keys")),
+    AclUser("replica", (), (), (), ("+psync", "+replconf", "+ping")),
+    AclUser("filler", (*_BASE, "+@write", "+@string", "+@keyspace"), ("~proctor-filler:*",), (), ()),
+    AclUser("sentinel", (), (), ("&__sentinel__:hello",),
+            ("+multi", "+exec", "+slaveof", "+replicaof", "+ping", "+info", "+role", "+subscribe", "+publish",
+             "+config|rewrite", "+client|setname", "+client|kill", "+script|kill")),
 )
+
+_SENTINEL_HELLO = ("+auth", "+hello", "+ping", "+client|setname", "+client|setinfo")
+SENTINEL_USERS: tuple[AclUser, ...] = (
+    AclUser("discovery", (), (), (),
+            (*_SENTINEL_HELLO, "+sentinel|masters", "+sentinel|master", "+sentinel|slaves", "+sentinel|replicas",
+             "+sentinel|sentinels", "+sentinel|get-master-addr-by-name")),
+    AclUser("peer", (), (), ("&__sentinel__:*",),
+            (*_SENTINEL_HELLO, "+publish", "+subscribe", "+info", "+sentinel|is-master-down-by-addr")),
+)
+"""Users of the Sentinels themselves (their own ACL, in each sentinel.conf)."""
 
 _ROLE_USER = {"web": "web", "relay": "relay", "worker": "worker"}
 
@@ -92,13 +117,18 @@ def user_of_role(role: str) -> str | None:
 
 def draw_passwords() -> dict[str, str]:
     """A fresh 256-bit password per user, for one run (URL-safe, one line)."""
-    return {user.name: secrets.token_urlsafe(32) for user in USERS}
+    return {user.name: secrets.token_urlsafe(32) for user in (*USERS, *SENTINEL_USERS)}
 
 
-def acl_lines(passwords: Mapping[str, str]) -> list[str]:
-    """Valkey ACL rules: ``default`` off with no rights, then every user of ``USERS``."""
-    missing = [user.name for user in USERS if not passwords.get(user.name)]
+def acl_lines(passwords: Mapping[str, str], users: tuple[AclUser, ...] = USERS) -> list[str]:
+    """Valkey ACL rules: ``default`` off with no rights, then every user of ``users``."""
+    missing = [user.name for user in users if not passwords.get(user.name)]
     if missing:
         raise ValueError(f"no Valkey password for user(s) {', '.join(missing)}")
     return ["user default reset off resetpass resetkeys resetchannels -@all",
-            *(user.rule(passwords[user.name]) for user in USERS)]
+            *(user.rule(passwords[user.name]) for user in users)]
+
+
+def sentinel_acl_lines(passwords: Mapping[str, str]) -> list[str]:
+    """A Sentinel's own ACL: ``default`` off, ``discovery`` for clients, ``peer`` for the other Sentinels."""
+    return acl_lines(passwords, SENTINEL_USERS)

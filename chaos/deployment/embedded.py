@@ -71,6 +71,10 @@ class EmbeddedDeployment:
     def links(self) -> dict[str, dict[str, str]]:
         return self.stack.links()
 
+    def valkey_as(self, user: str) -> Any:
+        """A Valkey client as one ACL user (the memory filler's own, chaos/load/filler.py); embedded only."""
+        return self.stack.valkey_as(user)
+
     def pids(self, component: str) -> list[int]:
         return self.stack.pids(component)
 

@@ -10,7 +10,7 @@ from chaos.nemesis import FaultSpec, ProviderNemesis, periodic_schedule
 from chaos.runner import Scenario
 from chaos.load.exam import WorkloadSpec
 
-__all__ = ["KILL_BOUNDS", "WEB_KILL_SCENARIOS", "WORKERS", "WORKER_KILL_SCENARIOS"]
+__all__ = ["KILL_BOUNDS", "WEB_KILL_SCENARIOS", "WORKERS", "WORKER_KILL_SCENARIOS", "slow_ai_calls"]
 
 WORKERS = ("worker_merit_1", "worker_sms_1", "worker_ai_1")
 
@@ -52,7 +52,7 @@ def _provider_faults(provider: str, knobs: dict[str, float]):  # a Scenario.prep
 _delay_sms_after_effect = _provider_faults("sms_gateway", {"delay_after_effect_seconds": 1.5})
 """The gateway records the SMS, then answers late: a kill then hides a completed send."""
 
-_slow_ai_calls = _provider_faults("ai_provider", {"latency_seconds": 0.5})
+slow_ai_calls = _provider_faults("ai_provider", {"latency_seconds": 0.5})
 """Each AI call waits 0.5 s at the provider before its work, so a busy AI worker's horse is still
 running when the kill lands. Without it a 0.1 s call often ended between the nemesis seeing
 the horse and the kill: on compose the kill itself takes about 0.4 s (the engine's kill),
@@ -126,7 +126,7 @@ WORKER_KILL_SCENARIOS: tuple[Scenario, ...] = (
         description="negative control: reconciler off; an AI job killed mid-run must be reported lost",
         workload=WorkloadSpec(arrival_rate=2.0, duration=5.0, questions=2),
         settings={"reconciler_enabled": False},
-        prepare=_slow_ai_calls,
+        prepare=slow_ai_calls,
         faults=_one_busy_kill("worker_ai_1"),
         options=_WORKER_KILL_OPTIONS,
         expect_valid=False,

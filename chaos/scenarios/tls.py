@@ -14,7 +14,7 @@ from chaos.runner import Scenario
 from stack.config import CASE_AI_CALL_SECONDS, Settings
 
 __all__ = ["FRESH_CHURN", "FRESH_MAXCLIENTS", "TLS_SCENARIOS", "TLS_TOXICS", "VALKEY_LINKS", "WORKER_RESTART_SECONDS",
-           "recovery_bound"]
+           "recovery_bound", "tls_churn_on"]
 
 VALKEY_LINKS = ("valkey_web", "valkey_workers", "valkey_relay")
 
@@ -29,9 +29,9 @@ TLS_TOXICS: dict[str, dict] = {
 
 
 def _tls_toxics(seed: int, scenario: Scenario) -> list[FaultSpec]:
-    """Every toxic type on every Valkey link at least once, in a seeded order, inside the load."""
+    """Every toxic type on every Valkey link of the scenario at least once, in a seeded order, inside the load."""
     rng = random.Random(seed)
-    plan = [(kind, link) for kind in TLS_TOXICS for link in VALKEY_LINKS]
+    plan = [(kind, link) for kind in TLS_TOXICS for link in scenario.links if link.startswith("valkey_")]
     rng.shuffle(plan)
     faults, at, end = [], 1.0, scenario.workload.duration - 0.5
     for kind, link in plan:
@@ -79,17 +79,27 @@ def recovery_bound(settings: Settings, faults: list[FaultSpec]) -> float:
     return 2 * (outage + detection + settings.scaled(CASE_AI_CALL_SECONDS))
 
 
-TLS_SCENARIOS: tuple[Scenario, ...] = (
-    Scenario(
-        name="tls_churn",
-        description="TLS Valkey: reset_peer / 500 ms timeout / limit_data toxics on the web, worker and relay "
-                    "links force fresh handshakes while a generator opens a fresh TLS connection per op",
+def tls_churn_on(name: str, description: str, links: tuple[str, ...], valkey: str = "single") -> Scenario:
+    """The TLS churn scenario on the given Valkey links (and topology)."""
+    return Scenario(
+        name=name,
+        description=description,
         workload=WorkloadSpec(arrival_rate=3.0, duration=12.0, questions=4),
-        links=VALKEY_LINKS,
+        links=links,
+        valkey=valkey,
         faults=_tls_toxics,
         background=_tls_background(ChurnSpec(rate=25.0, duration=14.0, max_ops=350, concurrency=8)),
         options=_TLS_OPTIONS,
         outcome_bound=recovery_bound,
+    )
+
+
+TLS_SCENARIOS: tuple[Scenario, ...] = (
+    tls_churn_on(
+        "tls_churn",
+        "TLS Valkey: reset_peer / 500 ms timeout / limit_data toxics on the web, worker and relay "
+        "links force fresh handshakes while a generator opens a fresh TLS connection per op",
+        VALKEY_LINKS,
     ),
     Scenario(
         name="tls_churn_fresh_connections",

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from stack.deploy import StackError
 
-__all__ = ["FIXED_LINKS", "LINKS_OF_ROLE", "UPSTREAM_OF", "WEB_WILDCARD", "known_links", "validate_links"]
+__all__ = ["FIXED_LINKS", "LINKS_OF_ROLE", "NODE_LINKS", "UPSTREAM_OF", "WEB_WILDCARD", "known_links", "validate_links"]
 
 FIXED_LINKS: dict[str, str] = {
     "valkey_web": "web nodes -> Valkey (PROCTOR_VALKEY_URL)",
@@ -20,6 +20,10 @@ FIXED_LINKS: dict[str, str] = {
     "ai_provider": "workers -> AI provider (PROCTOR_AI_URL)",
     "sms_gateway": "workers -> SMS gateway (PROCTOR_SMS_URL)",
 }
+NODE_LINKS: dict[str, str] = {"valkey_node_1": "valkey", "valkey_node_2": "valkey_2"}
+"""The Sentinel topology's links (embedded only): everyone -> one Valkey node. A node announces
+its link's address, and the Sentinels monitor it there, so clients, the replica and the Sentinels
+all reach the node through the proxy (stack/embedded/sentinel.py)."""
 WEB_WILDCARD = "web_*"
 """HAProxy -> every web node, including the ones added by scale()."""
 UPSTREAM_OF = {"valkey_web": "valkey", "valkey_workers": "valkey", "valkey_relay": "valkey",
@@ -33,7 +37,7 @@ LINKS_OF_ROLE: dict[str, dict[str, str]] = {
 The compose target points its containers at the proxy from this same table
 (chaos/deployment/compose_links.py)."""
 def known_links(web: int) -> list[str]:
-    return [*FIXED_LINKS, *(f"web_{i}" for i in range(1, web + 1)), WEB_WILDCARD]
+    return [*FIXED_LINKS, *NODE_LINKS, *(f"web_{i}" for i in range(1, web + 1)), WEB_WILDCARD]
 
 
 def validate_links(links: Iterable[str], web: int) -> None:

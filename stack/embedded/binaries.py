@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 from stack.embedded import StackError
 
-__all__ = ["Binary", "BinaryNotFound", "find_valkey", "find_haproxy", "VALKEY_HINT", "HAPROXY_HINT"]
+__all__ = ["Binary", "BinaryNotFound", "find_valkey", "find_haproxy", "find_sentinel", "VALKEY_HINT", "HAPROXY_HINT",
+           "SENTINEL_HINT"]
 
 log = logging.getLogger(__name__)
 
 VALKEY_HINT = "apt-get install -t bookworm-backports valkey-server"
 HAPROXY_HINT = "apt-get install haproxy"
+SENTINEL_HINT = "apt-get install -t bookworm-backports valkey-sentinel"
 _MIN_REDIS_MAJOR = 7  # TLS flags and BLMOVE semantics the stack relies on
 SBIN_FALLBACK = "/usr/sbin:/usr/local/sbin"
 """haproxy lives in /usr/sbin on Debian, which is not on every user's PATH."""
@@ -70,3 +72,11 @@ def find_haproxy() -> Binary:
         raise BinaryNotFound(f"haproxy not found: {HAPROXY_HINT}")
     match = re.search(r"HA-?Proxy version (\S+)", _version_output(path, "-v"))
     return Binary("haproxy", path, match.group(1) if match else "unknown")
+
+
+def find_sentinel() -> Binary:
+    """valkey-sentinel (package valkey-sentinel; only ``--valkey sentinel`` needs it)."""
+    path = shutil.which("valkey-sentinel")
+    if not path:
+        raise BinaryNotFound(f"valkey-sentinel not found (needed by --valkey sentinel): {SENTINEL_HINT}")
+    return Binary("valkey-sentinel", path, _server_version(path))

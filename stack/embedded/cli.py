@@ -65,7 +65,10 @@ def _up_parser() -> argparse.ArgumentParser:
                    help="JSON file {kind: [argv template]} overriding component commands (tests)")
     p.add_argument("--link", action="append", default=[], metavar="NAME",
                    help="put a link behind the fault proxy (repeatable): valkey_web, valkey_workers, valkey_relay, "
-                        "ai_provider, sms_gateway, web_N, web_*")
+                        "ai_provider, sms_gateway, web_N, web_*; with --valkey sentinel valkey_node_1, valkey_node_2")
+    p.add_argument("--valkey", choices=("single", "sentinel"), default="single",
+                   help="one Valkey, or primary + replica + 3 Sentinels that every client asks for the primary "
+                        "(default %(default)s; docs/valkey.md)")
     p.add_argument("--ready-timeout", type=positive_float, default=60.0, help="seconds to wait for readiness")
     p.add_argument("--foreground", action="store_true", help="stay attached until Ctrl-C/SIGTERM")
     # A stack another command starts for itself (the ramp's): listed by `status`, but it neither blocks
@@ -83,7 +86,8 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
     commands = json.loads(args.components.read_text()) if args.components else {}
     return StackSpec(name=args.name or DEFAULT_NAME, origin=args.origin, web=args.web, merit_workers=args.merit_workers, ai_workers=args.ai_workers,
                      sms_workers=args.sms_workers, settings_overrides=overrides, run_dir=args.run_dir,
-                     commands=commands, ready_timeout=min(args.ready_timeout, 30.0), links=tuple(args.link))
+                     commands=commands, ready_timeout=min(args.ready_timeout, 30.0), links=tuple(args.link),
+                     valkey=args.valkey)
 
 
 def _print_ready(manifest: dict[str, Any]) -> None:
@@ -128,7 +132,7 @@ def _child_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
     argv = [sys.executable, "-m", "stack.embedded.cli", "up", "--foreground", "--run-dir", str(run_dir),
             "--web", str(args.web), "--merit-workers", str(args.merit_workers), "--ai-workers", str(args.ai_workers),
             "--sms-workers", str(args.sms_workers), "--name", args.name or DEFAULT_NAME,
-            "--ready-timeout", str(args.ready_timeout), "--origin", args.origin]
+            "--ready-timeout", str(args.ready_timeout), "--origin", args.origin, "--valkey", args.valkey]
     if args.time_scale is not None:
         argv += ["--time-scale", str(args.time_scale)]
     if args.components:
@@ -232,6 +236,8 @@ def _health(entry: dict[str, Any], settings: dict[str, str]) -> str:
     probe = HealthProbe.from_dict(entry.get("health"))
     if probe.kind == "valkey" and settings.get("PROCTOR_VALKEY_USER"):  # the manifest's URL holds no credential
         user, password = settings["PROCTOR_VALKEY_USER"], settings.get("PROCTOR_VALKEY_PASSWORD", "")
+        if entry.get("role") == "sentinel":  # a Sentinel knows only its own users
+            user, password = "discovery", settings.get("PROCTOR_VALKEY_SENTINEL_PASSWORD", "")
         probe = replace(probe, target=probe.target.replace("rediss://", f"rediss://{user}:{password}@", 1))
     result = probe_health(probe, entry.get("pid"))
     return "-" if result is None else "ok" if result else "FAIL"
@@ -279,7 +285,30 @@ def _status_one(run_dir: Path) -> int:
         health = _health(entry, manifest.get("settings") or {}) if alive else "-"
         healthy = healthy and alive and health != "FAIL"
         print(f"{name:<18} {entry.get('pid') or '-':>7} {'yes' if alive else 'NO':<6} {health:<7} {entry.get('restarts', 0)}")
+    primary = _primary_line(manifest)
+    if primary:
+        print(primary)
     return 0 if healthy else 1
+
+
+def _primary_line(manifest: dict[str, Any]) -> str | None:
+    """Which node the Sentinels name primary (None for one Valkey), and how many of them agree."""
+    from stack.embedded.sentinel import sentinel_status
+    from stack.valkey_client import sentinel_addresses
+
+    settings = manifest.get("settings") or {}
+    if not settings.get("PROCTOR_VALKEY_SENTINELS"):
+        return None
+    names = {port: name for name, port in (manifest.get("ports") or {}).items()}
+    answers = [sentinel_status(port, settings.get("PROCTOR_VALKEY_CA", ""),
+                               settings.get("PROCTOR_VALKEY_SENTINEL_PASSWORD", ""))
+               for _host, port in sentinel_addresses(settings["PROCTOR_VALKEY_SENTINELS"])]
+    ports = [int(a["port"]) for a in answers if a]
+    if not ports:
+        return "primary  unknown: no Sentinel answers"
+    port = max(set(ports), key=ports.count)
+    return (f"primary  {names.get(port, '?')} (127.0.0.1:{port}; "
+            f"{ports.count(port)} of {len(answers)} Sentinels agree)")
 
 
 def down(argv: Sequence[str] | None = None) -> int:

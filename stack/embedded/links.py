@@ -34,7 +34,7 @@ import httpx
 
 from stack.embedded import StackError
 from stack.embedded import valkey as vk
-from stack.deploy.links import FIXED_LINKS, LINKS_OF_ROLE, UPSTREAM_OF, WEB_WILDCARD, known_links, validate_links
+from stack.deploy.links import FIXED_LINKS, LINKS_OF_ROLE, NODE_LINKS, UPSTREAM_OF, WEB_WILDCARD, known_links, validate_links
 from stack.deploy.ports import HOST, free_port
 
 __all__ = [
@@ -138,8 +138,8 @@ class LinkManager:
 
     def plan_services(self, ports: Mapping[str, int]) -> None:
         """Proxies for the fixed links (Valkey, providers), from the real service ports."""
-        for name, service in UPSTREAM_OF.items():
-            if self.wants(name):
+        for name, service in (*UPSTREAM_OF.items(), *NODE_LINKS.items()):
+            if self.wants(name) and service in ports:
                 self.add(name, ports[service], push=False)
         if self.supervised and self.api_port is None:
             self.api_port = free_port()

@@ -16,6 +16,7 @@ from stack.components import LANES, POOLS, Component, HealthProbe
 from stack.config import ENV_NAMES, Settings, load_settings
 from stack.embedded import StackError
 from stack.embedded import valkey as vk
+from stack.deploy.links import NODE_LINKS, UPSTREAM_OF
 from stack.embedded.links import validate_links
 from stack.deploy.ports import HOST
 from stack.deploy.secrets import run_secrets
@@ -29,6 +30,7 @@ __all__ = [
     "READY_DIR",
     "SCALABLE",
     "StackSpec",
+    "VALKEY_TOPOLOGIES",
     "component_argv",
     "http_probe",
     "missing_component_modules",
@@ -66,6 +68,9 @@ COMPONENT_MODULES: dict[str, str] = {
 PROVIDER_KINDS = ("ai_provider", "sms_gateway")
 """The fake providers: run niced (stack.priority "provider")."""
 
+VALKEY_TOPOLOGIES = ("single", "sentinel")
+"""``proctor up --valkey``: one Valkey, or primary + replica + three Sentinels."""
+
 READY_DIR = "ready"
 """<run_dir>/ready/<worker>: the worker's pid, written once it can take a job ($PROCTOR_READY_FILE)."""
 SCALABLE = {pool: pool for pool in POOLS}
@@ -95,6 +100,9 @@ class StackSpec:
     # Who started it: "cli" for `proctor up` (one such stack per results folder unless named,
     # stack/embedded/registry.py), "harness" for the stacks scenarios and tests start.
     origin: str = "harness"
+    # "single": one Valkey; "sentinel": primary + replica + three Sentinels that every client
+    # asks for the primary (stack/embedded/sentinel.py, docs/valkey.md).
+    valkey: str = "single"
     # SMS egress from a reserved address with failover (stack/embedded/egress.py): None = off (the
     # OS picks the source, every SMS worker serves); "move" or "without_address" (negative control)
     # names the failover policy, turned into its object once when the stack starts.
@@ -116,6 +124,17 @@ class StackSpec:
             raise StackError(f"unknown settings_overrides {sorted(unknown)}; known: {sorted(ENV_NAMES)}")
         if self.valkey_maxclients is not None and self.valkey_maxclients < 1:
             raise StackError(f"StackSpec.valkey_maxclients={self.valkey_maxclients}: at least 1")
+        if self.valkey not in VALKEY_TOPOLOGIES:
+            raise StackError(f"StackSpec.valkey={self.valkey!r}: one of {', '.join(VALKEY_TOPOLOGIES)}")
+        url_links = [name for name in self.links if name in UPSTREAM_OF and UPSTREAM_OF[name] == "valkey"]
+        if self.valkey == "sentinel" and url_links:
+            # Clients ask the Sentinels for the primary, so a proxy in PROCTOR_VALKEY_URL would be
+            # bypassed: refused rather than silently not injecting. The node links inject instead.
+            raise StackError(f"StackSpec.links {url_links}: with StackSpec.valkey='sentinel' use the node links "
+                             f"{', '.join(NODE_LINKS)} (clients reach the nodes at the addresses they announce)")
+        node_links = [name for name in self.links if name in NODE_LINKS]
+        if self.valkey != "sentinel" and node_links:
+            raise StackError(f"StackSpec.links {node_links}: node links need StackSpec.valkey='sentinel'")
         validate_links(self.links, self.web)
         if self.log_shipping is not None:
             from stack.embedded.logship import policy

@@ -28,7 +28,7 @@ from stack.components import Component, ComponentTable
 from stack.config import Settings
 from stack.embedded import StackError
 from stack.embedded import haproxy as hap
-from stack.embedded.binaries import Binary, find_haproxy, find_valkey
+from stack.embedded.binaries import Binary, find_haproxy, find_sentinel, find_valkey
 from stack.embedded.certs import CertPaths, make_certs
 from stack.embedded.control import CONTROL_ENV, ControlServer
 from stack.embedded.drain import DrainReport, admit_server, drain_server_idle, retire_server
@@ -110,6 +110,8 @@ class EmbeddedStack:
         if missing:
             raise StackError(f"component modules not found: {', '.join(missing)} (see docs/architecture.md)")
         self._binaries = {"valkey": find_valkey(), "haproxy": find_haproxy()}
+        if self.spec.valkey == "sentinel":
+            self._binaries["sentinel"] = find_sentinel()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir.chmod(0o700)  # evidence (ledger.db, roster, history, exports) is the owner's alone
         self._status = "starting"
@@ -167,17 +169,26 @@ class EmbeddedStack:
         certs = self._certs = make_certs(self.run_dir / "tls")
         self._topo.plan_services(free_port)
         self.settings = stack_settings(self.spec, self.run_dir, self.urls, certs.ca_cert).with_overrides(
-            **self._topo.harness_credentials())
+            **self._topo.harness_credentials(), **self._topo.sentinel_settings())
         self._topo.proxy_secret = self.settings.proxy_secret
         self._start_control()
         self._sup = Supervisor(self.run_dir, on_change=self._write_manifest)
         self._watchdog_ident = self._sup.watchdog_identity  # kept after detach, for `proctor down`
         self._write_manifest()
-        self._start_stage([self._service("valkey")])
+        # With node links the replica syncs through the fault proxy: it must run first.
+        proxy_first = self._topo.faultproxy_stage() if self._topo.node_links else None
+        if proxy_first is not None:
+            self._start_stage(proxy_first)
+            self._links.mark_live()
+            self._links.push()  # an external Toxiproxy gets the node links now
+        self._start_stage(self._topo.valkey_nodes(self._binaries["valkey"].path, certs))
         self._start_log_shipping()
         init_ledger(self.engine, self.settings)  # once, so components never race to create tables
         self._issue_roster()
-        self._start_stage([self._service("ai_provider"), self._service("sms_gateway"), *self._topo.faultproxy_stage()])
+        # The Sentinels find each other (hellos every 2 s) while the providers start.
+        sentinels = self._topo.sentinels(self._binaries["sentinel"].path, certs) if self._topo.sentinel else []
+        proxy = self._topo.faultproxy_stage() if proxy_first is None else []
+        self._start_stage([self._service("ai_provider"), self._service("sms_gateway"), *proxy, *sentinels])
         if self._links.active:
             self._links.mark_live()
             # Creates the proxies on an external Toxiproxy; for ours it re-points any proxy whose
@@ -274,7 +285,7 @@ class EmbeddedStack:
         else:
             self._topo.move(lost.name, free_port())
             self._sync_settings()
-            component = self._service(lost.role)
+            component = self._service(lost.name)
         sup.start(self._process_spec(component))
         sup.wait_ready(component.name, self.spec.ready_timeout)
 
@@ -430,10 +441,14 @@ class EmbeddedStack:
         return self._topo.web(index, port, admin_port=free_port())  # admin: loopback only, HAProxy never routes it
 
     def _service(self, role: str) -> Component:
-        """(Re)build Valkey, HAProxy, a provider or the relay on its current port."""
-        if role == "valkey":
+        """(Re)build a Valkey node, a Sentinel, HAProxy, a provider or the relay on its current port
+        (``role`` is the component's name: a role for the singletons, ``valkey_2``, ``sentinel_N``)."""
+        kind = self._table.get(role).role if role in self._table else role
+        if kind in ("valkey", "sentinel"):
             assert self._certs is not None
-            return self._topo.valkey(self._binaries["valkey"].path, self._certs)
+            if kind == "sentinel":
+                return self._topo.sentinel_component(self._binaries["sentinel"].path, self._certs, role)
+            return self._topo.valkey(self._binaries["valkey"].path, self._certs, role)
         if role == "haproxy":
             return self._topo.haproxy(self._binaries["haproxy"].path)
         return self._topo.python(role)
@@ -442,7 +457,8 @@ class EmbeddedStack:
         """Settings carry the service URLs: follow a service that moved to a new port."""
         urls = self.urls
         self.settings = self.settings.with_overrides(
-            valkey_url=urls["valkey"], ai_url=urls["ai_provider"], sms_url=urls["sms_gateway"])
+            valkey_url=urls["valkey"], ai_url=urls["ai_provider"], sms_url=urls["sms_gateway"],
+            **self._topo.sentinel_settings())
 
     def _env(self, name: str) -> dict[str, str]:
         return self._topo.env(name, self.settings)
@@ -472,7 +488,7 @@ class EmbeddedStack:
                 "startup_seconds": self.startup_seconds,
                 "updated_at": time.time(),
                 "spec": {f.name: getattr(self.spec, f.name) for f in fields(self.spec)
-                         if f.name in ("web", "merit_workers", "ai_workers", "sms_workers")},
+                         if f.name in ("web", "merit_workers", "ai_workers", "sms_workers", "valkey")},
                 "urls": self.urls,
                 "links": self.links(),
                 "faultproxy": self._links.manifest() if self._links.active else None,

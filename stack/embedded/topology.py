@@ -18,10 +18,12 @@ from stack.components import Component, ComponentTable, HealthProbe
 from stack.config import Settings
 from stack.embedded import StackError
 from stack.embedded import haproxy as hap
+from stack.embedded import sentinel as st
 from stack.embedded import valkey as vk
 from stack.embedded.certs import CertPaths
 from stack.embedded.links import COMPONENT as FAULTPROXY
 from stack.embedded.links import LinkManager
+from stack.deploy.links import NODE_LINKS
 from stack.deploy.ports import HOST
 from stack.deploy.secrets import HAPROXY_SOURCE
 from stack.embedded.spec import StackSpec, probe_health, python_component, web_component, worker_component
@@ -44,6 +46,7 @@ class Topology:
         self.extra_env: dict[str, str] = {}  # e.g. PROCTOR_CONTROL_URL (the runner's control endpoint)
         self.proxy_secret = ""  # the run's PROCTOR_PROXY_SECRET, which HAProxy adds for the nodes
         self.valkey_passwords = draw_passwords()  # one per ACL user, fresh per run (stack/valkey_acl.py)
+        self.sentinel = spec.valkey == "sentinel"
 
     # ------------------------------------------------------------ derived from the table
     def port(self, name: str) -> int:
@@ -66,9 +69,18 @@ class Topology:
             urls.setdefault("admin", urls[f"{web.name}_admin"])
         if self.haproxy_socket is not None:
             urls["haproxy_socket"] = str(self.haproxy_socket)
+        if self.sentinel:
+            urls.update({name: vk.valkey_url(self.port(name)) for name in (*st.NODES[1:], *st.SENTINELS)})
         if "log_store" in self.table:
             urls["log_store"] = _http(self.port("log_store"))
         return urls
+
+    def sentinel_settings(self) -> dict[str, str]:
+        """Settings overrides that send every client through the Sentinels; none for one Valkey."""
+        if not self.sentinel:
+            return {}
+        return {"valkey_sentinels": ",".join(f"{HOST}:{self.port(name)}" for name in st.SENTINELS),
+                "valkey_service": st.SERVICE, "valkey_sentinel_password": self.valkey_passwords["discovery"]}
 
     @property
     def ports(self) -> dict[str, int]:
@@ -139,7 +151,7 @@ class Topology:
     def process_spec(self, component: Component, settings: Settings, pid_of: Callable[[str], int | None]) -> ProcessSpec:
         """How the supervisor runs a component; Valkey, HAProxy and the fault proxy get our environment only."""
         alive_only = component.health.kind == "alive"
-        own_env = component.role in ("valkey", "haproxy", "faultproxy", "shipper")
+        own_env = component.role in ("valkey", "sentinel", "haproxy", "faultproxy", "shipper")
         env = dict(os.environ) if own_env else self.env(component.name, settings)
         if component.role == "faultproxy":
             env = self.links.server_env(env)
@@ -151,6 +163,12 @@ class Topology:
             return self.links.ready  # its API answers and every planned proxy exists
         if component.health.kind == "alive":
             return None  # ready once alive for StackSpec.worker_settle
+        if component.role == "sentinel":
+            port, ca, password = component.port or 0, component.health.ca, self.valkey_passwords["discovery"]
+            return lambda: st.sentinel_ready(port, ca, password)
+        if self.sentinel and component.role == "valkey":
+            url, ca = component.health.target, component.health.ca
+            return lambda: vk.replication_ready(url, ca)
         health, name = component.health, component.name
         return lambda: bool(probe_health(health, pid_of(name)))
 
@@ -158,6 +176,11 @@ class Topology:
     def plan_services(self, allocate: Callable[[], int]) -> None:
         for role in SERVICES:
             self.table.put(Component(role, role, port=allocate()))
+        if self.sentinel:
+            for index, name in enumerate(st.NODES[1:], 2):
+                self.table.put(Component(name, "valkey", index=index, port=allocate()))
+            for index, name in enumerate(st.SENTINELS, 1):
+                self.table.put(Component(name, "sentinel", index=index, port=allocate()))
 
     def move(self, name: str, port: int) -> None:
         """A service lost its port to another process: it (and its link, if any) moves."""
@@ -165,15 +188,50 @@ class Topology:
         if name in ("ai_provider", "sms_gateway") and self.links.wants(name):
             self.links.add(name, port)
 
-    def valkey(self, binary: Path, certs: CertPaths) -> Component:
-        port = self.port("valkey")
+    @property
+    def node_links(self) -> bool:
+        """Sentinel with node links: the fault proxy must run before the nodes (replication goes through it)."""
+        return self.sentinel and any(self.links.wants(link) for link in NODE_LINKS)
+
+    def announced_port(self, node: str) -> int:
+        """Where everyone reaches ``node``: its link's proxy when it has one, else the node itself."""
+        link = next((link for link, name in NODE_LINKS.items() if name == node), None)
+        return (self.links.listen_port(link) if link else None) or self.port(node)
+
+    def valkey(self, binary: Path, certs: CertPaths, name: str = "valkey") -> Component:
+        """A data node: the one Valkey, or (Sentinel) ``valkey`` starting as primary, ``valkey_2`` as its replica."""
+        port = self.port(name)
+        extra: list[str] = []
+        if self.sentinel:
+            primary = None if name == st.NODES[0] else self.announced_port(st.NODES[0])
+            extra = st.node_lines(self.announced_port(name), self.valkey_passwords, replica_of=primary)
         conf = vk.write_valkey_config(self.run_dir, port, certs, self.spec.maxmemory, self.spec.valkey_maxclients,
-                                      passwords=self.valkey_passwords)
+                                      passwords=self.valkey_passwords, name=name, extra=extra)
         prober = self.harness_credentials()  # the supervisor's probe runs in the harness, as the harness user
         health = HealthProbe("valkey", vk.valkey_url(port, user=prober["valkey_user"], password=prober["valkey_password"]),
                              ca=str(certs.ca_cert))
         argv = tuple(vk.valkey_argv(binary, conf))
-        return self.table.put(Component("valkey", "valkey", argv=argv, health=health, port=port))
+        index = self.table.get(name).index
+        return self.table.put(Component(name, "valkey", index=index, argv=argv, health=health, port=port))
+
+    def valkey_nodes(self, binary: Path, certs: CertPaths) -> list[Component]:
+        return [self.valkey(binary, certs, name) for name in (st.NODES if self.sentinel else ("valkey",))]
+
+    def sentinels(self, binary: Path, certs: CertPaths) -> list[Component]:
+        """The three Sentinels (none for one Valkey), each monitoring ``valkey``, the first primary."""
+        if not self.sentinel:
+            return []
+        return [self.sentinel_component(binary, certs, name) for name in st.SENTINELS]
+
+    def sentinel_component(self, binary: Path, certs: CertPaths, name: str) -> Component:
+        port = self.port(name)
+        conf = st.write_sentinel_config(self.run_dir, name, port, certs, self.announced_port(st.NODES[0]),
+                                        self.valkey_passwords)
+        health = HealthProbe("valkey", vk.valkey_url(port, user="discovery", password=self.valkey_passwords["discovery"]),
+                             ca=str(certs.ca_cert))
+        index = self.table.get(name).index
+        return self.table.put(Component(name, "sentinel", index=index, argv=(str(binary), str(conf)), health=health,
+                                        port=port))
 
     def python(self, role: str) -> Component:
         """A provider (on its planned port) or the relay."""

@@ -10,7 +10,7 @@ off (stack/valkey_acl.py; docs/security.md says why passwords and not client cer
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from redis import Redis
 from redis.backoff import NoBackoff
@@ -20,7 +20,7 @@ from redis.retry import Retry
 from stack.embedded.certs import CertPaths
 from stack.valkey_acl import acl_lines
 
-__all__ = ["DEFAULT_MAXMEMORY", "valkey_url", "write_valkey_config", "valkey_argv", "tls_ping"]
+__all__ = ["DEFAULT_MAXMEMORY", "replication_ready", "valkey_url", "write_valkey_config", "valkey_argv", "tls_ping"]
 
 DEFAULT_MAXMEMORY = "256mb"
 
@@ -32,7 +32,7 @@ def valkey_url(tls_port: int, db: int = 0, user: str = "", password: str = "") -
 
 
 def _config_text(tls_port: int, certs: CertPaths, data_dir: Path, maxmemory: str, maxclients: int | None,
-                 passwords: Mapping[str, str]) -> str:
+                 passwords: Mapping[str, str], extra: Sequence[str] = ()) -> str:
     lines = [
         "bind 127.0.0.1",
         "port 0",  # no plaintext listener at all
@@ -54,18 +54,21 @@ def _config_text(tls_port: int, certs: CertPaths, data_dir: Path, maxmemory: str
     ]
     if maxclients is not None:
         lines.append(f"maxclients {maxclients}")  # small only for the fresh-connection negative control
+    lines.extend(extra)  # replication and its announce address (stack/embedded/sentinel.py)
     return "\n".join(lines) + "\n"
 
 
 def write_valkey_config(
     run_dir: Path, tls_port: int, certs: CertPaths, maxmemory: str = DEFAULT_MAXMEMORY,
-    maxclients: int | None = None, *, passwords: Mapping[str, str],
+    maxclients: int | None = None, *, passwords: Mapping[str, str], name: str = "valkey", extra: Sequence[str] = (),
 ) -> Path:
-    """Write ``<run_dir>/valkey/valkey.conf`` (data in the same folder); return its path."""
-    folder = (run_dir / "valkey").resolve()
+    """Write ``<run_dir>/<name>/valkey.conf`` (data in the same folder, 0600: a node with a
+    replication credential holds it in clear); return its path."""
+    folder = (run_dir / name).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "valkey.conf"
-    path.write_text(_config_text(tls_port, certs, folder, maxmemory, maxclients, passwords))
+    path.touch(mode=0o600)
+    path.write_text(_config_text(tls_port, certs, folder, maxmemory, maxclients, passwords, extra))
     return path
 
 
@@ -91,3 +94,17 @@ def tls_ping(url: str, ca_cert: Path | str, timeout: float = 1.0) -> bool:
         return False
     finally:
         client.close()
+
+
+def replication_ready(url: str, ca_cert: Path | str, timeout: float = 1.0) -> bool:
+    """A node of a replicated Valkey is ready as a primary, or as a replica whose link to its
+    primary is up (before that a Sentinel could find no replica to promote)."""
+    client = Redis.from_url(url, ssl_ca_certs=str(ca_cert), ssl_cert_reqs="required", socket_connect_timeout=timeout,
+                            socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+    try:
+        info = client.info("replication")
+    except (RedisError, OSError):
+        return False
+    finally:
+        client.close()
+    return info.get("role") == "master" or info.get("master_link_status") == "up"

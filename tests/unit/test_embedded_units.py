@@ -128,7 +128,7 @@ def test_link_names_are_validated_with_the_known_ones() -> None:
     from stack.embedded.links import known_links, validate_links
 
     assert known_links(2) == ["valkey_web", "valkey_workers", "valkey_relay", "ai_provider", "sms_gateway",
-                              "web_1", "web_2", "web_*"]
+                              "valkey_node_1", "valkey_node_2", "web_1", "web_2", "web_*"]
     validate_links(["valkey_web", "web_2", "web_*"], 2)
     with pytest.raises(StackError, match=r"unknown links \['web_0', 'redis'\]; known: valkey_web"):
         validate_links(["web_0", "redis"], 2)

@@ -1,0 +1,250 @@
+"""Valkey failover: SIGKILL (``failover``) or cut off (``partition``) the node the Sentinels
+name primary, and measure the failover.
+
+The fault ``failover`` (target ``primary``, resolved when it starts) keeps the killed node
+down for the fault's duration, then lets the supervisor restart it; the Sentinels turn it
+into a replica of the new primary. The fault ``partition`` (same target; the node needs its
+node link, ``valkey_node_N``) puts a ``timeout`` toxic with no deadline on the downstream of
+the primary's link: whatever the node sends (replies, the replication stream, answers to the
+Sentinels' pings) is dropped while commands still arrive and run. The node stays up and keeps
+what it applied; at the end the toxic is removed (which closes the link's connections) and
+the Sentinels demote it. A watcher thread measures, from outside the stack:
+
+- ``switch_at``: when most Sentinels first name another node (their ``+switch-master``);
+- ``first_success``: when each client component (web nodes, relay, workers) first holds a
+  connection to the new primary (its ``CLIENT SETNAME <component>/<purpose>`` appears in
+  the new primary's ``CLIENT LIST``, polled): the component found the new primary;
+- ``rejoined_as_replica``: the restarted node became a replica with its link up;
+- ``errors_by_component``: the connection errors each component counted from the kill to the
+  fault's end (stack/connection_stats.py counters, by kind: refused, reset, timeout, ...).
+
+All wall-clock (``time.time()``), as the ledgers; chaos/bounds.py turns the workers'
+``first_success`` into their kill windows, so the verdict's bounds follow the measured switch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from chaos.nemesis.base import FaultSpec, NemesisError
+from chaos.observe.valkey_stats import read_process_counters
+from stack.valkey_client import primary_port, valkey_client
+
+if TYPE_CHECKING:
+    from chaos.deployment import Deployment
+
+__all__ = ["CLIENT_ROLES", "PARTITION_TOXIC", "FailoverNemesis"]
+
+CLIENT_ROLES = ("web", "relay", "worker")
+"""Components that find the primary through the Sentinels; each must reach the new one."""
+_POLL = 0.05
+
+
+@dataclass
+class _Watch:
+    victim: str
+    old_port: int
+    killed_at: float
+    expected: tuple[str, ...]
+    deadline: float
+    switch_at: float | None = None
+    new_port: int | None = None
+    first_success: dict[str, float] = field(default_factory=dict)
+    counters_before: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+
+PARTITION_TOXIC = {"type": "timeout", "stream": "downstream", "attributes": {"timeout": 0}, "name": "partition"}
+"""Drop everything the node sends, keep the connections open: a silent one-way partition."""
+
+
+class FailoverNemesis:
+    kinds = frozenset({"failover", "partition"})
+
+    def __init__(self, stack: Deployment, ready_timeout: float = 60.0) -> None:
+        self.stack = stack
+        self.ready_timeout = ready_timeout
+        self._watches: dict[str, _Watch] = {}
+        self._cut: dict[str, str] = {}  # fault target -> the link carrying the partition toxic
+        self._network: Any = None
+
+    # ------------------------------------------------------------------ start
+    def start(self, fault: FaultSpec) -> dict[str, Any]:
+        settings = self.stack.settings
+        if not settings.valkey_sentinels:
+            raise NemesisError("a failover needs the Sentinel topology (StackSpec.valkey='sentinel')")
+        old_port = primary_port(settings)
+        by_port = self._nodes_by_port()
+        if old_port not in by_port:
+            raise NemesisError(f"the Sentinels name no node of this stack primary (port {old_port}; nodes {by_port})")
+        victim = by_port[old_port]
+        mid_job = self._wait_busy(fault.params.get("wait_busy_worker"), float(fault.params.get("wait_busy", 0)))
+        expected = tuple(c.name for c in self.stack.components() if c.role in CLIENT_ROLES)
+        pids = self.stack.pids(victim)
+        if fault.kind == "partition":
+            link = self._link_of(old_port)
+            self._network_nemesis().start(self._toxic(link))
+            self._cut[fault.target] = link
+        else:
+            self.stack.set_autorestart(victim, False)
+            self.stack.kill(victim)
+        before = read_process_counters(self.stack.run_dir)
+        watch = _Watch(victim, old_port, time.time(), expected, time.monotonic() + self.ready_timeout,
+                       counters_before=before)
+        watch.thread = threading.Thread(target=self._watch, args=(watch,), name=f"failover-{victim}", daemon=True)
+        watch.thread.start()
+        self._watches[fault.target] = watch
+        return {"node": victim, "pids": pids, "killed_at": watch.killed_at, "mid_job": mid_job,
+                "primary_port_before": old_port, **({"link": self._cut[fault.target]} if fault.target in self._cut else {})}
+
+    def _link_of(self, port: int) -> str:
+        """The node link whose proxy is the address the node announces (the Sentinels' view of it)."""
+        for name, link in self.stack.links().items():
+            if link["listen"].endswith(f":{port}"):
+                return name
+        raise NemesisError(f"a partition needs the primary's node link (valkey_node_N); links: {sorted(self.stack.links())}")
+
+    def _network_nemesis(self) -> Any:
+        if self._network is None:
+            from chaos.nemesis.network import NetworkNemesis
+
+            self._network = NetworkNemesis(self.stack)
+        return self._network
+
+    @staticmethod
+    def _toxic(link: str) -> FaultSpec:
+        return FaultSpec(at=0.0, kind="toxic", target=link, duration=0.0, params=dict(PARTITION_TOXIC))
+
+    def _wait_busy(self, worker: Any, timeout: float) -> bool:
+        """Kill while ``worker`` runs a job (its tree has a horse), so a job is in flight."""
+        if not worker:
+            return False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(self.stack.pids(str(worker))) > 1:
+                return True
+            time.sleep(0.005)
+        return False
+
+    # ------------------------------------------------------------------ the watcher
+    def _watch(self, watch: _Watch) -> None:
+        try:
+            self._wait_switch(watch)
+            if watch.new_port is not None:
+                self._wait_clients(watch)
+        except Exception as exc:  # noqa: BLE001 - a broken watch is evidence in the fault-end, never a crash
+            watch.errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+    def _wait_switch(self, watch: _Watch) -> None:
+        while time.monotonic() < watch.deadline and not watch.stop.is_set():
+            port = primary_port(self.stack.settings)
+            if port is not None and port != watch.old_port:
+                watch.switch_at, watch.new_port = time.time(), port
+                return
+            time.sleep(_POLL)
+        watch.errors.append("the Sentinels never named a new primary")
+
+    def _wait_clients(self, watch: _Watch) -> None:
+        settings = self.stack.settings.with_overrides(valkey_sentinels="",
+                                                      valkey_url=f"rediss://127.0.0.1:{watch.new_port}/0")
+        client = valkey_client(settings, "probe")  # the harness user, straight to the new primary
+        try:
+            while time.monotonic() < watch.deadline and set(watch.expected) - set(watch.first_success):
+                try:
+                    names = {str(c.get("name", "")).split("/", 1)[0] for c in client.client_list()}
+                except RedisError:
+                    names = set()
+                now = time.time()
+                for name in names & set(watch.expected):
+                    watch.first_success.setdefault(name, now)
+                time.sleep(2 * _POLL)
+        finally:
+            client.close()
+
+    # ------------------------------------------------------------------ end
+    def end(self, fault: FaultSpec) -> dict[str, Any]:
+        watch = self._watches.pop(fault.target, None)
+        if watch is None:
+            return {}
+        assert watch.thread is not None
+        revived = time.monotonic()
+        link = self._cut.pop(fault.target, None)
+        if link is not None:
+            # Healed when the schedule says: removing the toxic closes the link's connections, so a
+            # client still waiting on the silent node (a worker's blocking dequeue) moves now.
+            self._network_nemesis().end(self._toxic(link))
+        watch.thread.join(max(0.0, watch.deadline - time.monotonic()))  # the clients may still be coming back
+        watch.stop.set()
+        if link is None:  # a killed node stays down until every client found the new primary
+            revived = time.monotonic()
+            self.stack.set_autorestart(watch.victim, True)
+        detail = {**self._timeline(watch), **({"healed_at": time.time() - (time.monotonic() - revived)} if link else {})}
+        try:
+            self.stack.wait_healthy(watch.victim, self.ready_timeout)
+            detail.update(ready=True, ready_at=time.time(), restart_seconds=round(time.monotonic() - revived, 3),
+                          rejoined_as_replica=self._wait_replica(watch))
+        except Exception as exc:  # noqa: BLE001 - a node that never came back is evidence
+            detail.update(ready=False, error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        return detail
+
+    def _nodes_by_port(self) -> dict[int | None, str]:
+        """Each node by its own port and by its node link's listen port (what the Sentinels name)."""
+        nodes = {c.port: c.name for c in self.stack.components() if c.role == "valkey"}
+        for link in self.stack.links().values():
+            upstream, listen = (int(link[k].rsplit(":", 1)[1]) for k in ("upstream", "listen"))
+            if upstream in nodes:
+                nodes[listen] = nodes[upstream]
+        return nodes
+
+    def _timeline(self, watch: _Watch) -> dict[str, Any]:
+        by_port = self._nodes_by_port()
+        since = {name: round(at - watch.killed_at, 3) for name, at in sorted(watch.first_success.items())}
+        return {"node": watch.victim, "killed_at": watch.killed_at, "switch_at": watch.switch_at,
+                "switch_seconds": round(watch.switch_at - watch.killed_at, 3) if watch.switch_at else None,
+                "primary_after": by_port.get(watch.new_port), "first_success": dict(watch.first_success),
+                "first_success_seconds": since,
+                "never_back": sorted(set(watch.expected) - set(watch.first_success)), "errors": watch.errors,
+                "errors_by_component": _error_delta(watch.counters_before, read_process_counters(self.stack.run_dir))}
+
+    def _wait_replica(self, watch: _Watch) -> bool:
+        """The restarted node follows the new primary (the Sentinels reconfigured it)."""
+        port = next((c.port for c in self.stack.components() if c.name == watch.victim), None)
+        settings = self.stack.settings.with_overrides(valkey_sentinels="", valkey_url=f"rediss://127.0.0.1:{port}/0")
+        client = valkey_client(settings, "probe")
+        deadline = time.monotonic() + self.ready_timeout
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    info = client.info("replication")
+                    if info.get("role") == "slave" and info.get("master_link_status") == "up":
+                        return True
+                except RedisError:
+                    pass
+                time.sleep(0.1)
+            return False
+        finally:
+            client.close()
+
+    def heal(self) -> None:
+        for target in list(self._watches):
+            kind = "partition" if target in self._cut else "failover"
+            self.end(FaultSpec(at=0.0, kind=kind, target=target, duration=0.0))
+
+
+def _error_delta(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Connection errors per component and kind counted between two counter reads (only the nonzero)."""
+    delta: dict[str, dict[str, int]] = {}
+    for component, entry in sorted(after.items()):
+        old = (before.get(component) or {}).get("errors") or {}
+        kinds = {kind: int(n) - int(old.get(kind, 0)) for kind, n in (entry.get("errors") or {}).items()}
+        kinds = {kind: n for kind, n in kinds.items() if n > 0}
+        if kinds:
+            delta[component] = kinds
+    return delta

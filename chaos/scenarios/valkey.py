@@ -1,0 +1,98 @@
+"""Valkey failover: the primary SIGKILLed mid-exam with a replica and three Sentinels
+(``Scenario.valkey = "sentinel"``), and its negative control (the reconciler off).
+
+The kill lands while the AI worker runs a job (its provider answers slowly), so a job is in
+flight on the old primary when it dies. What must hold: every acknowledged answer is in the
+ledger (the answers never needed Valkey), every finished attempt's jobs complete (the
+reconciler re-enqueues what the failover lost), no effect is duplicated, and every client
+component reaches the new primary (the fault-end lists any that never did). The verdict's
+bounds are derived from the measured switch (chaos/bounds.py, failover windows).
+
+``tls_churn_sentinel`` is tls_churn on the Sentinel topology: its toxics sit on the node links,
+the proxies in front of each node whose addresses the nodes announce."""
+
+from __future__ import annotations
+
+from chaos.load.exam import WorkloadSpec
+from chaos.load.filler import FillerSpec, filler_generator
+from chaos.nemesis import FaultSpec
+from chaos.runner import Scenario
+from chaos.scenarios.kills import KILL_BOUNDS, slow_ai_calls
+from chaos.scenarios.tls import tls_churn_on
+from stack.deploy.links import NODE_LINKS
+
+__all__ = ["FAILOVER_DOWN_SECONDS", "VALKEY_SCENARIOS"]
+
+FAILOVER_DOWN_SECONDS = 8.0
+"""How long the killed primary stays down: past the failover (measured ~2.5-3.3 s from the kill
+to +switch-master with down-after 2 s), so the Sentinels, not a restart, end the outage."""
+
+
+MEMORY_PRESSURE_MAXMEMORY = "24mb"
+"""Small, so the filler reaches it in a second (about 90 writes of 256 KiB), bounded in bytes."""
+
+
+def _primary_kill(seed: int, scenario: Scenario) -> list[FaultSpec]:
+    return [FaultSpec(at=3.0, kind="failover", target="primary", duration=FAILOVER_DOWN_SECONDS,
+                      params={"wait_busy_worker": "worker_ai_1", "wait_busy": 5.0})]
+
+
+def _primary_cut(seed: int, scenario: Scenario) -> list[FaultSpec]:
+    return [FaultSpec(at=3.0, kind="partition", target="primary", duration=FAILOVER_DOWN_SECONDS,
+                      params={"wait_busy_worker": "worker_ai_1", "wait_busy": 5.0})]
+
+
+_OPTIONS = {"expect_ops": ["session", "start", "answer", "finish", "merit_card"]}
+
+VALKEY_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        name="valkey_failover",
+        description="Valkey primary SIGKILLed mid-exam (replica + 3 Sentinels, quorum 2): nothing acknowledged "
+                    "lost, every finished attempt's jobs done, no effect twice, every client on the new primary",
+        workload=WorkloadSpec(arrival_rate=2.0, duration=14.0, questions=3),
+        valkey="sentinel",
+        prepare=slow_ai_calls,
+        faults=_primary_kill,
+        options=_OPTIONS,
+        derive_bounds=KILL_BOUNDS,
+    ),
+    Scenario(
+        name="valkey_failover_no_reconciler",
+        description="negative control: reconciler off; the job in flight when the primary died must be reported lost",
+        workload=WorkloadSpec(arrival_rate=2.0, duration=10.0, questions=2),
+        valkey="sentinel",
+        settings={"reconciler_enabled": False},
+        prepare=slow_ai_calls,
+        faults=_primary_kill,
+        options=_OPTIONS,
+        expect_valid=False,
+    ),
+    Scenario(
+        name="valkey_partition",
+        description="the Valkey primary cut off (everything it sends dropped, commands still arrive) via its node "
+                    "link, then healed: the Sentinels promote the replica, the old primary is demoted and loses "
+                    "what it applied alone; nothing acknowledged lost, nothing done twice",
+        workload=WorkloadSpec(arrival_rate=2.0, duration=14.0, questions=3),
+        valkey="sentinel",
+        links=tuple(NODE_LINKS),
+        prepare=slow_ai_calls,
+        faults=_primary_cut,
+        options=_OPTIONS,
+        derive_bounds=KILL_BOUNDS,
+    ),
+    Scenario(
+        name="valkey_memory_pressure",
+        description="a filler (its own ACL user and keys) fills Valkey to maxmemory under noeviction mid-exam, holds "
+                    "it full 4 s, frees it: answers still accepted, nothing lost or done twice, no 5xx",
+        workload=WorkloadSpec(arrival_rate=2.0, duration=12.0, questions=3),
+        valkey_maxmemory=MEMORY_PRESSURE_MAXMEMORY,
+        background={"filler": filler_generator(FillerSpec(start_at=3.0, hold=4.0))},
+        options=_OPTIONS,
+    ),
+    tls_churn_on(
+        "tls_churn_sentinel",
+        "tls_churn with Sentinel: the toxics on the node links (the addresses the nodes announce, which the "
+        "Sentinels hand every client) still reach the web nodes, relay and workers",
+        tuple(NODE_LINKS), valkey="sentinel",
+    ),
+)

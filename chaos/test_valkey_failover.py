@@ -1,0 +1,81 @@
+"""Valkey failover (issue #25): the primary SIGKILLed mid-exam, a replica promoted by three
+Sentinels. Nothing acknowledged is lost, every finished attempt's jobs complete, no effect is
+duplicated, and every client component reaches the new primary. The negative control (the
+reconciler off) must report the job that was in flight when the primary died.
+
+``tls_churn_sentinel`` shows that the fault-proxy links still inject with Sentinel on.
+
+All run on the embedded target only (the compose stack has one Valkey so far: docs/valkey.md).
+"""
+
+import pytest
+
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+
+def _failover(run) -> dict:
+    """The failover's measured timeline (its fault-end, as the report shows it)."""
+    ends = run.verdict["failovers"]
+    assert len(ends) == 1, run.faults()
+    return ends[0]
+
+
+def test_a_primary_failover_loses_nothing_and_every_client_follows(run_chaos):
+    run = run_chaos("valkey_failover")
+    failover = _failover(run)
+    assert failover["switch_seconds"] is not None, failover  # the Sentinels promoted the replica
+    assert failover["primary_after"] not in (None, failover["node"]), failover
+    assert failover["never_back"] == [], failover  # web nodes, relay and every worker found the new primary
+    assert failover["rejoined_as_replica"] is True, failover  # the old primary came back as a replica
+    assert run.valid is True, run.summary()
+    assert run.checker("answers")["counts"]["lost"] == 0
+    assert run.checker("jobs")["counts"]["stuck"] == 0
+    assert run.checker("effects")["counts"]["duplicated"] == 0
+    bounds = run.verdict["bounds"]  # derived from the measured switch and first connections
+    assert bounds["outcome_deadline_seconds"]["value"] is not None, bounds
+    assert run.recheck() == 0
+
+
+@pytest.mark.negative_control
+def test_without_reconciler_the_job_lost_in_the_failover_is_reported(run_chaos):
+    run = run_chaos("valkey_failover_no_reconciler")
+    failover = _failover(run)
+    assert failover["switch_seconds"] is not None, failover
+    starts = [f for f in run.faults() if f["kind"] == "failover"]
+    assert starts and starts[0]["mid_job"], "no job was in flight at the kill: this control proves nothing"
+    assert run.valid is False, run.summary()
+    assert run.checker("jobs")["counts"]["stuck"] >= 1, run.summary()
+    assert run.recheck() == 1
+
+
+def test_with_sentinel_the_node_links_still_inject_into_every_client(run_chaos):
+    """Sentinel hands clients the addresses the nodes announce: the node links' proxies. So the
+    tls_churn toxics on those links must break the web nodes', relay's and workers' connections."""
+    run = run_chaos("tls_churn_sentinel")
+    applied = [f for f in run.faults() if f["kind"] == "toxic" and not f.get("error")]
+    assert "valkey_node_1" in {f["target"] for f in applied}, applied  # the primary's link: what clients use
+    assert run.valid is True, run.summary()
+    conn = run.checker("connections")
+    components = conn["details"]["components"]
+    assert sum(c["reconnects"] for n, c in components.items() if n.startswith("web_") or n == "relay") > 0, components
+    assert conn["counts"]["component_errors"] > 0, "the toxics broke no client connection: the links were bypassed"
+
+
+def test_a_full_valkey_refuses_writes_yet_loses_no_answer_and_no_job(run_chaos):
+    """noeviction: the filler fills Valkey to maxmemory and keeps it full; the stack's own writes
+    are refused (OOM) meanwhile. Answers need only the ledger; every job is done once it is freed."""
+    import json
+
+    from chaos.history import read_history
+
+    run = run_chaos("valkey_memory_pressure")
+    filler = json.loads((run.run_dir / "scenario.json").read_text())["background"]["filler"]
+    assert filler["full"] and filler["refusals"] >= 2, filler  # refused, and still refusing while held
+    assert filler["freed"] == filler["keys"] > 0, filler
+    statuses = [op.status for op in read_history(run.run_dir / "history.jsonl").ops
+                if op.type in ("ok", "fail", "info") and getattr(op, "status", None)]
+    assert statuses and all(status < 500 for status in statuses), sorted(set(statuses))
+    assert run.valid is True, run.summary()
+    assert run.checker("answers")["counts"]["lost"] == 0
+    assert run.checker("jobs")["counts"]["stuck"] == 0
+    assert run.checker("effects")["counts"]["duplicated"] == 0

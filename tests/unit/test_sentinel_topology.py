@@ -1,0 +1,177 @@
+"""The Sentinel topology's pieces that start no process (issue #25): configs, ACL rules, the
+spec's checks, the missing-binary message, the failover's bounds and its report timeline."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.bounds import derive_bounds, failover_windows, kill_windows
+from chaos.history import Op
+from chaos.ledgers import OutboxRow
+from chaos.report import failover_markdown
+from stack.embedded import StackError, binaries
+from stack.embedded.certs import CertPaths
+from stack.embedded.sentinel import QUORUM, SERVICE, node_lines, write_sentinel_config
+from stack.embedded.stack import StackSpec
+from stack.embedded.valkey import write_valkey_config
+from stack.valkey_acl import SENTINEL_USERS, USERS, draw_passwords
+from stack.valkey_client import sentinel_addresses
+
+CERTS = CertPaths(Path("/certs/ca.crt"), Path("/certs/server.crt"), Path("/certs/server.key"))
+T0 = 1000.0
+
+
+def _rule(users, name: str) -> str:
+    return next(user for user in users if user.name == name).rule("pw")
+
+
+def test_a_sentinel_is_tls_only_monitors_the_primary_with_quorum_two_and_keeps_its_secrets_private(tmp_path):
+    passwords = draw_passwords()
+    path = write_sentinel_config(tmp_path, "sentinel_1", 26001, CERTS, 6380, passwords)
+    text = path.read_text()
+    assert "port 0\n" in text and "tls-port 26001\n" in text and "tls-replication yes\n" in text
+    assert f"sentinel monitor {SERVICE} 127.0.0.1 6380 {QUORUM}\n" in text and QUORUM == 2
+    assert f"sentinel auth-user {SERVICE} sentinel\n" in text and passwords["sentinel"] in text
+    assert "user default reset off" in text  # no password-less client may move the primary
+    assert passwords["discovery"] not in text  # clients' password only as a digest
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_every_node_carries_the_replication_credential_and_only_the_replica_starts_as_one(tmp_path):
+    passwords = draw_passwords()
+    primary = node_lines(6380, passwords, replica_of=None)
+    replica = node_lines(6381, passwords, replica_of=6380)
+    for lines in (primary, replica):
+        assert "masteruser replica" in lines and f'masterauth "{passwords["replica"]}"' in lines
+        assert "tls-replication yes" in lines
+    assert not any(line.startswith("replicaof") for line in primary)
+    assert "replicaof 127.0.0.1 6380" in replica and "replica-announce-port 6381" in replica
+    conf = write_valkey_config(tmp_path, 6381, CERTS, passwords=passwords, name="valkey_2", extra=replica)
+    assert conf == (tmp_path / "valkey_2" / "valkey.conf").resolve() and "replicaof 127.0.0.1 6380" in conf.read_text()
+    assert stat.S_IMODE(conf.stat().st_mode) == 0o600
+
+
+def test_the_replica_and_sentinel_users_hold_no_key_and_clients_cannot_steer_the_sentinels():
+    replica = _rule(USERS, "replica")
+    assert replica.endswith("-@all -@dangerous +psync +replconf +ping") and "~" not in replica
+    assert "~" not in _rule(USERS, "sentinel")
+    discovery = _rule(SENTINEL_USERS, "discovery")
+    assert "+sentinel|get-master-addr-by-name" in discovery
+    for steering in ("+sentinel|failover", "+sentinel|set", "+sentinel|monitor", "+sentinel|remove", "+@all"):
+        assert steering not in discovery
+    assert {u.name for u in (*USERS, *SENTINEL_USERS)} <= set(draw_passwords())
+
+
+def test_the_spec_refuses_an_unknown_topology_and_valkey_links_with_sentinel():
+    with pytest.raises(StackError, match="StackSpec.valkey='cluster': one of single, sentinel"):
+        StackSpec(valkey="cluster").validate()
+    with pytest.raises(StackError, match=r"\['valkey_web'\]: with StackSpec.valkey='sentinel' use the node links"):
+        StackSpec(valkey="sentinel", links=("ai_provider", "valkey_web")).validate()
+    with pytest.raises(StackError, match=r"\['valkey_node_2'\]: node links need StackSpec.valkey='sentinel'"):
+        StackSpec(links=("valkey_node_2",)).validate()
+    StackSpec(valkey="sentinel", links=("ai_provider", "valkey_node_1", "valkey_node_2")).validate()
+
+
+def test_a_missing_sentinel_binary_names_the_debian_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(binaries.BinaryNotFound,
+                       match="valkey-sentinel not found .*apt-get install -t bookworm-backports valkey-sentinel"):
+        binaries.find_sentinel()
+
+
+def test_sentinel_addresses_parse_and_a_bad_entry_is_named():
+    assert sentinel_addresses("127.0.0.1:1, 127.0.0.1:2,") == [("127.0.0.1", 1), ("127.0.0.1", 2)]
+    with pytest.raises(ValueError, match="'127.0.0.1' is not host:port"):
+        sentinel_addresses("127.0.0.1:1,127.0.0.1")
+
+
+# ---------------------------------------------------------------- the failover's bounds
+
+SCENARIO: dict[str, Any] = {
+    "settings": {"liveness_ttl": 3.0, "relay_interval": 0.5},
+    "stack": {"merit_workers": 2, "ai_workers": 1, "sms_workers": 1},
+    "derive_bounds": ["outcome_deadline_seconds", "slo.merit.oldest_age"],
+}
+
+
+def _failover_end(never_back: list[str] = ()) -> dict[str, Any]:
+    back = {"web_1": T0 + 3.3, "relay": T0 + 3.6, "worker_merit_1": T0 + 4.0, "worker_merit_2": T0 + 5.0,
+            "worker_ai_1": T0 + 4.5, "worker_sms_1": T0 + 6.0}
+    for name in never_back:
+        back.pop(name)
+    return {"fault_id": 0, "kind": "failover", "target": "primary", "node": "valkey", "killed_at": T0 + 1.0,
+            "switch_at": T0 + 4.2, "switch_seconds": 3.2, "primary_after": "valkey_2", "first_success": back,
+            "first_success_seconds": {k: round(v - T0 - 1.0, 3) for k, v in back.items()},
+            "never_back": list(never_back), "ready": True, "ready_at": T0 + 9.0, "rejoined_as_replica": True,
+            "errors_by_component": {"web_1": {"refused": 3}}}
+
+
+def _history(end: dict[str, Any]) -> list[Op]:
+    start = {k: end[k] for k in ("fault_id", "kind", "target", "node", "killed_at")}
+    return [Op(index=0, time=1.0, process="nemesis", type="info", f="fault-start", value=start),
+            Op(index=1, time=9.0, process="nemesis", type="info", f="fault-end", value=end)]
+
+
+def _merit_rows() -> list[OutboxRow]:
+    return [OutboxRow(operation_id=f"merit-a{i}", attempt_id=f"a{i}", kind="merit", status="done", attempts=1,
+                      created_at=T0 + i * 0.5, enqueued_at=T0 + i * 0.5 + 0.05, done_at=T0 + i * 0.5 + 0.25)
+            for i in range(20)]
+
+
+def test_a_failover_is_a_window_per_worker_from_the_kill_to_its_first_connection_to_the_new_primary():
+    windows = failover_windows(_failover_end())
+    assert [(w.target, w.lane, w.start, w.end) for w in windows] == [
+        ("worker_ai_1", "ai", T0 + 1.0, T0 + 4.5), ("worker_merit_1", "merit", T0 + 1.0, T0 + 4.0),
+        ("worker_merit_2", "merit", T0 + 1.0, T0 + 5.0), ("worker_sms_1", "sms", T0 + 1.0, T0 + 6.0)]
+    assert len(kill_windows(_history(_failover_end()))) == 4  # web nodes and the relay are not workers
+
+
+def test_the_merit_bound_grows_with_the_measured_outage_of_both_merit_workers():
+    merit = derive_bounds(SCENARIO, _history(_failover_end()), _merit_rows())["slo.merit.oldest_age"]
+    assert merit["terms"]["all_down"] == pytest.approx(3.0)  # both down from the kill until worker_merit_1 was back
+    assert merit["value"] is not None and merit["value"] > 3.0
+
+
+def test_a_worker_that_never_reached_the_new_primary_leaves_the_bounds_underivable():
+    derived = derive_bounds(SCENARIO, _history(_failover_end(never_back=["worker_merit_2"])), _merit_rows())
+    assert derived["slo.merit.oldest_age"]["value"] is None
+    assert "never came back" in derived["slo.merit.oldest_age"]["note"]
+
+
+def test_the_report_shows_the_failover_timeline_in_order_and_the_errors_per_component():
+    text = "\n".join(failover_markdown([_failover_end(never_back=["worker_sms_1"])]))
+    assert "## Valkey failover: valkey killed, valkey_2 promoted" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "seconds" not in line]
+    assert rows[0] == "| SIGKILL valkey | 0.000 |" and rows[1].endswith("| 3.200 |")
+    assert rows[2] == "| web_1: first connection to the new primary | 2.300 |"
+    assert "| worker_sms_1: never reached the new primary | - |" in text
+    assert "back as a replica | 8.000 |" in text and "web_1 {'refused': 3}" in text
+
+
+def test_a_sentinel_connection_asks_where_the_primary_is_each_time_it_reconnects(monkeypatch):
+    """redis-py reconnects inside a command to the address it had; under a silent partition that
+    is the old primary again and again (a SET took 66 s here). Ours asks the pool first."""
+    from redis.sentinel import SentinelManagedSSLConnection
+
+    from stack.valkey_client import CountingSentinelSSLConnection
+
+    class Pool:
+        is_master = True
+        primary = ("127.0.0.1", 2002)
+
+        def get_master_address(self):
+            return self.primary
+
+    dialed = []
+    monkeypatch.setattr(SentinelManagedSSLConnection, "connect_check_health",
+                        lambda self, *args, **kwargs: dialed.append((self.host, self.port)), raising=False)
+    pool = Pool()
+    connection = CountingSentinelSSLConnection(connection_pool=pool, host="127.0.0.1", port=2001)
+    connection.connect_check_health(check_health=True)
+    pool.primary = ("127.0.0.1", 2003)  # the Sentinels switched
+    connection.connect_check_health(check_health=True)
+    assert dialed == [("127.0.0.1", 2002), ("127.0.0.1", 2003)]
