@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 from redis import Redis
+from redis.exceptions import OutOfMemoryError
 from web_support import ADMIN, LOOPBACK, RecordingDispatcher, TestClient, closed_port
 
 from stack.config import Settings
@@ -20,7 +21,7 @@ from stack.embedded.control import ControlServer
 from stack.web.capacity_lock import CAPACITY_LOCK_KEY, CapacityLock
 from stack.web.app import create_admin_app, create_app
 from stack.web.dispatch import ValkeyClients
-from stack.web.routes.scale import CAPACITY_LOCK_TTL, EXECUTOR_TIMEOUT, POOLS_TIMEOUT
+from stack.web.routes.scale import CAPACITY_LOCK_TTL, EXECUTOR_TIMEOUT, POOLS_TIMEOUT, RETRY_AFTER_LOCK_UNAVAILABLE
 
 H = {"X-Admin-Token": ADMIN}
 HANG_GUARD = 120.0
@@ -193,7 +194,48 @@ def test_without_valkey_the_lock_fails_closed_and_names_it(
     state.capacity_lock = CapacityLock(down, ttl=10, node="web_test")
     refused = _open_window(admin_client)
     assert refused.status_code == 503 and "capacity lock unavailable" in refused.json()["detail"]
-    assert "Valkey" in refused.json()["detail"]
+    assert "Valkey" in refused.json()["detail"] and refused.headers["Retry-After"] == str(RETRY_AFTER_LOCK_UNAVAILABLE)
     assert admin_client.post("/admin/scale", headers=H, json={"pool": "web", "n": 1}).status_code == 503
     assert executor.calls == []
     down.close()
+
+
+@pytest.fixture
+def full_valkey(valkey: Redis) -> Iterator[Redis]:
+    """The shared test Valkey filled to a small maxmemory under noeviction: every write is refused."""
+    policy = valkey.config_get("maxmemory-policy")["maxmemory-policy"]
+    valkey.config_set("maxmemory-policy", "noeviction")
+    valkey.config_set("maxmemory", str(int(valkey.info("memory")["used_memory"]) + 2 * 1024 * 1024))
+    try:
+        for value in (b"x" * 64 * 1024, b"x" * 256):  # big, then small: a refused big write's buffer counted too
+            _fill(valkey, value)
+        yield valkey
+    finally:
+        valkey.config_set("maxmemory", "0")
+        valkey.config_set("maxmemory-policy", policy)
+        for key in valkey.scan_iter("capacity-filler:*", count=1000):
+            valkey.delete(key)
+
+
+def _fill(valkey: Redis, value: bytes) -> None:
+    for n in range(20_000):  # bounded whatever the server says: at most ~12 MiB
+        try:
+            valkey.set(f"capacity-filler:{len(value)}:{n}", value)
+        except OutOfMemoryError:
+            return
+        if n * len(value) > 12 * 1024 * 1024:
+            break
+    pytest.fail("Valkey never refused a write: maxmemory did not apply")
+
+
+def test_a_full_valkey_refuses_the_lock_with_503_and_retry_after_never_500(
+        admin_client: TestClient, executor: GatedExecutor, full_valkey: Redis) -> None:
+    """Under noeviction a full Valkey refuses the lock's SET (OOM): the endpoints that need Valkey
+    answer 503 + Retry-After, change nothing, and work again once the memory is freed."""
+    for refused in (_open_window(admin_client), admin_client.post("/admin/scale", headers=H, json={"pool": "web", "n": 1})):
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["Retry-After"] == str(RETRY_AFTER_LOCK_UNAVAILABLE)
+        assert "OutOfMemoryError" in refused.json()["detail"]
+    assert executor.calls == [] and full_valkey.exists(CAPACITY_LOCK_KEY) == 0
+    full_valkey.config_set("maxmemory", "0")
+    assert _open_window(admin_client).status_code == 200
