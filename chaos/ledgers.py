@@ -26,6 +26,9 @@ __all__ = [
     "LANE_OF_KIND",
     "LEDGER_FILES",
     "LaneStateRow",
+    "LogLineRow",
+    "ProducedRow",
+    "ShipperStatRow",
     "LedgerFormatError",
     "QueueRow",
     "Ledgers",
@@ -60,6 +63,9 @@ LEDGER_FILES = {
     "lane_state": "lane_state.json",
     "ai_refusals": "ai_effects.json",  # the same provider export, its "refusals" list
     "sms_refusals": "sms_effects.json",
+    "log_lines": "log_lines.json",  # the log store's ledger (docs/log-shipping.md)
+    "log_produced": "log_produced.json",
+    "shipper_stats": "shipper_stats.json",
     "queues": "queues.json",  # read last: where each open row's job was (stack/lanes/evidence.py)
 }
 """Ledgers attribute -> file name under <run_dir>/ledgers/."""
@@ -148,6 +154,8 @@ class EffectRow:
     """When the call reached the provider: what limit checkers count (absent before issue #11)."""
     cost: float | None = None
     """What the provider charged for this effect (absent before issue #11)."""
+    source: str | None = None
+    """The caller's address as the provider saw it (absent before issue #26): the egress proof."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +220,8 @@ class RefusalRow:
     at: float
     status: str  # the HTTP status as text ("429"), like every status field of the exports
     retry_after_seconds: float | None = None
+    source: str | None = None
+    """The refused caller's address (the SMS gateway's 403s, issue #26)."""
 
 
 @dataclass(frozen=True)
@@ -228,8 +238,43 @@ class QueueRow:
     job_id: str | None = None
 
 
+@dataclass(frozen=True)
+class LogLineRow:
+    """One line the log store received (its ledger): where it came from and the line's own time."""
+
+    file: str
+    offset: str
+    msg: str
+    id: int | None = None
+    line_time: str | None = None
+    received_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ProducedRow:
+    """One component log at the final read: the start offset of each complete line it held."""
+
+    file: str
+    offsets: Any = ()
+
+
+@dataclass(frozen=True)
+class ShipperStatRow:
+    """The shipper's own counters at the final read (stack/logship/stats.py); ``counted`` False
+    when it kept none."""
+
+    name: str
+    counted: bool = False
+    queued: int | None = None
+    shipped: int | None = None
+    dropped: int | None = None
+    enqueued: int | None = None
+    resumed: int | None = None
+    drain: Any = None
+
+
 Row = TypeVar("Row", AttemptRow, AnswerRow, RevisionRow, OutboxRow, OutcomeRow, EffectRow, ExamRow, ReservationRow, AuditRow,
-              AlertRow, LaneStateRow, RefusalRow, QueueRow)
+              AlertRow, LaneStateRow, RefusalRow, QueueRow, LogLineRow, ProducedRow, ShipperStatRow)
 
 _ROW_TYPES: dict[str, type] = {
     "attempts": AttemptRow,
@@ -248,6 +293,9 @@ _ROW_TYPES: dict[str, type] = {
     "ai_refusals": RefusalRow,
     "sms_refusals": RefusalRow,
     "queues": QueueRow,
+    "log_lines": LogLineRow,
+    "log_produced": ProducedRow,
+    "shipper_stats": ShipperStatRow,
 }
 
 _FLOAT_FIELDS = {"started_at", "finished_at", "created_at", "enqueued_at", "done_at", "cost", "reserved_at", "settled_at",
@@ -276,6 +324,9 @@ class Ledgers:
     sms_refusals: tuple[RefusalRow, ...] | None = None
     queues: tuple[QueueRow, ...] | None = None
     """The open rows' jobs at the final read; None for a run folder from before the queue read."""
+    log_lines: tuple[LogLineRow, ...] | None = None
+    log_produced: tuple[ProducedRow, ...] | None = None
+    shipper_stats: tuple[ShipperStatRow, ...] | None = None
     exported_at: Mapping[str, float] = field(default_factory=dict)
     problems: Mapping[str, str] = field(default_factory=dict)
 

@@ -67,6 +67,12 @@ class Scenario:
     # Bounds derived at analysis time from what the run measured (chaos/bounds.py:
     # "outcome_deadline_seconds", "slo.merit.oldest_age"); stored in scenario.json.
     derive_bounds: tuple[str, ...] = ()
+    # SMS egress from a reserved address (docs/egress.md): the deployment's failover policy,
+    # "move" or "without_address" (negative control); None = off.
+    sms_egress: str | None = None
+    # Log shipping (docs/log-shipping.md): the shipper's policy, "redact" or a negative control
+    # ("unredacted", "uncounted"); None = off.
+    log_shipping: str | None = None
     expect_valid: bool = True  # False for a negative control: the checkers must catch it
     # Further top-level scenario.json keys a checker reads (e.g. "lane_isolation",
     # chaos/checkers/isolation.py); never one of the keys the runner writes itself.
@@ -193,6 +199,10 @@ def _nemesis_for(stack: Deployment, scenario: Scenario) -> CompositeNemesis:
         from chaos.nemesis.failover import FailoverNemesis
 
         members.append(FailoverNemesis(stack))
+    if scenario.sms_egress is not None:
+        from chaos.nemesis.host import HostNemesis
+
+        members.append(HostNemesis(stack))
     if scenario.links:
         from chaos.nemesis.network import NetworkNemesis
 

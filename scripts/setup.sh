@@ -22,6 +22,10 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/n
 # The browser test of report.html (tests/integration/test_report_browser.py; issue #27). Measured on
 # this Debian 12 machine, loaded by other jobs: apt-get install -y chromium took 194 s (2026-12-01).
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# Log shipping (issue #26, docs/log-shipping.md): rsyslog (imfile, disk-assisted queues, impstats)
+# and its RELP output (acknowledged delivery; plain TCP syslog loses what is in flight on a break).
+[ -x /usr/sbin/rsyslogd ] || need_apt+=(rsyslog)
+ls /usr/lib/*/rsyslog/omrelp.so >/dev/null 2>&1 || need_apt+=(rsyslog-relp)
 
 # --python-only (make test-fast): only .venv; the servers are for integration tests and the demo.
 if [ "${1:-}" = "--python-only" ]; then

@@ -30,13 +30,15 @@ __all__ = [
 ]
 
 LANES = ("merit", "ai", "sms")
-ROLES = ("valkey", "sentinel", "ai_provider", "sms_gateway", "faultproxy", "web", "haproxy", "relay", "worker")
+ROLES = ("valkey", "sentinel", "ai_provider", "sms_gateway", "faultproxy", "web", "haproxy", "relay", "worker", "log_store",
+         "shipper")
 POOLS = ("web", *LANES)
 """What ``scale(pool, n)`` accepts: the web nodes, or the workers of one lane."""
-STOP_STAGES: dict[str, int] = {"ai_provider": 1, "sms_gateway": 1, "faultproxy": 1, "sentinel": 1, "valkey": 2}
+STOP_STAGES: dict[str, int] = {"ai_provider": 1, "sms_gateway": 1, "faultproxy": 1, "sentinel": 1, "shipper": 1, "valkey": 2,
+                               "log_store": 2}
 """The one stop order: stage 0 (web, haproxy, relay, workers: the front) first, then the
-providers, the fault proxy and the Sentinels (1: none may start a failover while the nodes
-stop), Valkey last (2). Roles not listed are front."""
+providers, the fault proxy, the log shipper and the Sentinels (1: none may start a failover
+while the nodes stop), Valkey and the log store last (2). Roles not listed are front."""
 _PROBE_KINDS = ("http", "valkey", "ready_file", "alive")
 _HTTP_ACCEPT = ("200", "not5xx", "any")
 

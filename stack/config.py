@@ -132,6 +132,12 @@ def _parse_rate(name: str, raw: str) -> str:
 
 ANSWER_REVISION_RULES = ("highest", "last-arrival", "compacting")
 """PROCTOR_ANSWER_REVISIONS: the highest revision is current (correct), or a negative control."""
+ANSWER_SINKS = ("per-answer", "group-commit", "ack-at-enqueue")
+LEDGER_WRITERS = ("busy-handler", "queued")
+"""How SQLite writers wait for the write lock (stack/ledger/write_queue.py). ``busy-handler`` stays the
+default: the kernel queue removed the busy handler's 0.23 + k x 0.1 s sleeps, but on the loaded machine
+it measured more node 503s at 100 req/s in all 5 pairs (docs/ramp.md); a quiet-machine A/B decides."""
+"""PROCTOR_ANSWER_SINK values: ack-at-enqueue is a negative control (stack/web/group_commit.py)."""
 
 
 def _parse_revision_rule(name: str, raw: str) -> str:
@@ -139,6 +145,20 @@ def _parse_revision_rule(name: str, raw: str) -> str:
     if rule not in ANSWER_REVISION_RULES:
         raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(ANSWER_REVISION_RULES)}")
     return rule
+
+
+def _parse_answer_sink(name: str, raw: str) -> str:
+    sink = raw.strip().lower()
+    if sink not in ANSWER_SINKS:
+        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(ANSWER_SINKS)}")
+    return sink
+
+
+def _parse_ledger_writers(name: str, raw: str) -> str:
+    policy = raw.strip().lower()
+    if policy not in LEDGER_WRITERS:
+        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(LEDGER_WRITERS)}")
+    return policy
 
 
 def _parse_exam_window(name: str, raw: str) -> str:
@@ -176,6 +196,9 @@ class Settings:
     run_dir: Path = field(default_factory=lambda: runs_dir() / "adhoc")  # PROCTOR_RUN_DIR (stack.paths rule)
     component: str = ""  # PROCTOR_COMPONENT: set by the embedded runner; names connections and counter files
     ready_file: str = ""  # PROCTOR_READY_FILE: set by the embedded runner for a worker (its readiness file)
+    egress_host: str = ""  # PROCTOR_EGRESS_HOST: an SMS worker's own host address (stack/lanes/egress.py); empty = the OS picks
+    log_store_token: str = ""  # PROCTOR_LOG_STORE_TOKEN: the log store's read API token (stack/logship/store.py)
+    egress_attachment: str = ""  # PROCTOR_EGRESS_ATTACHMENT: the file naming the SMS lane's holder and the reserved address's
     control_url: str = ""  # PROCTOR_CONTROL_URL: the deployment's scale executor (`POST /admin/scale`)
     database_url: str = ""  # DATABASE_URL; empty = SQLite ledger.db in run_dir
     valkey_url: str = "rediss://127.0.0.1:6380/0"  # PROCTOR_VALKEY_URL
@@ -220,6 +243,8 @@ class Settings:
     answer_write_behind: float = 0.0  # PROCTOR_ANSWER_WRITE_BEHIND: >0 = ack first, commit later (negative control)
     shared_lane: bool = False  # PROCTOR_SHARED_LANE: on = AI jobs join the merit queue (negative control, the seed's lane)
     answer_revisions: str = "highest"  # PROCTOR_ANSWER_REVISIONS: last-arrival/compacting = negative controls
+    answer_sink: str = "per-answer"  # PROCTOR_ANSWER_SINK: per-answer/group-commit; ack-at-enqueue = negative control
+    ledger_writers: str = "busy-handler"  # PROCTOR_LEDGER_WRITERS: busy-handler/queued (SQLite's write-lock wait)
     ai_calls_per_minute: int = CASE_PROVIDER_CALLS_PER_MINUTE  # PROCTOR_AI_CALLS_PER_MINUTE: the shared AI limiter (#11); high = lifted
     # The AI lane's safeguards (docs/ai-lane.md); each off is a negative control, chosen at start-up:
     ai_shared_limiter: bool = True  # PROCTOR_AI_SHARED_LIMITER: off = a limiter per worker
@@ -257,8 +282,9 @@ class Settings:
 
 
 CONTROLS = frozenset({
-    "rate_limits", "reconciler_enabled", "relay_mark_early", "sms_idempotency", "valkey_fresh_connections", "answer_write_behind",
-    "shared_lane", "answer_revisions", "ai_shared_limiter", "ai_retry_after", "ai_ask_before_replay",
+    "rate_limits", "reconciler_enabled", "relay_mark_early", "sms_idempotency", "valkey_fresh_connections",
+    "answer_write_behind", "shared_lane", "answer_revisions", "answer_sink", "ai_shared_limiter", "ai_retry_after",
+    "ai_ask_before_replay",
     "allow_default_secrets",  # test-only
 })
 """The negative-control switches and the test-only flag among the fields above. Production code
@@ -270,6 +296,9 @@ ENV_NAMES: dict[str, str] = {
     "run_dir": "PROCTOR_RUN_DIR",
     "component": "PROCTOR_COMPONENT",
     "ready_file": "PROCTOR_READY_FILE",
+    "egress_host": "PROCTOR_EGRESS_HOST",
+    "egress_attachment": "PROCTOR_EGRESS_ATTACHMENT",
+    "log_store_token": "PROCTOR_LOG_STORE_TOKEN",
     "control_url": "PROCTOR_CONTROL_URL",
     "database_url": "DATABASE_URL",
     "valkey_url": "PROCTOR_VALKEY_URL",
@@ -314,6 +343,8 @@ ENV_NAMES: dict[str, str] = {
     "answer_write_behind": "PROCTOR_ANSWER_WRITE_BEHIND",
     "shared_lane": "PROCTOR_SHARED_LANE",
     "answer_revisions": "PROCTOR_ANSWER_REVISIONS",
+    "answer_sink": "PROCTOR_ANSWER_SINK",
+    "ledger_writers": "PROCTOR_LEDGER_WRITERS",
     "ai_calls_per_minute": "PROCTOR_AI_CALLS_PER_MINUTE",
     "ai_shared_limiter": "PROCTOR_AI_SHARED_LIMITER",
     "ai_retry_after": "PROCTOR_AI_RETRY_AFTER",
@@ -342,6 +373,8 @@ _PARSERS = {
     "sms_allowlist": _parse_networks,
     "answer_write_behind": _parse_non_negative_float,
     "answer_revisions": _parse_revision_rule,
+    "answer_sink": _parse_answer_sink,
+    "ledger_writers": _parse_ledger_writers,
     "reconciler_enabled": _parse_bool,
     "relay_mark_early": _parse_bool,
     "sms_idempotency": _parse_bool,

@@ -25,6 +25,8 @@ from chaos.checkers.base import (
 from chaos.checkers.connections import check_connections
 from chaos.checkers.duplicate_charges import check_duplicate_charges
 from chaos.checkers.effects import check_effects
+from chaos.checkers.egress import check_egress
+from chaos.checkers.logship import check_logship
 from chaos.checkers.faults import check_faults
 from chaos.checkers.final_answers import check_final_answers
 from chaos.checkers.jobs import check_jobs
@@ -54,6 +56,8 @@ __all__ = [
     "check_connections",
     "check_duplicate_charges",
     "check_effects",
+    "check_egress",
+    "check_logship",
     "check_faults",
     "check_final_answers",
     "check_jobs",
@@ -84,6 +88,8 @@ CHECKERS: dict[str, Checker] = {
     "billing": check_ai_billing,
     "paused_calls": check_ai_paused_calls,
     "retry_after": check_retry_after,
+    "egress": check_egress,
+    "logship": check_logship,
 }
 
 

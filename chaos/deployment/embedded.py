@@ -104,9 +104,17 @@ class EmbeddedDeployment:
         """The protocol's scale, plus what the embedded stack reports (drains per removed node)."""
         return self.stack.scale(pool, n)
 
+    def egress(self) -> dict[str, Any]:
+        """The SMS egress (reserved address, hosts, attachment and its history); ``{}`` when off.
+        Not part of the Deployment protocol: the host-loss fault asks for it (chaos/nemesis/host.py)."""
+        return self.stack.egress()
+
     # ------------------------------------------------------------ the final read
     def export(self, dest: Path, allow_pending: frozenset[str] = frozenset(),
                quiet_timeout: float | None = None) -> FinalRead:
         urls = self.urls
-        return final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
-                          SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)
+        final = final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
+                           SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)
+        if "log_store" in urls:  # log shipping (docs/log-shipping.md): after the outbox settled
+            self.stack.export_logs(dest)
+        return final

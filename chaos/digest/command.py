@@ -26,7 +26,7 @@ from typing import Sequence
 import httpx
 
 from stack.cli_args import CliParser, positive_float
-from chaos.digest.sources import component_cpu, cpu_lines, fetch_lock, lock_line
+from chaos.digest.sources import component_cpu, cpu_lines, fetch_lock, lock_line, shipper_line
 from stack import paths
 from stack.admin_client import AdminTargetError, resolve_target
 from stack.embedded.registry import running_stacks
@@ -95,7 +95,7 @@ def _median_bucket(node: NodeScrape, kind: str) -> str:
 
 
 def render_digest(now: list[NodeScrape], before: list[NodeScrape] | None = None, interval: float | None = None,
-                  lock: dict | str | None = None, cpu: list[str] | None = None) -> str:
+                  lock: dict | str | None = None, cpu: list[str] | None = None, shipping: str | None = None) -> str:
     """One screen of text; rates need the previous screen's scrape and the seconds between.
     ``lock`` is the admin API's lock state (or why it is unknown), ``cpu`` the CPU lines."""
     lines = [f"proctor digest  {time.strftime('%H:%M:%S')}", "", "node                           requests   5xx  draining"]
@@ -119,7 +119,8 @@ def render_digest(now: list[NodeScrape], before: list[NodeScrape] | None = None,
                      f"{_fmt(head.value('proctor_lane_oldest_job_age_seconds', lane=lane), ' s'):>10}  "
                      f"{_fmt(head.value('proctor_lane_failed_jobs', lane=lane)):>6}  {_median_bucket(head, kind)}")
     lines += ["", f"pending outcomes {_fmt(head.value('proctor_pending_outcomes'))}   "
-                  f"outbox lag {_fmt(head.value('proctor_outbox_lag_seconds'), ' s')}", lock_line(lock), ""]
+                  f"outbox lag {_fmt(head.value('proctor_outbox_lag_seconds'), ' s')}", lock_line(lock),
+              *([shipping] if shipping else []), ""]
     return "\n".join(lines + (cpu or cpu_lines({}, None, None)))
 
 
@@ -180,7 +181,8 @@ def digest_main(argv: Sequence[str] | None = None) -> int:
     while True:
         now, cpu, taken = scrape(urls), component_cpu(manifest), time.monotonic()
         lock = fetch_lock(*admin) if admin else None
-        screen = render_digest(now, before, taken - at, lock, cpu_lines(cpu, cpu_before, taken - at))
+        screen = render_digest(now, before, taken - at, lock, cpu_lines(cpu, cpu_before, taken - at),
+                               shipper_line(args.run_dir))
         print(("\033[2J\033[H" if args.watch else "") + screen, flush=True)
         if args.watch is None:
             return 0 if all(not n.error for n in now) else 1

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any, Mapping
 
 import httpx
 
-__all__ = ["component_cpu", "cpu_lines", "fetch_lock", "lock_line"]
+__all__ = ["component_cpu", "cpu_lines", "fetch_lock", "lock_line", "shipper_line"]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -85,3 +86,20 @@ def cpu_lines(now: dict[str, float | None], before: dict[str, float | None] | No
         share = "n/a" if previous is None or not interval else f"{100 * (seconds - previous) / interval:.0f}"
         lines.append(f"{name:<20} {seconds:>7.1f}   {share}")
     return lines
+
+
+def shipper_line(run_dir: Path | None) -> str:
+    """The log shipper's own counters (rsyslog impstats, stack/logship/stats.py) of a local run,
+    or why they are n/a; the oldest unshipped line's age is the store's, in the run's report."""
+    if run_dir is None:
+        return "log shipping: n/a (no run folder)"
+    from stack.logship.rsyslog import ShipperPaths, read_stats
+    from stack.logship.stats import shipper_counts
+
+    paths = ShipperPaths.under(run_dir)
+    if not paths.config.is_file():
+        return "log shipping: n/a (this stack ships no logs)"
+    counts = shipper_counts(read_stats(paths.stats))
+    if not counts:
+        return "log shipping: n/a (the shipper has reported no counters yet)"
+    return f"log shipping: queued {counts['queued']}, shipped {counts['shipped']}, dropped {counts['dropped']}"

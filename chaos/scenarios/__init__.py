@@ -1,7 +1,8 @@
 """The named scenarios: what `pytest chaos/` and `proctor run NAME` execute, one module per family:
 ``kills`` (workers and web nodes killed), ``tls`` (TLS churn against Valkey), ``scale`` (scale-in),
 ``isolation`` (lane isolation under an AI backlog), ``revisions`` (answer revisions), ``ai_lane``
-(the AI lane's failure table), ``valkey`` (Valkey failover with Sentinel).
+(the AI lane's failure table), ``valkey`` (Valkey failover with Sentinel),
+``egress`` (the SMS worker's host lost, its reserved address moved), ``logship`` (the log store down).
 
 Each fault scenario has a negative control: the same faults against a stack with
 one safeguard switched off, which the checkers must catch. A harness whose
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from chaos.runner import Scenario
 from chaos.scenarios.ai_lane import AI_LANE_SCENARIOS
+from chaos.scenarios.egress import EGRESS_SCENARIOS
+from chaos.scenarios.logship import LOGSHIP_SCENARIOS
 from chaos.scenarios.isolation import ISOLATION_SCENARIOS
 from chaos.scenarios.kills import WEB_KILL_SCENARIOS, WORKER_KILL_SCENARIOS
 from chaos.scenarios.revisions import REVISION_SCENARIOS
@@ -32,6 +35,8 @@ SCENARIOS: dict[str, Scenario] = {
         *REVISION_SCENARIOS,
         *AI_LANE_SCENARIOS,  # issue #11: the AI lane's failure table (chaos/scenarios/ai_lane.py)
         *VALKEY_SCENARIOS,  # issue #25: Valkey failover (chaos/scenarios/valkey.py)
+        *EGRESS_SCENARIOS,  # issue #26: SMS egress across a host failover (chaos/scenarios/egress.py)
+        *LOGSHIP_SCENARIOS,  # issue #26: log shipping through a store outage (chaos/scenarios/logship.py)
     )
 }
 

@@ -34,7 +34,8 @@ HAProxy adds (PROCTOR_PROXY_SECRET, stack.web.guards.client_address)."""
 
 def run_secrets() -> dict[str, str]:
     """Fresh random secrets (256 bits each) for one run, as Settings overrides."""
-    names = ("token_secret", "admin_token", "roster_key", "proxy_secret", "ai_client_token", "sms_client_token")
+    names = ("token_secret", "admin_token", "roster_key", "proxy_secret", "ai_client_token", "sms_client_token",
+             "log_store_token")
     return {name: secrets.token_urlsafe(32) for name in names}
 
 

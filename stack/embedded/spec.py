@@ -103,6 +103,13 @@ class StackSpec:
     # "single": one Valkey; "sentinel": primary + replica + three Sentinels that every client
     # asks for the primary (stack/embedded/sentinel.py, docs/valkey.md).
     valkey: str = "single"
+    # SMS egress from a reserved address with failover (stack/embedded/egress.py): None = off (the
+    # OS picks the source, every SMS worker serves); "move" or "without_address" (negative control)
+    # names the failover policy, turned into its object once when the stack starts.
+    sms_egress: str | None = None
+    # Log shipping (stack/embedded/logship.py): None = off; "redact" (production), or the negative
+    # controls "unredacted" and "uncounted" name the shipper's policy.
+    log_shipping: str | None = None
 
     def validate(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -129,6 +136,16 @@ class StackSpec:
         if self.valkey != "sentinel" and node_links:
             raise StackError(f"StackSpec.links {node_links}: node links need StackSpec.valkey='sentinel'")
         validate_links(self.links, self.web)
+        if self.log_shipping is not None:
+            from stack.embedded.logship import policy
+
+            policy(self.log_shipping)  # names a policy, or StackError
+        if self.sms_egress is not None:
+            from stack.embedded.egress import failover_policy
+
+            failover_policy(self.sms_egress)  # names a policy, or StackError
+            if "sms_gateway" in self.links:  # the gateway would see the proxy's address, not the worker's
+                raise StackError("StackSpec.sms_egress: the SMS path must not run through the sms_gateway link")
         bad_kinds = set(self.commands) - set(DEFAULT_COMMANDS)
         if bad_kinds:
             raise StackError(f"unknown component kinds in commands {sorted(bad_kinds)}; known: {sorted(DEFAULT_COMMANDS)}")
@@ -182,8 +199,13 @@ def worker_component(spec: StackSpec, run_dir: Path, lane: str, index: int) -> C
     if "worker" in spec.commands:
         return Component(name, "worker", lane=lane, index=index, argv=argv)
     ready_file = run_dir / READY_DIR / name
-    return Component(name, "worker", lane=lane, index=index, argv=argv,
-                     env={"PROCTOR_READY_FILE": str(ready_file)}, health=HealthProbe("ready_file", str(ready_file)))
+    env = {"PROCTOR_READY_FILE": str(ready_file)}
+    if lane == "sms" and spec.sms_egress is not None:
+        from stack.embedded.egress import worker_egress_env
+
+        env.update(worker_egress_env(run_dir, index))  # its host address and the attachment it reads
+    return Component(name, "worker", lane=lane, index=index, argv=argv, env=env,
+                     health=HealthProbe("ready_file", str(ready_file)))
 
 
 def probe_health(health: HealthProbe, pid: int | None) -> bool | None:
@@ -206,6 +228,10 @@ def stack_settings(spec: StackSpec, run_dir: Path, urls: Mapping[str, str], ca_c
     overrides = dict(spec.settings_overrides)
     if "run_dir" in overrides:
         raise StackError("settings_overrides['run_dir']: use StackSpec.run_dir")
+    if spec.sms_egress is not None:
+        from stack.embedded.egress import allowlist
+
+        overrides["sms_allowlist"] = allowlist()  # exactly the reserved address
     return load_settings().with_overrides(
         **run_secrets(),
         **overrides,

@@ -90,6 +90,7 @@ class EmbeddedStack:
         self._self_ticks = (identity(os.getpid()) or (0, 0))[1]
         self._watchdog_ident: tuple[int, int] | None = None
         self._control: ControlServer | None = None
+        self._egress: Any = None  # stack.embedded.egress.FailoverController with StackSpec.sms_egress
         self._links = LinkManager(self.spec.links, self.run_dir, self.spec.faultproxy_seed)
         self._topo = Topology(self.spec, self.run_dir, self._links)
         self._table = self._topo.table
@@ -154,6 +155,8 @@ class EmbeddedStack:
         if self._control is not None:
             self._control.stop()
             self._control = None
+        if self._egress is not None:
+            self._egress.stop()
         if self._sup is not None:
             self._sup.stop_all(self.spec.stop_grace)
         self._links.cleanup_external()
@@ -179,6 +182,7 @@ class EmbeddedStack:
             self._links.mark_live()
             self._links.push()  # an external Toxiproxy gets the node links now
         self._start_stage(self._topo.valkey_nodes(self._binaries["valkey"].path, certs))
+        self._start_log_shipping()
         init_ledger(self.engine, self.settings)  # once, so components never race to create tables
         self._issue_roster()
         # The Sentinels find each other (hellos every 2 s) while the providers start.
@@ -193,7 +197,53 @@ class EmbeddedStack:
         self._start_stage([self._web(i) for i in range(1, self.spec.web + 1)])
         self._start_stage([self._service("haproxy")])
         self._start_stage([self._service("relay")])
+        self._start_egress()
         self._start_stage([self._topo.worker(lane, i) for lane in LANES for i in range(1, self.spec.worker_count(lane) + 1)])
+        if self._egress is not None:
+            self._egress.start()
+
+    def _start_log_shipping(self) -> None:
+        """The log store, then the shipper following every component's log (docs/log-shipping.md)."""
+        if self.spec.log_shipping is None:
+            return
+        from stack.embedded.logship import log_store_component, shipper_component
+
+        self._log_relp_port = free_port()
+        store = self._table.put(log_store_component(self.run_dir, free_port(), self._log_relp_port))
+        self._start_stage([store])
+        self._start_stage([self._table.put(shipper_component(self.run_dir, self._log_relp_port, self.spec.log_shipping))])
+
+    def export_logs(self, dest: Path) -> dict[str, Any]:
+        """The log store's ledger, the lines produced and the shipper's counters into dest/ledgers/."""
+        from stack.embedded.logship import export_logs
+
+        return export_logs(self.run_dir, self.urls["log_store"], self.settings.log_store_token, dest)
+
+    def _start_egress(self) -> None:
+        """Before the workers: SMS worker 1 holds the lane and the reserved address (docs/egress.md)."""
+        if self.spec.sms_egress is None or self.spec.sms_workers < 1:
+            return
+        from stack.embedded.egress import FailoverController, failover_policy
+
+        self._egress = FailoverController(self.run_dir, failover_policy(self.spec.sms_egress), self._is_alive,
+                                          lambda: [c.name for c in self._table.pool("sms")])
+        self._egress.attach_first("worker_sms_1")
+
+    def _is_alive(self, name: str) -> bool:
+        sup = self._supervisor()
+        return name in sup.names() and bool(sup.info(name).get("alive"))
+
+    def egress(self) -> dict[str, Any]:
+        """The SMS egress of this stack: reserved address, each SMS worker's host, the attachment
+        and its history (``{}`` without ``StackSpec.sms_egress``)."""
+        if self._egress is None:
+            return {}
+        from stack.deploy.egress import SMS_RESERVED_ADDRESS, sms_host_address
+
+        current = self._egress.current()
+        return {"policy": self._egress.policy.name, "reserved": SMS_RESERVED_ADDRESS,
+                "hosts": {c.name: sms_host_address(c.index or 0) for c in self._table.pool("sms")},
+                "attachment": None if current is None else current.__dict__, "events": self._egress.history()}
 
     def _start_control(self) -> None:
         """The runner-side executor of ``POST /admin/scale`` (stack/embedded/control.py); web

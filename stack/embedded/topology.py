@@ -71,6 +71,8 @@ class Topology:
             urls["haproxy_socket"] = str(self.haproxy_socket)
         if self.sentinel:
             urls.update({name: vk.valkey_url(self.port(name)) for name in (*st.NODES[1:], *st.SENTINELS)})
+        if "log_store" in self.table:
+            urls["log_store"] = _http(self.port("log_store"))
         return urls
 
     def sentinel_settings(self) -> dict[str, str]:
@@ -149,7 +151,7 @@ class Topology:
     def process_spec(self, component: Component, settings: Settings, pid_of: Callable[[str], int | None]) -> ProcessSpec:
         """How the supervisor runs a component; Valkey, HAProxy and the fault proxy get our environment only."""
         alive_only = component.health.kind == "alive"
-        own_env = component.role in ("valkey", "sentinel", "haproxy", "faultproxy")
+        own_env = component.role in ("valkey", "sentinel", "haproxy", "faultproxy", "shipper")
         env = dict(os.environ) if own_env else self.env(component.name, settings)
         if component.role == "faultproxy":
             env = self.links.server_env(env)

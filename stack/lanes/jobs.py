@@ -70,6 +70,7 @@ class _Process:
     reader: Engine  # plain BEGIN on a WAL snapshot: reads never queue for the write lock answers need
     sms_call: ProviderCall  # chosen once from the settings (sms_call below), kept by a forked horse
     http: httpx.Client | None = None  # built on the first provider call
+    http_source: str | None = None  # the local address ``http`` is bound to (None: the OS picks)
 
 
 _process: _Process | None = None
@@ -131,11 +132,21 @@ def provider_auth(settings: Settings) -> Callable[[httpx.Request], httpx.Request
 
 
 def _http(process: _Process) -> httpx.Client:
+    """The provider client, bound to the SMS lane's egress address when the deployment assigns
+    one (stack/lanes/egress.py): read per job, so a moved reserved address is used at once."""
+    from stack.lanes.egress import source_address
+
+    source = source_address(process.settings)
+    if process.http is not None and process.http_source != source:
+        process.http.close()
+        process.http = None
     if process.http is None:
         import httpx
 
         timeout = httpx.Timeout(http_timeout(process.settings), connect=2.0)
-        process.http = httpx.Client(timeout=timeout, verify=_ssl_context(), auth=provider_auth(process.settings))
+        transport = httpx.HTTPTransport(verify=_ssl_context(), local_address=source)
+        process.http = httpx.Client(timeout=timeout, transport=transport, auth=provider_auth(process.settings))
+        process.http_source = source
     return process.http
 
 

@@ -28,6 +28,9 @@ from stack.ledger import outbox, outcomes
 __all__ = ["LANE", "hold_if_paused", "on_refusal"]
 
 LANE = "sms"
+_HALT_ALERTS = {402: "credit_exhausted", 401: "key_revoked", 403: "egress_refused"}
+"""A 403 is the gateway's address rule (the lane sends from an address it does not allow, e.g. a
+standby that took the lane without the reserved address: docs/egress.md), not a credential."""
 
 
 def _current_job_id() -> str:
@@ -60,7 +63,7 @@ def on_refusal(process: Any, op: str, response: Any, job_id: str | None = None) 
             delay = max(clock.backoff(max(1, row["attempts"] - row["deferrals"]), random.Random()), _retry_after(response))
             outbox.defer(conn, op, job_id, now + delay, f"gateway answered {response.status_code}")
         elif kind == "halt":
-            alert = "credit_exhausted" if response.status_code == 402 else "key_revoked"
+            alert = _HALT_ALERTS.get(response.status_code, "key_revoked")
             if lanestate.pause(conn, LANE, f"gateway answered {response.status_code}", actor="sms-lane"):
                 lanestate.raise_alert(conn, LANE, alert, {"operation_id": op, "status": response.status_code})
             outbox.defer(conn, op, job_id, now, f"lane sms paused: {alert}")

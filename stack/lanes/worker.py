@@ -182,6 +182,19 @@ def build_worker(settings: Settings, lane: str, component: str) -> LaneWorker:
     )
 
 
+def _standby_until_lane(settings: Settings) -> bool:
+    """An SMS standby (stack/lanes/egress.py) takes no job until the deployment hands it the lane;
+    SIGTERM while it waits is a clean stop (RQ's own handlers come with ``work``)."""
+    from stack.lanes.egress import wait_for_lane
+
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    try:
+        return wait_for_lane(settings, stop)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -209,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         beat.beat()  # before the first dequeue, so a job never starts without a key
         beat.start()
         mark_ready(settings.ready_file)
+        if not _standby_until_lane(settings):
+            return 0  # stopped while a standby
         worker.work(burst=args.burst, logging_level="INFO")
     except RedisError as exc:
         log.error("worker %s: Valkey error: %s", worker.name, exc)

@@ -14,6 +14,7 @@ from sqlalchemy.schema import CreateIndex
 from stack.config import Settings
 from stack.ledger import answer_keys, exam_rules
 from stack.ledger.schema import IX_OUTBOX_DONE_AT, exams, metadata
+from stack.ledger.write_queue import BusyHandlerWriters, QueuedWriters, WriterPolicy
 
 __all__ = ["make_engine", "make_reader", "init_ledger"]
 
@@ -44,7 +45,12 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
 
 
-def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int = 0) -> Engine:
+def _writer_policy(name: str) -> WriterPolicy:
+    return QueuedWriters(SQLITE_BUSY_TIMEOUT_MS / 1000) if name == "queued" else BusyHandlerWriters()
+
+
+def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int = 0,
+                writers: WriterPolicy | None = None) -> Engine:
     """The ledger engine. ``read_only`` (SQLite): plain deferred BEGIN and ``query_only``, so
     status polls, exports and metrics read a WAL snapshot instead of queueing for the write
     lock behind answers; PostgreSQL readers never take that lock, so it changes nothing there.
@@ -54,7 +60,11 @@ def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int =
     long-lived multi-threaded process (a web node), each used by one thread at a time. It
     saves the open and the pragmas every transaction otherwise pays (two per answer). Past N
     a connection is opened and closed as before (no overflow limit, so never a pool
-    timeout). Every pragma, durability included, is set on each connection as it opens."""
+    timeout). Every pragma, durability included, is set on each connection as it opens.
+
+    ``writers`` (SQLite): how write transactions wait for the write lock; by default the policy
+    ``settings.ledger_writers`` names (PROCTOR_LEDGER_WRITERS: SQLite's busy handler, or the
+    kernel queue of stack/ledger/write_queue.py)."""
     url = settings.ledger_url
     if url.startswith("sqlite"):
         settings.run_dir.mkdir(parents=True, exist_ok=True)
@@ -71,8 +81,10 @@ def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int =
             event.listen(engine, "connect", _sqlite_query_only)
         # pysqlite's own transaction handling defers BEGIN; emit it ourselves so that
         # read-then-write transactions take the write lock up front (BEGIN IMMEDIATE).
-        begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
-        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
+        if read_only:
+            event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+        else:
+            (writers or _writer_policy(settings.ledger_writers)).attach(engine)
 
         @event.listens_for(engine, "connect")
         def _no_autobegin(dbapi_connection, _record):  # type: ignore[no-untyped-def]

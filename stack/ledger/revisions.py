@@ -46,6 +46,8 @@ __all__ = [
     "body_digest",
     "current_answers",
     "revision_policy",
+    "revision_row",
+    "submit_in",
     "submit_revision",
 ]
 
@@ -195,7 +197,9 @@ def _accept(conn: Connection, policy: RevisionPolicy, row: dict) -> RevisionRece
     return RevisionReceipt(row["receipt_id"], attempt_id, question, revision, now_current, replayed=False)
 
 
-def _submit_in(conn: Connection, policy: RevisionPolicy, row: dict) -> RevisionReceipt:
+def submit_in(conn: Connection, policy: RevisionPolicy, row: dict) -> RevisionReceipt:
+    """Log the revision ``row`` (from ``revision_row``) inside the caller's write transaction;
+    raises AnswerRejected before it writes anything. Nothing is durable until the caller commits."""
     attempt = get_attempt(conn, row["attempt_id"], for_update=True)  # serialises writers of one attempt
     if attempt is None:
         raise AnswerRejected(AnswerRejected.UNKNOWN_ATTEMPT)
@@ -208,20 +212,26 @@ def _submit_in(conn: Connection, policy: RevisionPolicy, row: dict) -> RevisionR
     return _accept(conn, policy, row)
 
 
+def revision_row(attempt_id: str, question: str, revision: int, content: str, key: str, node: str,
+                 now: float | None = None) -> dict:
+    """The ``answer_revisions`` row a request would add, with a fresh receipt id."""
+    return {
+        "receipt_id": uuid.uuid4().hex, "attempt_id": attempt_id, "question": question, "revision": revision,
+        "content": content, "idempotency_key": key, "body_sha256": body_digest(content), "node": node,
+        "created_at": time.time() if now is None else now,
+    }
+
+
 def submit_revision(
     engine: Engine, policy: RevisionPolicy, attempt_id: str, question: str, revision: int, content: str, key: str,
     node: str, now: float | None = None,
 ) -> RevisionReceipt:
     """Log the revision (or recognise its replay) and commit before returning; raises AnswerRejected."""
-    row = {
-        "receipt_id": uuid.uuid4().hex, "attempt_id": attempt_id, "question": question, "revision": revision,
-        "content": content, "idempotency_key": key, "body_sha256": body_digest(content), "node": node,
-        "created_at": time.time() if now is None else now,
-    }
+    row = revision_row(attempt_id, question, revision, content, key, node, now)
     for _ in range(_RACE_RETRIES):
         try:
             with engine.begin() as conn:
-                return _submit_in(conn, policy, row)
+                return submit_in(conn, policy, row)
         except IntegrityError:
             continue  # a concurrent writer committed first; the next pass reads its row
     raise RuntimeError(f"answer {attempt_id}/{question} revision {revision}: kept losing insert races")

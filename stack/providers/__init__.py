@@ -98,8 +98,10 @@ def perform(
     idempotency_key: str | None,
     request_body: dict[str, Any],
     respond: Callable[[int], dict[str, Any]],
+    source: str = "",
 ) -> Response:
-    """Run one side-effecting call through the fault knobs and the effect ledger."""
+    """Run one side-effecting call through the fault knobs and the effect ledger; ``source`` is
+    the caller's address as the provider saw it (recorded with the effect: the egress proof)."""
     if idempotency_key is not None and not 0 < len(idempotency_key) <= IDEMPOTENCY_KEY_MAX:
         raise HTTPException(422, f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} characters")
     faults = provider.faults.current()
@@ -112,7 +114,7 @@ def perform(
         return JSONResponse(admitted.body, status_code=admitted.status,
                             headers={**admitted.headers, **_received(arrived)})
     time.sleep(provider.work_seconds)
-    recorded = _record(provider, operation_id, idempotency_key, request_body, respond, admitted)
+    recorded = _record(provider, operation_id, idempotency_key, request_body, respond, admitted, source)
     headers = _received(arrived)
     if recorded.replayed:
         provider.faults.refund(admitted)
@@ -132,11 +134,12 @@ def _record(
     request_body: dict[str, Any],
     respond: Callable[[int], dict[str, Any]],
     admitted: Admission,
+    source: str,
 ) -> Recorded:
     try:
         return provider.ledger.record(
             operation_id, idempotency_key, request_body, lambda effect_id: (201, respond(effect_id)),
-            started_at=admitted.started_at, cost=admitted.cost,
+            started_at=admitted.started_at, cost=admitted.cost, source=source,
         )
     except IdempotencyConflict:
         provider.faults.refund(admitted)

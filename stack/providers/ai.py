@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import Depends, FastAPI, Header
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
@@ -45,7 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.post("/v1/narratives", dependencies=lanes_only)
     def create_narrative(
-        body: NarrativeRequest, idempotency_key: str | None = Header(None)
+        body: NarrativeRequest, request: Request, idempotency_key: str | None = Header(None)
     ) -> Response:
         def respond(effect_id: int) -> dict[str, Any]:
             return {
@@ -56,7 +56,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "created_at": time.time(),
             }
 
-        return perform(provider, body.operation_id, idempotency_key, body.model_dump(), respond)
+        return perform(provider, body.operation_id, idempotency_key, body.model_dump(), respond,
+                       source=request.client.host if request.client else "")
 
     @app.get("/v1/narratives/{operation_id}", dependencies=lanes_only)
     def get_narrative(operation_id: str) -> dict[str, Any]:

@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS effects (
     response TEXT NOT NULL,
     created_at REAL NOT NULL,
     started_at REAL NOT NULL,
-    cost REAL NOT NULL DEFAULT 0
+    cost REAL NOT NULL DEFAULT 0,
+    source TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS ix_effects_operation ON effects (operation_id);
 """
@@ -52,6 +53,7 @@ class Effect:
     response: dict[str, Any]
     started_at: float = 0.0
     cost: float = 0.0
+    source: str = ""  # the caller's address as the provider saw it ("" = not recorded)
 
     def export(self) -> dict[str, Any]:
         """The row shape of docs/architecture.md ("provider effects")."""
@@ -62,6 +64,7 @@ class Effect:
             "created_at": self.created_at,
             "started_at": self.started_at,
             "cost": self.cost,
+            "source": self.source,
             "request": self.request,
             "response": self.response,
         }
@@ -88,6 +91,7 @@ def _effect(row: sqlite3.Row) -> Effect:
         response=json.loads(row["response"]),
         started_at=row["started_at"],
         cost=row["cost"],
+        source=row["source"],
     )
 
 
@@ -122,16 +126,18 @@ class EffectLedger:
         *,
         started_at: float | None = None,
         cost: float = 0.0,
+        source: str = "",
     ) -> Recorded:
         """Record one effect, or return the stored one for a repeated key.
 
         ``respond(effect_id)`` builds (status, body) for a new effect; it runs inside
         the transaction so a concurrent repeat of the key waits and then replays it.
         ``started_at`` is when the call reached the provider (its admission, which a
-        limit checker counts); ``cost`` what the new effect was charged.
+        limit checker counts); ``cost`` what the new effect was charged; ``source`` the
+        caller's address.
         """
         with self._connect() as conn:
-            return self._record(conn, operation_id, idempotency_key, request, respond, started_at, cost)
+            return self._record(conn, operation_id, idempotency_key, request, respond, started_at, cost, source)
 
     @staticmethod
     def _record(
@@ -142,6 +148,7 @@ class EffectLedger:
         respond: Callable[[int], tuple[int, dict[str, Any]]],
         started_at: float | None,
         cost: float,
+        source: str = "",
     ) -> Recorded:
         digest = _sha256(request)
         conn.execute("BEGIN IMMEDIATE")
@@ -158,9 +165,9 @@ class EffectLedger:
             now = time.time()
             cursor = conn.execute(
                 "INSERT INTO effects (id, operation_id, idempotency_key, request_sha256, request,"
-                " status_code, response, created_at, started_at, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status_code, response, created_at, started_at, cost, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (next_id, operation_id, idempotency_key, digest, json.dumps(request), status, json.dumps(body), now,
-                 now if started_at is None else started_at, cost),
+                 now if started_at is None else started_at, cost, source),
             )
             row = conn.execute("SELECT * FROM effects WHERE id = ?", (cursor.lastrowid,)).fetchone()
             conn.execute("COMMIT")

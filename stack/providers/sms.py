@@ -45,6 +45,18 @@ def _allowed(host: str, allowlist: tuple[Network, ...]) -> bool:
     return any(address in network for network in allowlist)
 
 
+async def _operation_of(request: Request) -> str:
+    """The operation a refused request was about (path or body), best effort: "" when unreadable."""
+    if "operation_id" in request.path_params:
+        return str(request.path_params["operation_id"])[:128]
+    try:
+        body = await request.json()
+    except ValueError:
+        return ""
+    value = body.get("operation_id") if isinstance(body, dict) else None
+    return value[:128] if isinstance(value, str) else ""
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     allowlist = parse_allowlist(settings.sms_allowlist)
@@ -54,15 +66,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin_router(provider))
     app.include_router(health_router(provider))
 
-    def source_allowed(request: Request) -> None:
+    async def source_allowed(request: Request) -> None:
         host = request.client.host if request.client else ""
         if not _allowed(host, allowlist):
+            # Kept with the other refusals (GET /admin/ledger): the egress checker's evidence.
+            provider.refusals.append({"operation_id": await _operation_of(request), "at": time.time(),
+                                      "status": 403, "source": host})
             raise HTTPException(403, f"source address {host} is not on the gateway allow-list")
 
     lanes_only = [Depends(source_allowed), Depends(caller_guard(provider))]  # the seed's address rule, then the credential
 
     @app.post("/v1/messages", dependencies=lanes_only)
-    def send_message(body: MessageRequest, idempotency_key: str | None = Header(None)) -> Response:
+    def send_message(body: MessageRequest, request: Request, idempotency_key: str | None = Header(None)) -> Response:
         def respond(effect_id: int) -> dict[str, Any]:
             return {
                 "message_id": f"msg_{effect_id}",
@@ -73,7 +88,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "created_at": time.time(),
             }
 
-        return perform(provider, body.operation_id, idempotency_key, body.model_dump(), respond)
+        return perform(provider, body.operation_id, idempotency_key, body.model_dump(), respond,
+                       source=request.client.host if request.client else "")
 
     @app.get("/v1/messages/{operation_id}", dependencies=lanes_only)
     def get_message(operation_id: str) -> dict[str, Any]:

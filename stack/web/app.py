@@ -41,6 +41,7 @@ from stack.web.ratelimit import RequestLimiter
 from stack.web.routes.common import RequestGuard, WebState, validation_error_handler
 from stack.web.routes.health import drain_on_sigterm
 from stack.web.shedding import InFlightLimit
+from stack.web.group_commit import AckAtEnqueue, GroupCommitAnswers
 from stack.web.write_behind import WriteBehind
 
 __all__ = ["NodeApp", "create_admin_app", "create_app", "create_node", "refuse_insecure_secrets"]
@@ -63,10 +64,17 @@ def refuse_insecure_secrets(settings: Settings) -> None:
 
 def _answer_sink(settings: Settings, engine: Engine) -> AnswerSink:
     """The node's one choice of answer sink: durable (with the revision rule of PROCTOR_ANSWER_REVISIONS,
-    "highest" unless a negative control picks another), unless the write-behind negative control is on."""
+    "highest" unless a negative control picks another), one commit per answer or shared by the answers
+    that arrive together (PROCTOR_ANSWER_SINK), unless a negative control acknowledges before the commit
+    (write-behind, or ack-at-enqueue)."""
     if settings.answer_write_behind > 0:
         return WriteBehind(engine, settings.node_name, settings.answer_write_behind)
-    return DurableAnswers(engine, settings.node_name, revision_policy(settings.answer_revisions))
+    policy = revision_policy(settings.answer_revisions)
+    if settings.answer_sink == "group-commit":
+        return GroupCommitAnswers(engine, settings.node_name, policy)
+    if settings.answer_sink == "ack-at-enqueue":
+        return AckAtEnqueue(engine, settings.node_name, policy)
+    return DurableAnswers(engine, settings.node_name, policy)
 
 
 def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None) -> FastAPI:

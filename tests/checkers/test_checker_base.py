@@ -69,6 +69,8 @@ def test_options_defaults_are_strict() -> None:
         "max_rejected_connections": None,
         "max_component_connection_errors": None,
         "max_connects_per_process": None,
+        "egress_address": None,
+        "log_canaries": None,
     }
 
 
@@ -80,6 +82,7 @@ def test_options_defaults_are_strict() -> None:
         ({"allow_pending": "narrative"}, "list of strings"),
         ({"outcome_deadline_seconds": 0}, "outcome_deadline_seconds"),
         ({"outcome_deadline_seconds": True}, "outcome_deadline_seconds"),
+        ({"egress_address": "127.0.0.300"}, "egress_address"),
     ],
 )
 def test_bad_options_name_the_key(options: dict, match: str) -> None:
@@ -108,6 +111,8 @@ def test_run_checkers_composes_every_checker_even_on_empty_input() -> None:
         "billing": UNKNOWN,
         "paused_calls": UNKNOWN,
         "retry_after": UNKNOWN,
+        "egress": True,  # no egress address: n/a
+        "logship": True,  # no canaries: not a log-shipping run, n/a
     }
 
 
@@ -116,6 +121,7 @@ EXPORTS = {
         "CHECKERS", "CheckOptions", "Checker", "DETAIL_SECTIONS", "OptionsError", "Result", "UNKNOWN", "check_answers",
         "check_connections",
         "check_ai_billing", "check_ai_paused_calls", "check_ai_provider_limit", "check_duplicate_charges", "check_retry_after",
+        "check_egress", "check_logship",
         "check_effects", "check_faults", "check_jobs", "check_payloads", "check_latency", "check_safe", "check_stats", "compose", "mark_vacuous", "run_checkers",
         "check_answer_reads", "check_final_answers", "check_revisions",
     ],
@@ -131,6 +137,9 @@ EXPORTS = {
     "chaos.checkers.payloads": ["NAME", "check_payloads", "score_of", "sms_body"],
     "chaos.checkers.answers": ["NAME", "check_answers", "fingerprint", "fingerprints"],
     "chaos.checkers.effects": ["EffectsOptions", "NAME", "check_effects"],
+    "chaos.checkers.logship": ["LogshipOptions", "NAME", "REDACTED_MARK", "RELP_WINDOW", "check_logship", "shipping_delays"],
+    "chaos.checkers.egress": ["EgressOptions", "NAME", "check_egress", "declared_recovery", "derive_sms_bound", "host_losses",
+                              "parse_address"],
     "chaos.checkers.jobs": ["IN_PROGRESS", "JobsOptions", "NAME", "PendingOptions", "check_jobs", "completion_seconds",
                             "enqueue_wait_seconds", "in_progress", "pending_reason", "queue_evidence"],
     "chaos.checkers.latency": ["LANES", "LatencyOptions", "NAME", "SLO_THRESHOLDS", "check_latency", "op_latencies",

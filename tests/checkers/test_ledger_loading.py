@@ -21,7 +21,7 @@ def test_all_is_exact() -> None:
         [
             "AlertRow", "AnswerRow", "AttemptRow", "AuditRow", "EffectRow", "ExamRow", "LANE_OF_KIND", "LEDGER_FILES",
             "LaneStateRow", "LedgerFormatError", "Ledgers", "OUTBOX_KINDS", "OutboxRow", "OutcomeRow", "QueueRow", "RefusalRow", "ReservationRow",
-            "RevisionRow", "load_ledgers",
+            "RevisionRow", "load_ledgers", "LogLineRow", "ProducedRow", "ShipperStatRow",
         ]
     )
 

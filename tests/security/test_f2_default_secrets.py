@@ -29,7 +29,8 @@ def test_a_node_refuses_to_start_on_a_known_default_secret(settings: Settings, l
 
 def test_every_run_draws_new_secrets() -> None:
     first, second = run_secrets(), run_secrets()
-    assert set(first) == {"token_secret", "admin_token", "roster_key", "proxy_secret", "ai_client_token", "sms_client_token"}
+    assert set(first) == {"token_secret", "admin_token", "roster_key", "proxy_secret", "ai_client_token", "sms_client_token",
+                          "log_store_token"}
     assert all(first[k] != second[k] and len(first[k]) >= 43 for k in first)  # 256 bits, base64url
     assert not set(first.values()) & KNOWN_DEFAULT_SECRETS
 

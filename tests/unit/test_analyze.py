@@ -144,12 +144,12 @@ def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: p
     assert capsys.readouterr().out == f"VALID\nreport: {run / 'report.md'}\n"
     report = json.loads((run / "report.json").read_text())
     assert (report["verdict"], report["valid"], report["name"], report["seed"], report["reproduce"]) == ("VALID", True, "kill-merit-worker", 7, REPRODUCE)
-    # 6 of the 16 had nothing to judge in this small run (no revisions, no connection samples,
-    # no pause, no refusal): counted apart, not as valid (issue #27).
-    assert report["summary"] == {"valid": 10, "invalid": 0, "unknown": 0, "n/a": 6}
+    # 8 of the 18 had nothing to judge in this small run (no revisions, no connection samples,
+    # no pause, no refusal, no egress address, no logs shipped): counted apart, not as valid (issue #27).
+    assert report["summary"] == {"valid": 10, "invalid": 0, "unknown": 0, "n/a": 8}
     assert {n: c["valid"] for n, c in report["checkers"].items()} == dict.fromkeys(
         ["stats", "faults", "answers", "revisions", "final_answers", "answer_reads", "effects", "jobs", "payloads",
-         "latency", "connections", "provider_limit", "duplicate_charges", "billing", "paused_calls", "retry_after"], True)
+         "latency", "connections", "provider_limit", "duplicate_charges", "billing", "paused_calls", "retry_after", "egress", "logship"], True)
     assert report["checkers"]["answers"]["counts"]["acknowledged"] == 2
     assert report["checkers"]["stats"]["counts"]["faults"] == 1
     assert report["options"]["outcome_deadline_seconds"] == 5.0
@@ -164,7 +164,7 @@ def test_report_md_shows_verdict_settings_both_times_and_reproduce(tmp_path: Pat
     run = build_run(tmp_path)
     analyze(run, plots=False)
     md = (run / "report.md").read_text()
-    assert "**Verdict: VALID** (10 valid, 6 n/a, 0 invalid, 0 unknown)" in md
+    assert "**Verdict: VALID** (10 valid, 8 n/a, 0 invalid, 0 unknown)" in md
     assert "| revisions | n/a | no answer revisions in the history: nothing to check |" in md
     assert REPRODUCE in md
     assert "SIGKILL the merit worker mid-job\n\nSeed `7`, started 2027-01-15T08:00:00+00:00, ended 2027-01-15T08:00:05+00:00." in md

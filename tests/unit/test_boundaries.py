@@ -177,6 +177,7 @@ CONTROL_READERS: dict[str, set[str]] = {
     "valkey_fresh_connections": {"stack/valkey_client.py:valkey_client"},
     "answer_write_behind": {"stack/web/app.py:_answer_sink"},
     "answer_revisions": {"stack/web/app.py:_answer_sink"},
+    "answer_sink": {"stack/web/app.py:_answer_sink"},
     "shared_lane": {"stack/lanes/queues.py:lane_routes"},
     "ai_shared_limiter": {"stack/lanes/ai/job.py:LaneConfig.from_settings"},
     "ai_retry_after": {"stack/lanes/ai/job.py:LaneConfig.from_settings"},

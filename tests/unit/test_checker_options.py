@@ -16,6 +16,8 @@ from chaos.checkers.ailane import AiLaneOptions
 from chaos.checkers.base import CheckerOptions, option, parse_limit
 from chaos.checkers.connections import ConnectionsOptions
 from chaos.checkers.effects import EffectsOptions
+from chaos.checkers.egress import EgressOptions
+from chaos.checkers.logship import LogshipOptions
 from chaos.checkers.faults import FaultsOptions
 from chaos.checkers.jobs import JobsOptions, PendingOptions
 from chaos.checkers.latency import LatencyOptions
@@ -23,9 +25,9 @@ from chaos.checkers.stats import StatsOptions
 from chaos.report import case_durations, render_markdown
 
 OWN_OPTIONS = (StatsOptions, FaultsOptions, PendingOptions, EffectsOptions, JobsOptions, LatencyOptions, ConnectionsOptions,
-               AiLaneOptions)
+               AiLaneOptions, EgressOptions, LogshipOptions)
 # Plain fields filled from scenario.json's other keys by CheckOptions.from_scenario, not "options" keys:
-FROM_SCENARIO = {"declared_faults", "time_scale", "ai_calls_per_minute"}
+FROM_SCENARIO = {"declared_faults", "time_scale", "ai_calls_per_minute", "in_flight_recovery"}
 
 
 def own_keys(cls: type) -> set[str]:
@@ -76,6 +78,8 @@ def test_report_lines_show_every_option_in_checker_order() -> None:
         "- max_rejected_connections: 0",
         "- max_component_connection_errors: not set",
         "- max_connects_per_process: not set",
+        "- egress_address: not set",
+        "- log_canaries: not set",
     ]
 
 

@@ -154,7 +154,7 @@ def test_admin_needs_the_token_and_exports_the_contract_shape(ai_url: str) -> No
     body = LANES.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
     assert body["provider"] == "ai" and isinstance(body["exported_at"], float)
     assert set(body["effects"][0]) == {"id", "operation_id", "idempotency_key", "created_at", "started_at", "cost",
-                                     "request", "response"}
+                                     "source", "request", "response"}
     assert body["effects"][0]["response"] == created  # what the caller was told, for the payloads checker
 
 

@@ -188,7 +188,7 @@ def test_losing_an_insert_race_rereads_and_classifies(app_client: TestClient, le
     token = token_for(app_client)
     attempt = start(app_client, token)
     winner = module.submit_revision(ledger, module.RevisionPolicy(), attempt, "q1", 1, "B", "k", "other-node")
-    real, calls = module._submit_in, []
+    real, calls = module.submit_in, []
 
     def lose_once(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(1)
@@ -196,7 +196,7 @@ def test_losing_an_insert_race_rereads_and_classifies(app_client: TestClient, le
             raise IntegrityError("INSERT INTO answers", {}, Exception("UNIQUE constraint failed"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module, "_submit_in", lose_once)
+    monkeypatch.setattr(module, "submit_in", lose_once)
     replay = answer(app_client, token, attempt, "q1", "B", key="k")
     assert replay.status_code == 200 and replay.json()["receipt_id"] == winner.receipt_id
     calls.clear()
