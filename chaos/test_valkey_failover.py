@@ -8,6 +8,8 @@ reconciler off) must report the job that was in flight when the primary died.
 All run on the embedded target only (the compose stack has one Valkey so far: docs/valkey.md).
 """
 
+import json
+
 import pytest
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
@@ -63,9 +65,8 @@ def test_with_sentinel_the_node_links_still_inject_into_every_client(run_chaos):
 
 def test_a_full_valkey_refuses_writes_yet_loses_no_answer_and_no_job(run_chaos):
     """noeviction: the filler fills Valkey to maxmemory and keeps it full; the stack's own writes
-    are refused (OOM) meanwhile. Answers need only the ledger; every job is done once it is freed."""
-    import json
-
+    are refused (OOM) meanwhile, counted per component. Answers need only the ledger; every job
+    is done once it is freed."""
     from chaos.history import read_history
 
     run = run_chaos("valkey_memory_pressure")
@@ -79,3 +80,34 @@ def test_a_full_valkey_refuses_writes_yet_loses_no_answer_and_no_job(run_chaos):
     assert run.checker("answers")["counts"]["lost"] == 0
     assert run.checker("jobs")["counts"]["stuck"] == 0
     assert run.checker("effects")["counts"]["duplicated"] == 0
+    components = run.checker("connections")["details"]["components"]
+    events = {name: c["events"] for name, c in components.items() if not c["harness"]}
+    # Each component counts what a full Valkey refused it (the report's connections table).
+    assert events.get("relay", {}).get("oom_refusals", 0) > 0, events
+    web = {name: e for name, e in events.items() if name.startswith("web_")}
+    assert sum(e.get("oom_refusals", 0) for e in web.values()) > 0, events
+    # The limiter fell back to per-node memory while full, and said so.
+    assert sum(e.get("limiter_fallbacks", 0) for e in web.values()) > 0, events
+    # The relay's passes failed and were retried (with backoff), the rows kept pending, not lost:
+    assert events["relay"].get("relay_failed_passes", 0) > 0, events
+    outbox = json.loads((run.run_dir / "ledgers" / "outbox.json").read_text())["rows"]
+    assert outbox and {row["status"] for row in outbox} == {"done"}, sorted({row["status"] for row in outbox})
+
+
+@pytest.mark.negative_control
+def test_a_relay_marking_rows_before_valkey_took_the_job_loses_it_when_full(run_chaos):
+    """The relay marks the row enqueued first (PROCTOR_RELAY_MARK_EARLY); Valkey, full, refuses the
+    job; nothing sends it again (the reconciler, the other safety net, is off): reported stuck."""
+    run = run_chaos("valkey_memory_pressure_early_mark")
+    filler = json.loads((run.run_dir / "scenario.json").read_text())["background"]["filler"]
+    assert filler["full"], filler
+    relay = run.checker("connections")["details"]["components"].get("relay", {})
+    assert relay.get("events", {}).get("oom_refusals", 0) > 0, "the relay was never refused: this control proves nothing"
+    assert run.valid is False, run.summary()
+    jobs = run.checker("jobs")
+    assert jobs["counts"]["stuck"] >= 1, run.summary()
+    # The row points at a job Valkey never held (not one a worker failed or lost).
+    states = {example.get("queue_state") for example in jobs["examples"]["stuck"]}
+    assert "absent" in states, jobs["examples"]["stuck"]
+    assert run.checker("answers")["counts"]["lost"] == 0
+    assert run.recheck() == 1

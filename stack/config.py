@@ -230,6 +230,7 @@ class Settings:
     liveness_ttl: float = 3.0  # PROCTOR_LIVENESS_TTL (real seconds)
     max_job_attempts: int = 5  # PROCTOR_MAX_JOB_ATTEMPTS
     reconciler_enabled: bool = True  # PROCTOR_RECONCILER: off = negative control
+    relay_mark_early: bool = False  # PROCTOR_RELAY_MARK_EARLY: on = negative control (row marked before Valkey took the job)
     sms_idempotency: bool = True  # PROCTOR_SMS_IDEMPOTENCY: off = negative control
     valkey_fresh_connections: bool = False  # PROCTOR_VALKEY_FRESH_CONNECTIONS: the seed's anti-pattern
     max_body_bytes: int = 16384  # PROCTOR_MAX_BODY_BYTES
@@ -281,8 +282,9 @@ class Settings:
 
 
 CONTROLS = frozenset({
-    "rate_limits", "reconciler_enabled", "sms_idempotency", "valkey_fresh_connections", "answer_write_behind",
-    "shared_lane", "answer_revisions", "answer_sink", "ai_shared_limiter", "ai_retry_after", "ai_ask_before_replay",
+    "rate_limits", "reconciler_enabled", "relay_mark_early", "sms_idempotency", "valkey_fresh_connections",
+    "answer_write_behind", "shared_lane", "answer_revisions", "answer_sink", "ai_shared_limiter", "ai_retry_after",
+    "ai_ask_before_replay",
     "allow_default_secrets",  # test-only
 })
 """The negative-control switches and the test-only flag among the fields above. Production code
@@ -328,6 +330,7 @@ ENV_NAMES: dict[str, str] = {
     "liveness_ttl": "PROCTOR_LIVENESS_TTL",
     "max_job_attempts": "PROCTOR_MAX_JOB_ATTEMPTS",
     "reconciler_enabled": "PROCTOR_RECONCILER",
+    "relay_mark_early": "PROCTOR_RELAY_MARK_EARLY",
     "sms_idempotency": "PROCTOR_SMS_IDEMPOTENCY",
     "valkey_fresh_connections": "PROCTOR_VALKEY_FRESH_CONNECTIONS",
     "max_body_bytes": "PROCTOR_MAX_BODY_BYTES",
@@ -373,6 +376,7 @@ _PARSERS = {
     "answer_sink": _parse_answer_sink,
     "ledger_writers": _parse_ledger_writers,
     "reconciler_enabled": _parse_bool,
+    "relay_mark_early": _parse_bool,
     "sms_idempotency": _parse_bool,
     "valkey_fresh_connections": _parse_bool,
     "shared_lane": _parse_bool,

@@ -32,6 +32,7 @@ from stack.config import Settings
 
 __all__ = [
     "ERROR_KINDS",
+    "EVENT_KINDS",
     "STATS_DIR",
     "STATS_SUFFIX",
     "ConnectionStats",
@@ -42,6 +43,12 @@ __all__ = [
 ]
 
 ERROR_KINDS = ("connect_timeout", "timeout", "reset", "refused", "tls", "max_clients", "other")
+EVENT_KINDS = ("oom_refusals", "limiter_fallbacks", "relay_failed_passes")
+"""What a component counts besides connections, each a cause of Valkey trouble it survived:
+``oom_refusals`` (a command Valkey refused with ``OOM`` under noeviction, counted by the
+connection that read the answer), ``limiter_fallbacks`` (a web node's request limiter counted
+in memory instead: stack/web/ratelimit.py) and ``relay_failed_passes`` (a relay pass that
+failed and was retried after a backoff: stack/relay.py)."""
 STATS_DIR = "connections"
 STATS_SUFFIX = ".jsonl"
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:/-]")
@@ -74,6 +81,7 @@ class ConnectionStats:
         self.connects = 0
         self.errors: dict[str, int] = {}
         self.connect_errors: dict[str, int] = {}
+        self.events: dict[str, int] = {}
         self._last_dump = 0.0
         self._timer: threading.Timer | None = None
 
@@ -91,6 +99,10 @@ class ConnectionStats:
                 self.connect_errors[kind] = self.connect_errors.get(kind, 0) + 1
         self._record(bump)
 
+    def record_event(self, kind: str) -> None:
+        """One of ``EVENT_KINDS`` happened in this process."""
+        self._record(lambda: self.events.__setitem__(kind, self.events.get(kind, 0) + 1))
+
     def _record(self, change: Callable[[], None]) -> None:
         self._check_pid()
         with self._lock:
@@ -101,7 +113,7 @@ class ConnectionStats:
         self._check_pid()
         with self._lock:
             return {"component": self.component, "pid": self._pid, "connects": self.connects,
-                    "errors": dict(self.errors), "connect_errors": dict(self.connect_errors),
+                    "errors": dict(self.errors), "connect_errors": dict(self.connect_errors), "events": dict(self.events),
                     "error_total": sum(self.errors.values()), "updated_at": time.time()}
 
     def _maybe_dump(self) -> None:

@@ -45,18 +45,19 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from stack.config import Settings, load_settings
-from stack.connection_stats import record_process_connections
+from stack.connection_stats import process_stats, record_process_connections
 from stack.valkey_client import valkey_client
-from stack.lanes.enqueue import enqueue_operation, enqueue_operations
-from stack.lanes.queues import JOB_SERIALIZER, lane_routes
+from stack.lanes.enqueue import Enqueue, enqueue_operation, enqueue_operations
+from stack.lanes.queues import JOB_SERIALIZER, job_id, lane_routes
 from stack.lanes.worker import liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine, make_reader
 from stack.priority import apply_niceness
 
 __all__ = [
-    "ENQUEUE_BATCH", "PENDING_PAGE", "LimboWatch", "PassReport", "Relay", "Verdict",
-    "inspect_job", "inspect_jobs", "main", "queued_job_ids",
+    "ENQUEUE_BATCH", "PENDING_PAGE", "LimboWatch", "PassReport", "Relay", "SendAndMark", "Verdict",
+    "inspect_job", "inspect_jobs", "ledger_then_valkey", "main", "queued_job_ids", "send_and_mark_policy",
+    "valkey_then_ledger",
 ]
 
 ENQUEUE_BATCH = 100
@@ -183,6 +184,32 @@ def relay_passes(relay: "Relay", settings: Settings) -> tuple[Callable[[PassRepo
     return (*passes, relay.reconcile) if settings.reconciler_enabled else passes
 
 
+SendAndMark = Callable[["Relay", list[Enqueue]], list[str]]
+"""How a batch of pending rows becomes enqueued jobs: (relay, enqueues) -> the ops whose rows moved."""
+
+
+def valkey_then_ledger(relay: "Relay", items: list[Enqueue]) -> list[str]:
+    """Valkey first, the ledger second: a row moves only once Valkey accepted its job. Valkey
+    refusing (down, or full under noeviction) leaves the rows pending for the next pass, and
+    a crash in between costs a repeat of the same job ids, a no-op in Valkey."""
+    enqueue_operations(relay.redis, relay.settings, items)
+    return relay.mark(items)
+
+
+def ledger_then_valkey(relay: "Relay", items: list[Enqueue]) -> list[str]:
+    """NEGATIVE CONTROL (PROCTOR_RELAY_MARK_EARLY): the rows are marked enqueued before Valkey
+    accepted their jobs. When Valkey refuses the enqueue (full under noeviction), the rows point
+    at jobs that never existed; no later pass sends them again (only the reconciler could)."""
+    moved = relay.mark(items)
+    enqueue_operations(relay.redis, relay.settings, items)
+    return moved
+
+
+def send_and_mark_policy(settings: Settings) -> SendAndMark:
+    """Chosen once at start-up: the one place PROCTOR_RELAY_MARK_EARLY is read."""
+    return ledger_then_valkey if settings.relay_mark_early else valkey_then_ledger
+
+
 class Relay:
     def __init__(self, settings: Settings, engine: Engine, redis: Redis) -> None:
         self.settings = settings
@@ -196,6 +223,7 @@ class Relay:
         self.limbo = LimboWatch(redis, grace=settings.liveness_ttl)
         self.lane_of_kind = lane_routes(settings)
         self.passes = relay_passes(self, settings)
+        self.send_and_mark = send_and_mark_policy(settings)
 
     def run_once(self) -> PassReport:
         report = PassReport()
@@ -211,15 +239,16 @@ class Relay:
         report.more_pending = len(report.enqueued) == PENDING_PAGE
 
     def _enqueue_batch(self, rows: list[dict[str, Any]], report: PassReport) -> None:
-        """Valkey first, the ledger second (as for one row): a crash in between leaves the rows
-        pending, and the next pass's repeat of the same job ids is a no-op in Valkey."""
         items = [(row["kind"], row["operation_id"], row["attempts"] + 1) for row in rows]
-        jids = enqueue_operations(self.redis, self.settings, items)
-        with self.engine.begin() as conn:
-            moved = outbox.mark_enqueued_many(conn, [(op, number, jid) for (_, op, number), jid in zip(items, jids)])
+        moved = self.send_and_mark(self, items)
         for op in moved:
             log.info("enqueued %s", op)
         report.enqueued.extend(moved)
+
+    def mark(self, items: list[Enqueue]) -> list[str]:
+        """Rows -> ``enqueued`` with the job ids their enqueues get, in one ledger transaction."""
+        with self.engine.begin() as conn:
+            return outbox.mark_enqueued_many(conn, [(op, number, job_id(op, number)) for _, op, number in items])
 
     def fail_blocked(self, report: PassReport) -> None:
         """A narrative/SMS row whose merit card gave up can never run: fail it for review, visibly."""
@@ -309,8 +338,10 @@ class Relay:
                 report = self.run_once()
                 backoff = 0.0 if report.more_pending else self.settings.relay_interval
             except (RedisError, SQLAlchemyError) as exc:
-                # Valkey down or the ledger busy: keep looping, slower, until it is back.
+                # Valkey down or full, or the ledger busy: keep looping, slower, until it is back;
+                # the rows the pass could not send stay pending for the next one.
                 backoff = min(max(backoff * 2, self.settings.relay_interval), _BACKOFF_MAX)
+                process_stats().record_event("relay_failed_passes")
                 log.error("relay pass failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, backoff)
             except Exception:
                 backoff = min(max(backoff * 2, self.settings.relay_interval), _BACKOFF_MAX)

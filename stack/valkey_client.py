@@ -34,7 +34,7 @@ negative control reproducing the seed's "fresh TLS connections") every call open
 and closes its own connection (``FreshConnectionPool``).
 
 Every connection counts its connects and connection-level errors, classified by
-``classify_error``, into the process's ``stack.connection_stats.process_stats()``
+``classify_error``, and the commands Valkey refused with ``OOM`` (``oom_refusals``), into the process's ``stack.connection_stats.process_stats()``
 (one file per process under the embedded runner; web nodes also export them in /metrics).
 """
 
@@ -49,6 +49,7 @@ from redis.backoff import ExponentialBackoff
 from redis.connection import Connection, ConnectionPool, SSLConnection
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection, SentinelManagedSSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -154,6 +155,11 @@ class _Counting:
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except OutOfMemoryError:
+            # Valkey full under noeviction refused a write: every answer passes here, a
+            # pipeline's and a script's too, so each component's refusals are counted once.
+            process_stats().record_event("oom_refusals")
+            raise
         except (RedisConnectionError, RedisTimeoutError) as exc:
             if not self._proctor_connecting:
                 process_stats().record_error(classify_error(exc), connecting=False)

@@ -8,6 +8,11 @@ connections to managed Valkey. This checker reads three kinds of monitor samples
   grouped by component, and each component's own counters (connects, errors by kind);
 - ``churn-sample`` (chaos/load/churn.py): the fresh-connection generator's outcomes.
 
+It also sums each component's events (stack/connection_stats.py ``EVENT_KINDS``): commands
+Valkey refused with OOM (``oom_refusals``), the request limiter's fallbacks to per-node memory
+(``limiter_fallbacks``, each one loosens the limit to nodes x limit) and relay passes that
+failed and were retried after a backoff (``relay_failed_passes``). Measured only, never judged.
+
 | category | invalid? | meaning |
 |---|---|---|
 | ``rejected_over_limit`` | yes | Valkey rejected more connections (maxclients) than ``max_rejected_connections`` |
@@ -35,6 +40,9 @@ __all__ = ["ConnectionsOptions", "NAME", "check_connections", "counter_increase"
 
 NAME = "connections"
 HARNESS_CLIENTS = {"proctor-monitor", "proctor-churn"}
+EVENT_KINDS = ("oom_refusals", "limiter_fallbacks", "relay_failed_passes")
+"""Mirrors stack.connection_stats.EVENT_KINDS (copied so analysis imports no stack code;
+tests/unit/test_connection_stats.py keeps the two equal)."""
 UNNAMED = "(unnamed)"
 """Connections CLIENT LIST caught before their CLIENT SETNAME (mid-handshake) or from clients that never name themselves."""
 
@@ -115,6 +123,7 @@ def _components(samples: list[Op]) -> dict[str, dict[str, Any]]:
             "connects": int(own.get("connects", 0)),
             "errors": dict(own.get("errors", {})),
             "error_total": int(own.get("error_total", 0)),
+            "events": {kind: int(n) for kind, n in (own.get("events") or {}).items()},
             "processes": int(own.get("pids", 0)),
             "max_process_connects": int(own.get("max_process_connects", 0)),
             "harness": name in HARNESS_CLIENTS,
@@ -134,6 +143,11 @@ def _churn(history: Sequence[Op]) -> dict[str, Any]:
         **{f"churn_{kind}": int(n) for kind, n in sorted(outcomes.items())},
         "churn_handshakes_per_second": float(last.get("handshakes_per_second", 0.0)),
     }
+
+
+def _event_totals(components: Mapping[str, dict[str, Any]]) -> dict[str, int]:
+    """Each of ``EVENT_KINDS`` summed over the stack's components (0 when none counted it)."""
+    return {kind: sum(c["events"].get(kind, 0) for c in components.values()) for kind in EVENT_KINDS}
 
 
 @dataclass(frozen=True)
@@ -162,6 +176,7 @@ def check_connections(history: Sequence[Op], ledgers: Ledgers, options: Connecti
         "component_reconnects": sum(c["reconnects"] for c in stack_components.values()),
         "component_errors": sum(c["error_total"] for c in stack_components.values()),
         "unnamed_client_ids": components.get(UNNAMED, {}).get("client_ids_seen", 0),
+        **_event_totals(stack_components),
         **churn,
     }
     notes: list[str] = []
@@ -208,11 +223,12 @@ def render_details(details: Mapping[str, Any]) -> list[str]:
     if not components:
         return []
     header = ("| component | connections at end | client ids seen | reconnects (new ids) | connects (own count) "
-              "| connection errors | by kind |")
-    lines = ["", header, "|---|---|---|---|---|---|---|"]
+              "| connection errors | by kind | events |")
+    lines = ["", header, "|---|---|---|---|---|---|---|---|"]
     for name, c in components.items():
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(c.get("errors", {}).items())) or "-"
+        events = ", ".join(f"{k} {v}" for k, v in sorted(c.get("events", {}).items())) or "-"
         label = f"{name} (harness)" if c.get("harness") else name
         lines.append(f"| {label} | {c.get('connections_now', 0)} | {c.get('client_ids_seen', 0)} | {c.get('reconnects', 0)} "
-                     f"| {c.get('connects', 0)} | {c.get('error_total', 0)} | {kinds} |")
+                     f"| {c.get('connects', 0)} | {c.get('error_total', 0)} | {kinds} | {events} |")
     return lines

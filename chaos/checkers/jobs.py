@@ -19,7 +19,9 @@ Read after the run has healed and gone quiet, every row must be final:
   an attempt that did not finish (**orphan_rows**: the rows are written in the
   finishing transaction), and no (attempt, kind) has two rows (**duplicated_rows**).
 
-It also measures per-kind completion latency (``done_at - created_at``) and, with
+It also measures per-kind completion latency (``done_at - created_at``), how long rows
+waited for their first enqueue (``enqueued_at - created_at``: rows kept pending while Valkey
+refused them), how many rows were re-enqueued (``reenqueued_rows``) and, with
 ``outcome_deadline_seconds``, flags every final row that took longer than that
 from the attempt's finish (**deadline_exceeded**).
 """
@@ -45,8 +47,8 @@ from chaos.checkers.base import (
 from chaos.history import Op
 from chaos.ledgers import OUTBOX_KINDS, Ledgers, OutboxRow, OutcomeRow, QueueRow
 
-__all__ = ["IN_PROGRESS", "NAME", "JobsOptions", "PendingOptions", "check_jobs", "completion_seconds", "in_progress",
-           "pending_reason", "queue_evidence"]
+__all__ = ["IN_PROGRESS", "NAME", "JobsOptions", "PendingOptions", "check_jobs", "completion_seconds",
+           "enqueue_wait_seconds", "in_progress", "pending_reason", "queue_evidence"]
 
 NAME = "jobs"
 
@@ -123,7 +125,9 @@ def check_jobs(history: Sequence[Op], ledgers: Ledgers, options: JobsOptions) ->
         "failed": sum(r.status == "failed" for r in ledgers.outbox),
         "finished_attempts": len(finished),
     }
-    details = {"completion_seconds": completion_seconds(ledgers.outbox)}
+    details = {"completion_seconds": completion_seconds(ledgers.outbox),
+               "enqueue_wait_seconds": enqueue_wait_seconds(ledgers.outbox),
+               "reenqueued_rows": sum((r.attempts or 0) > 1 for r in ledgers.outbox)}
     if options.outcome_deadline_seconds is not None:
         details["outcome_deadline_seconds"] = options.outcome_deadline_seconds
     reasons = [f"{malformed} finish invoke(s) without attempt_id: cannot tell which attempts finished"] if malformed else []
@@ -137,6 +141,17 @@ def completion_seconds(rows: Sequence[OutboxRow]) -> dict[str, dict[str, Any]]:
     for row in rows:
         if row.status == "done" and row.done_at is not None and row.created_at is not None:
             by_kind.setdefault(row.kind, []).append(round(row.done_at - row.created_at, 6))
+    return {kind: summarize(values) for kind, values in by_kind.items()}
+
+
+def enqueue_wait_seconds(rows: Sequence[OutboxRow]) -> dict[str, dict[str, Any]]:
+    """Per kind: summary of enqueued_at - created_at over rows enqueued once (real seconds): how
+    long rows stayed pending before Valkey took their first job, e.g. while it was full. A merit
+    row is sent at once; a narrative or SMS row also waits for its merit card."""
+    by_kind: dict[str, list[float]] = {kind: [] for kind in OUTBOX_KINDS}
+    for row in rows:
+        if row.attempts == 1 and row.enqueued_at is not None and row.created_at is not None:
+            by_kind.setdefault(row.kind, []).append(round(row.enqueued_at - row.created_at, 6))
     return {kind: summarize(values) for kind, values in by_kind.items()}
 
 

@@ -34,7 +34,7 @@ class FillerSpec:
     hold: float = 4.0  # seconds Valkey stays full
     value_bytes: int = 256 * 1024
     max_bytes: int = 128 * 1024 * 1024  # never write more than this, whatever maxmemory says
-    probe_interval: float = 0.25
+    probe_interval: float = 0.05  # between top-ups while held: less room left for the stack's writes
 
 
 def filler_generator(spec: FillerSpec):
@@ -79,21 +79,31 @@ def _fill_hold_free(client: Any, spec: FillerSpec, started: float, stop: asyncio
 
 
 def _hold(client: Any, spec: FillerSpec, keys: list[str]) -> int:
-    """Stay full for ``spec.hold`` seconds: top up whenever Valkey made room (each write goes
-    into ``keys``), counting the OOM refusals."""
+    """Stay full for ``spec.hold`` seconds: whenever Valkey made room, top up with full-size writes,
+    then with ever smaller ones (``_TOP_UP_SIZES``) until each size is refused, so what an AOF
+    buffer flush frees is taken before a small write of the stack's fits in it. Each write goes
+    into ``keys``; the OOM refusals are counted."""
     refusals, until = 0, time.monotonic() + spec.hold
-    value = b"x" * spec.value_bytes  # small top-ups fit in what AOF buffer flushes free: Valkey never stayed full
-    while time.monotonic() < until and (len(keys) + 1) * spec.value_bytes <= spec.max_bytes:
-        key = f"{FILLER_PREFIX}{len(keys)}"
-        try:
-            client.set(key, value)
-            keys.append(key)
-        except OutOfMemoryError:
-            refusals += 1
-        except RedisError:
-            pass
+    written = len(keys) * spec.value_bytes
+    while time.monotonic() < until:
+        for size in (spec.value_bytes, *_TOP_UP_SIZES):
+            while written + size <= spec.max_bytes and time.monotonic() < until:
+                key = f"{FILLER_PREFIX}{len(keys)}"
+                try:
+                    client.set(key, b"x" * size)
+                except OutOfMemoryError:
+                    refusals += 1
+                    break
+                except RedisError:
+                    break
+                keys.append(key)
+                written += size
         time.sleep(spec.probe_interval)
     return refusals
+
+
+_TOP_UP_SIZES = (16 * 1024, 1024, 64)
+"""Bytes of the smaller top-ups, down to less than one enqueue of a job (a job hash is ~1 KiB)."""
 
 
 def _free(client: Any, keys: list[str], errors: list[str]) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from chaos.load.exam import WorkloadSpec
 from chaos.load.filler import FillerSpec, filler_generator
 from chaos.nemesis import FaultSpec
+from chaos.observe.valkey_stats import valkey_sampler
 from chaos.runner import Scenario
 from chaos.scenarios.kills import KILL_BOUNDS, slow_ai_calls
 from chaos.scenarios.tls import tls_churn_on
@@ -30,6 +31,12 @@ to +switch-master with down-after 2 s), so the Sentinels, not a restart, end the
 
 MEMORY_PRESSURE_MAXMEMORY = "24mb"
 """Small, so the filler reaches it in a second (about 90 writes of 256 KiB), bounded in bytes."""
+
+
+def _memory_pressure_background() -> dict:
+    """The filler, and the Valkey sampler that carries each component's OOM refusals, limiter
+    fallbacks and failed relay passes (stack/connection_stats.py) into the connections checker."""
+    return {"filler": filler_generator(FillerSpec(start_at=3.0, hold=4.0)), "valkey": valkey_sampler(0.5)}
 
 
 def _primary_kill(seed: int, scenario: Scenario) -> list[FaultSpec]:
@@ -83,11 +90,24 @@ VALKEY_SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="valkey_memory_pressure",
         description="a filler (its own ACL user and keys) fills Valkey to maxmemory under noeviction mid-exam, holds "
-                    "it full 4 s, frees it: answers still accepted, nothing lost or done twice, no 5xx",
+                    "it full 4 s, frees it: answers still accepted, nothing lost or done twice, no 5xx; OOM refusals, "
+                    "limiter fallbacks and failed relay passes counted per component",
         workload=WorkloadSpec(arrival_rate=2.0, duration=12.0, questions=3),
         valkey_maxmemory=MEMORY_PRESSURE_MAXMEMORY,
-        background={"filler": filler_generator(FillerSpec(start_at=3.0, hold=4.0))},
+        background=_memory_pressure_background(),
         options=_OPTIONS,
+    ),
+    Scenario(
+        name="valkey_memory_pressure_early_mark",
+        description="negative control: the relay marks a row enqueued before Valkey accepted its job (reconciler "
+                    "off, the only other thing that would resend it); the job Valkey refused while full must be "
+                    "reported stuck",
+        workload=WorkloadSpec(arrival_rate=2.0, duration=10.0, questions=2),
+        valkey_maxmemory=MEMORY_PRESSURE_MAXMEMORY,
+        settings={"relay_mark_early": True, "reconciler_enabled": False},
+        background=_memory_pressure_background(),
+        options=_OPTIONS,
+        expect_valid=False,
     ),
     tls_churn_on(
         "tls_churn_sentinel",

@@ -41,6 +41,7 @@ from limits.storage import MemoryStorage, RedisStorage
 from limits.strategies import SlidingWindowCounterRateLimiter
 from redis.exceptions import RedisError
 
+from stack.connection_stats import process_stats
 from stack.web.dispatch import ValkeyClients
 
 __all__ = ["ACCOUNT_ROUTE", "LOGIN_FAILURE_TIERS", "LOGIN_NETWORK", "LOGIN_SOURCE_FAILURES", "RequestLimiter",
@@ -138,6 +139,7 @@ class RequestLimiter:
 
     def _fall_back(self, exc: BaseException) -> None:
         self.fallbacks += 1
+        process_stats().record_event("limiter_fallbacks")  # the run's report counts them per node
         if time.monotonic() >= self._bypass_until:
             log.warning("request limiter: Valkey unreachable (%s); counting in memory on this node", type(exc).__name__)
         self._bypass_until = time.monotonic() + _BYPASS_SECONDS

@@ -141,7 +141,7 @@ EXPORTS = {
     "chaos.checkers.egress": ["EgressOptions", "NAME", "check_egress", "declared_recovery", "derive_sms_bound", "host_losses",
                               "parse_address"],
     "chaos.checkers.jobs": ["IN_PROGRESS", "JobsOptions", "NAME", "PendingOptions", "check_jobs", "completion_seconds",
-                            "in_progress", "pending_reason", "queue_evidence"],
+                            "enqueue_wait_seconds", "in_progress", "pending_reason", "queue_evidence"],
     "chaos.checkers.latency": ["LANES", "LatencyOptions", "NAME", "SLO_THRESHOLDS", "check_latency", "op_latencies",
                                "render_details", "resolve_slo_key"],
     "chaos.checkers.stats": ["NAME", "StatsOptions", "check_stats", "outcome_counts"],

@@ -228,10 +228,10 @@ def test_render_details_draws_one_row_per_component_and_marks_the_harness() -> N
     details = check_connections(healthy_history().ops, Ledgers(), STRICT).details
     lines = render_details(details)
     assert lines[:3] == ["", "| component | connections at end | client ids seen | reconnects (new ids) | connects (own count) "
-                             "| connection errors | by kind |", "|---|---|---|---|---|---|---|"]
-    assert lines[3:] == ["| proctor-monitor (harness) | 1 | 1 | 0 | 0 | 0 | - |",
-                         "| relay | 1 | 2 | 1 | 2 | 1 | reset 1 |",
-                         "| web_1 | 1 | 1 | 0 | 1 | 0 | - |"]
+                             "| connection errors | by kind | events |", "|---|---|---|---|---|---|---|---|"]
+    assert lines[3:] == ["| proctor-monitor (harness) | 1 | 1 | 0 | 0 | 0 | - | - |",
+                         "| relay | 1 | 2 | 1 | 2 | 1 | reset 1 | - |",
+                         "| web_1 | 1 | 1 | 0 | 1 | 0 | - | - |"]
     assert render_details({}) == [] and render_details({"components": {}}) == []
 
 
@@ -271,4 +271,27 @@ def test_a_process_exactly_at_the_connect_budget_passes() -> None:
 
 
 def test_render_details_of_a_stored_report_with_missing_fields_shows_zeros() -> None:
-    assert render_details({"components": {"relay": {}}})[3:] == ["| relay | 0 | 0 | 0 | 0 | 0 | - |"]
+    assert render_details({"components": {"relay": {}}})[3:] == ["| relay | 0 | 0 | 0 | 0 | 0 | - | - |"]
+
+
+def test_events_are_summed_per_kind_over_the_components_and_never_judged() -> None:
+    """A full Valkey's refusals, the limiter's fallbacks and the relay's failed passes are counted
+    from the last sample's counters, harness clients left out; they never make a run invalid."""
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=5, clients={"web_1": [3]}, processes={"web_1": proc(1)})
+    web = {**proc(1), "events": {"oom_refusals": 2, "limiter_fallbacks": 3}}
+    relay = {**proc(1), "events": {"oom_refusals": 1, "relay_failed_passes": 4}}
+    harness = {**proc(1), "events": {"oom_refusals": 50}}
+    valkey_sample(h, 2.0, received=6, clients={"web_1": [3], "relay": [4]},
+                  processes={"web_1": web, "relay": relay, "proctor-monitor": harness})
+    result = check_connections(h.ops, Ledgers(), STRICT)
+    assert result.valid is True, result
+    assert (result.counts["oom_refusals"], result.counts["limiter_fallbacks"], result.counts["relay_failed_passes"]) \
+        == (3, 3, 4)
+    assert result.details["components"]["relay"]["events"] == {"oom_refusals": 1, "relay_failed_passes": 4}
+    assert "oom_refusals 1, relay_failed_passes 4" in "\n".join(render_details(result.details))
+
+
+def test_no_events_count_zero_not_missing() -> None:
+    counts = check_connections(healthy_history().ops, Ledgers(), STRICT).counts
+    assert (counts["oom_refusals"], counts["limiter_fallbacks"], counts["relay_failed_passes"]) == (0, 0, 0)

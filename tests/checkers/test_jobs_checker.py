@@ -38,8 +38,26 @@ def test_all_done_is_valid_and_measures_completion_per_kind() -> None:
         "violations": [],
         "examples": {},
         "notes": [],
-        "details": {"completion_seconds": {"merit": summary(2, 0.5), "narrative": summary(2, 0.5), "sms": summary(2, 0.5)}},
+        "details": {"completion_seconds": {"merit": summary(2, 0.5), "narrative": summary(2, 0.5), "sms": summary(2, 0.5)},
+                    "enqueue_wait_seconds": {kind: summary(2, 0.1) for kind in ("merit", "narrative", "sms")},
+                    "reenqueued_rows": 0},
     }
+
+
+def test_rows_kept_pending_and_re_enqueued_are_measured_never_judged() -> None:
+    """A row that waited 5 s for its first enqueue (Valkey full) and one sent twice are reported
+    in the details; neither makes the run invalid while every row ends done."""
+    exports = good_exports("a1", "a2")
+    for row in exports["outbox"]:
+        if row["operation_id"] == "merit-a2":
+            row["enqueued_at"] = row["created_at"] + 5.0
+        if row["operation_id"] == "sms-a1":
+            row["attempts"], row["job_id"] = 2, "sms-a1-2"
+    result = run(exports)
+    assert result["valid"] is True
+    assert result["details"]["enqueue_wait_seconds"]["merit"]["max"] == 5.0
+    assert result["details"]["enqueue_wait_seconds"]["sms"]["count"] == 1  # the re-enqueued row's wait is not its first
+    assert result["details"]["reenqueued_rows"] == 1
 
 
 def test_job_still_enqueued_after_quiet_period_is_stuck() -> None:

@@ -172,6 +172,7 @@ def test_relative_imports_resolve_against_the_package() -> None:
 CONTROL_READERS: dict[str, set[str]] = {
     "rate_limits": {"stack/web/app.py:create_app"},
     "reconciler_enabled": {"stack/relay.py:relay_passes"},
+    "relay_mark_early": {"stack/relay.py:send_and_mark_policy"},
     "sms_idempotency": {"stack/lanes/jobs.py:sms_call"},
     "valkey_fresh_connections": {"stack/valkey_client.py:valkey_client"},
     "answer_write_behind": {"stack/web/app.py:_answer_sink"},

@@ -88,3 +88,22 @@ def test_importing_the_client_writes_nothing_and_registers_no_exit_hook(tmp_path
                          check=True).stdout.split()
     assert out == ["None", "0"]  # hooks registered by our modules, beyond their dependencies'.
     assert not (tmp_path / STATS_DIR).exists()
+
+
+def test_events_are_counted_per_process_and_summed_per_component(tmp_path: Path) -> None:
+    stats = ConnectionStats("web_1", tmp_path / STATS_DIR / "web_1.77.jsonl", min_interval=0.0)
+    for kind in ("oom_refusals", "oom_refusals", "limiter_fallbacks"):
+        stats.record_event(kind)
+    assert stats.snapshot()["events"] == {"oom_refusals": 2, "limiter_fallbacks": 1}
+    horse = {"component": "web_1", "pid": 78, "connects": 1, "errors": {}, "events": {"oom_refusals": 1}}
+    with (tmp_path / STATS_DIR / "web_1.77.jsonl").open("a") as lines:
+        lines.write(json.dumps(horse) + "\n")  # another process of the component, in the same file
+    counters = read_process_counters(tmp_path)["web_1"]
+    assert counters["pids"] == 2
+    assert counters["events"] == {"oom_refusals": 3, "limiter_fallbacks": 1}
+
+
+def test_the_checker_knows_every_event_kind_the_stack_counts() -> None:
+    from chaos.checkers.connections import EVENT_KINDS as CHECKED
+
+    assert CHECKED == connection_stats.EVENT_KINDS

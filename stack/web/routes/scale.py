@@ -52,6 +52,9 @@ CAPACITY_LOCK_TTL = POOLS_TIMEOUT + EXECUTOR_TIMEOUT + 60.0
 executor), so it expires while held only if the node itself died, and then it frees itself."""
 
 RETRY_AFTER_SCALE, RETRY_AFTER_WINDOW = 5, 1
+RETRY_AFTER_LOCK_UNAVAILABLE = 2
+"""Retry-After (s) of the 503 when Valkey cannot hold the lock (down, or full: a filled Valkey
+was freed within seconds in valkey_memory_pressure); the caller retries, nothing was changed."""
 """Retry-After (s) when a scale holds the lock (a drain takes seconds; the detail says when the
 lock expires at the latest) and when a window write does (a few milliseconds)."""
 
@@ -158,9 +161,10 @@ def _capacity_lock(state: WebState, **holder: Any) -> Iterator[Lease]:
         lease = state.capacity_lock.acquire(**holder)
     except LockHeld as held:
         raise _lock_held(held) from None
-    except LockUnavailable as exc:
+    except LockUnavailable as exc:  # Valkey down, or full under noeviction (the SET is refused): retry later
         raise HTTPException(status_code=503, detail=f"capacity lock unavailable, refusing to change capacity or "
-                                                    f"windows without it: {exc}") from None
+                                                    f"windows without it: {exc}",
+                            headers={"Retry-After": str(RETRY_AFTER_LOCK_UNAVAILABLE)}) from None
     try:
         yield lease
     finally:

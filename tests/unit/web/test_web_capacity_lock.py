@@ -20,7 +20,7 @@ from stack.embedded.control import ControlServer
 from stack.web.capacity_lock import CAPACITY_LOCK_KEY, CapacityLock
 from stack.web.app import create_admin_app, create_app
 from stack.web.dispatch import ValkeyClients
-from stack.web.routes.scale import CAPACITY_LOCK_TTL, EXECUTOR_TIMEOUT, POOLS_TIMEOUT
+from stack.web.routes.scale import CAPACITY_LOCK_TTL, EXECUTOR_TIMEOUT, POOLS_TIMEOUT, RETRY_AFTER_LOCK_UNAVAILABLE
 
 H = {"X-Admin-Token": ADMIN}
 HANG_GUARD = 120.0
@@ -193,7 +193,38 @@ def test_without_valkey_the_lock_fails_closed_and_names_it(
     state.capacity_lock = CapacityLock(down, ttl=10, node="web_test")
     refused = _open_window(admin_client)
     assert refused.status_code == 503 and "capacity lock unavailable" in refused.json()["detail"]
-    assert "Valkey" in refused.json()["detail"]
+    assert "Valkey" in refused.json()["detail"] and refused.headers["Retry-After"] == str(RETRY_AFTER_LOCK_UNAVAILABLE)
     assert admin_client.post("/admin/scale", headers=H, json={"pool": "web", "n": 1}).status_code == 503
     assert executor.calls == []
     down.close()
+
+
+@pytest.fixture
+def full_valkey(valkey: Redis) -> Iterator[Redis]:
+    """The test Valkey full under noeviction: 1 MiB of filler, then maxmemory set below what it
+    holds, so every write is refused however little a refused command's buffers free after it
+    (filling up to the limit left room for a small SET now and then)."""
+    policy = valkey.config_get("maxmemory-policy")["maxmemory-policy"]
+    for n in range(16):
+        valkey.set(f"capacity-filler:{n}", b"x" * 64 * 1024)
+    valkey.config_set("maxmemory-policy", "noeviction")
+    valkey.config_set("maxmemory", str(int(valkey.info("memory")["used_memory"]) - 512 * 1024))
+    try:
+        yield valkey
+    finally:
+        valkey.config_set("maxmemory", "0")
+        valkey.config_set("maxmemory-policy", policy)
+        valkey.delete(*(f"capacity-filler:{n}" for n in range(16)))
+
+
+def test_a_full_valkey_refuses_the_lock_with_503_and_retry_after_never_500(
+        admin_client: TestClient, executor: GatedExecutor, full_valkey: Redis) -> None:
+    """Under noeviction a full Valkey refuses the lock's SET (OOM): the endpoints that need Valkey
+    answer 503 + Retry-After, change nothing, and work again once the memory is freed."""
+    for refused in (_open_window(admin_client), admin_client.post("/admin/scale", headers=H, json={"pool": "web", "n": 1})):
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["Retry-After"] == str(RETRY_AFTER_LOCK_UNAVAILABLE)
+        assert "OutOfMemoryError" in refused.json()["detail"]
+    assert executor.calls == [] and full_valkey.exists(CAPACITY_LOCK_KEY) == 0
+    full_valkey.config_set("maxmemory", "0")
+    assert _open_window(admin_client).status_code == 200
