@@ -15,7 +15,7 @@ import ipaddress
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from stack.paths import runs_dir
 
@@ -133,32 +133,23 @@ def _parse_rate(name: str, raw: str) -> str:
 ANSWER_REVISION_RULES = ("highest", "last-arrival", "compacting")
 """PROCTOR_ANSWER_REVISIONS: the highest revision is current (correct), or a negative control."""
 ANSWER_SINKS = ("per-answer", "group-commit", "ack-at-enqueue")
+"""PROCTOR_ANSWER_SINK values: ack-at-enqueue is a negative control (stack/web/group_commit.py)."""
 LEDGER_WRITERS = ("busy-handler", "queued")
 """How SQLite writers wait for the write lock (stack/ledger/write_queue.py). ``busy-handler`` stays the
 default: the kernel queue removed the busy handler's 0.23 + k x 0.1 s sleeps, but on the loaded machine
 it measured more node 503s at 100 req/s in all 5 pairs (docs/ramp.md); a quiet-machine A/B decides."""
-"""PROCTOR_ANSWER_SINK values: ack-at-enqueue is a negative control (stack/web/group_commit.py)."""
 
 
-def _parse_revision_rule(name: str, raw: str) -> str:
-    rule = raw.strip().lower()
-    if rule not in ANSWER_REVISION_RULES:
-        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(ANSWER_REVISION_RULES)}")
-    return rule
+def _one_of(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    """A parser for a setting that names one of ``choices`` (case and surrounding blanks ignored)."""
 
+    def parse(name: str, raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+        return value
 
-def _parse_answer_sink(name: str, raw: str) -> str:
-    sink = raw.strip().lower()
-    if sink not in ANSWER_SINKS:
-        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(ANSWER_SINKS)}")
-    return sink
-
-
-def _parse_ledger_writers(name: str, raw: str) -> str:
-    policy = raw.strip().lower()
-    if policy not in LEDGER_WRITERS:
-        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(LEDGER_WRITERS)}")
-    return policy
+    return parse
 
 
 def _parse_exam_window(name: str, raw: str) -> str:
@@ -372,9 +363,9 @@ _PARSERS = {
     "login_network_limit": _parse_rate,
     "sms_allowlist": _parse_networks,
     "answer_write_behind": _parse_non_negative_float,
-    "answer_revisions": _parse_revision_rule,
-    "answer_sink": _parse_answer_sink,
-    "ledger_writers": _parse_ledger_writers,
+    "answer_revisions": _one_of(ANSWER_REVISION_RULES),
+    "answer_sink": _one_of(ANSWER_SINKS),
+    "ledger_writers": _one_of(LEDGER_WRITERS),
     "reconciler_enabled": _parse_bool,
     "relay_mark_early": _parse_bool,
     "sms_idempotency": _parse_bool,

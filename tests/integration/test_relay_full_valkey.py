@@ -22,22 +22,17 @@ from stack.connection_stats import ConnectionStats, install_process_stats, proce
 from stack.relay import ledger_then_valkey, send_and_mark_policy, valkey_then_ledger
 from stack.valkey_client import valkey_client
 from test_relay import relay, row, settings, valkey, valkey_port  # noqa: F401 - fixtures
+from valkeysupport import filled_past_maxmemory
 
 pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def full_valkey(valkey: Redis) -> Iterator[Redis]:  # noqa: F811 - the fixture imported above
-    """Valkey full under noeviction: 1 MiB of filler, then maxmemory set below what it holds, so
-    every write is refused however little a refused command's buffers free after it (filling up
-    to the limit left room for a small write now and then)."""
-    for n in range(16):
-        valkey.set(f"filler:{n}", b"x" * 64 * 1024)
-    valkey.config_set("maxmemory-policy", "noeviction")
-    valkey.config_set("maxmemory", str(int(valkey.info("memory")["used_memory"]) - 512 * 1024))
+    """Valkey full under noeviction (valkeysupport.filled_past_maxmemory); emptied afterwards."""
     try:
-        yield valkey
+        with filled_past_maxmemory(valkey, "filler:") as full:
+            yield full
     finally:
-        valkey.config_set("maxmemory", "0")
         valkey.flushall()
 
 

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 from redis import Redis
+from valkeysupport import filled_past_maxmemory
 from web_support import ADMIN, LOOPBACK, RecordingDispatcher, TestClient, closed_port
 
 from stack.config import Settings
@@ -201,20 +202,9 @@ def test_without_valkey_the_lock_fails_closed_and_names_it(
 
 @pytest.fixture
 def full_valkey(valkey: Redis) -> Iterator[Redis]:
-    """The test Valkey full under noeviction: 1 MiB of filler, then maxmemory set below what it
-    holds, so every write is refused however little a refused command's buffers free after it
-    (filling up to the limit left room for a small SET now and then)."""
-    policy = valkey.config_get("maxmemory-policy")["maxmemory-policy"]
-    for n in range(16):
-        valkey.set(f"capacity-filler:{n}", b"x" * 64 * 1024)
-    valkey.config_set("maxmemory-policy", "noeviction")
-    valkey.config_set("maxmemory", str(int(valkey.info("memory")["used_memory"]) - 512 * 1024))
-    try:
-        yield valkey
-    finally:
-        valkey.config_set("maxmemory", "0")
-        valkey.config_set("maxmemory-policy", policy)
-        valkey.delete(*(f"capacity-filler:{n}" for n in range(16)))
+    """The test Valkey full under noeviction (valkeysupport.filled_past_maxmemory)."""
+    with filled_past_maxmemory(valkey, "capacity-filler:") as full:
+        yield full
 
 
 def test_a_full_valkey_refuses_the_lock_with_503_and_retry_after_never_500(
