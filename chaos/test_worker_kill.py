@@ -15,7 +15,7 @@ def _mid_job_kills(run) -> list[dict]:
 
 
 def _kills_after_accept(run) -> list[dict]:
-    """Kills that landed after the gateway committed an SMS and before the worker heard."""
+    """Kills that landed after the provider committed the effect and before the worker heard."""
     return [f for f in _mid_job_kills(run) if f.get("after_effect")]
 
 
@@ -46,7 +46,7 @@ def test_stalls_no_kill_explains_break_the_derived_bounds(run_chaos):
 @pytest.mark.negative_control
 def test_without_reconciler_a_killed_job_is_reported_lost(run_chaos):
     run = run_chaos("worker_kill_no_reconciler")
-    assert _mid_job_kills(run), "the kill did not land mid-job, so this control proves nothing"
+    assert _kills_after_accept(run), "the kill did not land between the AI effect and its answer: proves nothing"
     # the tree read right before the kill still had the horse: the job was in flight when it died
     assert any(len(f["pids"]) > 1 for f in _mid_job_kills(run)), run.faults()
     assert run.valid is False, run.summary()

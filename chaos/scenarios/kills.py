@@ -59,6 +59,12 @@ the horse and the kill: on compose the kill itself takes about 0.4 s (the engine
 and the control was then missed (the CI rehearsal of 30 November: a mid-job kill of a worker
 whose tree was down to 1 pid at the kill, nothing lost, reported valid)."""
 
+_delay_ai_after_effect = _provider_faults("ai_provider", {"delay_after_effect_seconds": 1.5})
+"""The AI provider records the narrative, then answers 1.5 s late. The reconciler control kills
+in that window, found through the provider's effect ledger, not the worker's process tree: a horse
+seen alive can already be past its ledger write (a CI run of 2 December killed a 2-pid tree on
+compose after the job had committed, so nothing was lost and the control read valid)."""
+
 
 def _sms_kill_after_accept(name: str, idempotency: bool) -> Scenario:
     """Kill the SMS worker after the gateway recorded the send but before it answered.
@@ -123,11 +129,11 @@ WORKER_KILL_SCENARIOS: tuple[Scenario, ...] = (
     _LANES_STALLED,
     Scenario(
         name="worker_kill_no_reconciler",
-        description="negative control: reconciler off; an AI job killed mid-run must be reported lost",
+        description="negative control: reconciler off; an AI job killed after the provider recorded its narrative, before it answered, must be reported lost",
         workload=WorkloadSpec(arrival_rate=2.0, duration=5.0, questions=2),
         settings={"reconciler_enabled": False},
-        prepare=slow_ai_calls,
-        faults=_one_busy_kill("worker_ai_1"),
+        prepare=_delay_ai_after_effect,
+        faults=_one_busy_kill("worker_ai_1", after_effect_at="ai_provider"),
         options=_WORKER_KILL_OPTIONS,
         expect_valid=False,
     ),
