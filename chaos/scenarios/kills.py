@@ -59,11 +59,16 @@ the horse and the kill: on compose the kill itself takes about 0.4 s (the engine
 and the control was then missed (the CI rehearsal of 30 November: a mid-job kill of a worker
 whose tree was down to 1 pid at the kill, nothing lost, reported valid)."""
 
-_delay_ai_after_effect = _provider_faults("ai_provider", {"delay_after_effect_seconds": 1.5})
-"""The AI provider records the narrative, then answers 1.5 s late. The reconciler control kills
-in that window, found through the provider's effect ledger, not the worker's process tree: a horse
-seen alive can already be past its ledger write (a CI run of 2 December killed a 2-pid tree on
-compose after the job had committed, so nothing was lost and the control read valid)."""
+
+def _kill_ai_after_effect(seed: int, scenario: Scenario) -> list[FaultSpec]:
+    """The AI provider records each narrative and answers 1.5 s late, for a window around the
+    kill only (the jobs after it run at full speed, so the stuck job is seen sooner). The kill
+    waits for a new effect in the provider's ledger, not for a 2-pid tree: a horse seen alive
+    can already be past its commit (a CI run of 2 December killed a 2-pid tree on compose after
+    the job had committed, so nothing was lost and the control read valid)."""
+    late = FaultSpec(at=1.0, kind="provider", target="ai_provider", duration=7.0,
+                     params={"delay_after_effect_seconds": 1.5})
+    return [late, *_one_busy_kill("worker_ai_1", after_effect_at="ai_provider")(seed, scenario)]
 
 
 def _sms_kill_after_accept(name: str, idempotency: bool) -> Scenario:
@@ -132,8 +137,7 @@ WORKER_KILL_SCENARIOS: tuple[Scenario, ...] = (
         description="negative control: reconciler off; an AI job killed after the provider recorded its narrative, before it answered, must be reported lost",
         workload=WorkloadSpec(arrival_rate=2.0, duration=5.0, questions=2),
         settings={"reconciler_enabled": False},
-        prepare=_delay_ai_after_effect,
-        faults=_one_busy_kill("worker_ai_1", after_effect_at="ai_provider"),
+        faults=_kill_ai_after_effect,
         options=_WORKER_KILL_OPTIONS,
         expect_valid=False,
     ),
