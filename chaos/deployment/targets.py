@@ -45,6 +45,8 @@ def unsupported_on(target: str, scenario: Scenario) -> str | None:
     if scenario.sms_egress is not None or scenario.log_shipping is not None:
         # Issue #26 item 3, not done: compose has no reserved egress address to move, nor a shipper.
         return "SMS egress and log shipping run on the embedded stack only (docs/egress.md, docs/log-shipping.md)"
+    if "ledger_lock" in {fault.kind for fault in scenario.faults(0, scenario)}:
+        return "the ledger lock is held through the ledger's file, which only the embedded target shares (chaos/nemesis/ledger.py)"
     return _compose_spec(scenario, dict(scenario.settings), Path(".")).unsupported()
 
 

@@ -2,7 +2,8 @@
 ``kills`` (workers and web nodes killed), ``tls`` (TLS churn against Valkey), ``scale`` (scale-in),
 ``isolation`` (lane isolation under an AI backlog), ``revisions`` (answer revisions), ``ai_lane``
 (the AI lane's failure table), ``valkey`` (Valkey failover with Sentinel),
-``egress`` (the SMS worker's host lost, its reserved address moved), ``logship`` (the log store down).
+``egress`` (the SMS worker's host lost, its reserved address moved), ``logship`` (the log store down),
+``ledger`` (the ledger's write lock held while a web node is killed).
 
 Each fault scenario has a negative control: the same faults against a stack with
 one safeguard switched off, which the checkers must catch. A harness whose
@@ -17,6 +18,7 @@ from chaos.scenarios.egress import EGRESS_SCENARIOS
 from chaos.scenarios.logship import LOGSHIP_SCENARIOS
 from chaos.scenarios.isolation import ISOLATION_SCENARIOS
 from chaos.scenarios.kills import WEB_KILL_SCENARIOS, WORKER_KILL_SCENARIOS
+from chaos.scenarios.ledger import LEDGER_SCENARIOS
 from chaos.scenarios.revisions import REVISION_SCENARIOS
 from chaos.scenarios.scale import SCALE_SCENARIOS
 from chaos.scenarios.tls import TLS_SCENARIOS
@@ -37,6 +39,7 @@ SCENARIOS: dict[str, Scenario] = {
         *VALKEY_SCENARIOS,  # issue #25: Valkey failover (chaos/scenarios/valkey.py)
         *EGRESS_SCENARIOS,  # issue #26: SMS egress across a host failover (chaos/scenarios/egress.py)
         *LOGSHIP_SCENARIOS,  # issue #26: log shipping through a store outage (chaos/scenarios/logship.py)
+        *LEDGER_SCENARIOS,  # issue #23: answer sinks under a held ledger lock and a kill (chaos/scenarios/ledger.py)
     )
 }
 

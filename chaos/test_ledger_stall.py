@@ -1,0 +1,40 @@
+"""Answers while the ledger's write lock is held and a web node is killed inside the hold.
+
+A durable sink (group commit) acknowledges an answer only after its own commit, so the
+node killed while its answers wait for the lock loses none that a client was told were
+saved. The negative control acknowledges at enqueue: the killed node's acknowledged,
+uncommitted answers are lost, and the answers checker must report them.
+"""
+
+import pytest
+
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+
+def _fault(run, kind: str) -> dict:
+    [fault] = [f for f in run.faults() if f["kind"] == kind]
+    return fault
+
+
+def _held_through_the_kill(run) -> bool:
+    """The kill started while the lock was held: the answers it cut were waiting for the ledger."""
+    hold, kill = _fault(run, "ledger_lock"), _fault(run, "kill")
+    return hold["held_from"] < kill["killed_at"] < hold["held_from"] + hold["duration"]
+
+
+def test_group_commit_keeps_every_acknowledged_answer_through_a_stall_and_a_kill(run_chaos):
+    run = run_chaos("ledger_stall_node_kill")
+    assert _held_through_the_kill(run), run.faults()
+    assert run.valid is True, run.summary()
+    answers = run.checker("answers")["counts"]
+    assert answers["lost"] == 0 and answers["duplicated"] == 0, answers
+    assert run.recheck() == 0
+
+
+@pytest.mark.negative_control
+def test_acknowledging_at_enqueue_loses_the_killed_nodes_answers(run_chaos):
+    run = run_chaos("ledger_stall_node_kill_ack_at_enqueue")
+    assert _held_through_the_kill(run), run.faults()
+    assert run.valid is False, run.summary()
+    assert run.checker("answers")["counts"]["lost"] >= 1, run.summary()
+    assert run.recheck() == 1
