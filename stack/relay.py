@@ -49,7 +49,7 @@ from stack.connection_stats import process_stats, record_process_connections
 from stack.valkey_client import valkey_client
 from stack.lanes.enqueue import Enqueue, enqueue_operation, enqueue_operations
 from stack.lanes.queues import JOB_SERIALIZER, job_id, lane_routes
-from stack.lanes.worker import liveness_key
+from stack.lanes.worker import RELAY_LIVENESS, LivenessBeat, liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import make_engine, make_reader
 from stack.priority import apply_niceness
@@ -360,9 +360,18 @@ def main() -> int:
     stats = record_process_connections(settings)
     engine = make_engine(settings)
     redis = valkey_client(settings, "queue")
+    # Alive for the final read's queue evidence: a pending row nobody will ever enqueue
+    # (the relay dead) is stuck, not work in progress (stack/lanes/evidence.py).
+    beat = LivenessBeat(redis, RELAY_LIVENESS, settings.liveness_ttl, on_lost=None)
+    try:
+        beat.beat()  # at once: the thread's first beat comes a third of a TTL later
+    except RedisError as exc:
+        log.warning("relay liveness not set yet (%s); the beat retries", exc)
+    beat.start()
     try:
         Relay(settings, engine, redis).run_forever(stop)
     finally:
+        beat.stop()
         redis.close()
         engine.dispose()
         stats.dump()

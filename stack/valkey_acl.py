@@ -9,7 +9,7 @@ Each user gets the command categories its component uses and only its own key pa
 - ``web``: RQ enqueue (the unique-enqueue Lua script), the lanes' depths for /metrics, the
   capacity lock, the AI lane's shared state, the refused-job counter and worker liveness keys
   (read: ``GET /admin/queues``, stack/lanes/evidence.py);
-- ``relay``: RQ enqueue and job inspection, worker liveness keys (read);
+- ``relay``: RQ enqueue and job inspection, worker liveness keys (read), its own liveness key;
 - ``worker``: everything an RQ worker touches (queues, registries, results, its command
   channel), its own liveness key, the AI limiter, the refused-job counter;
 - ``limiter``: the request limiter's counters (``proctor-limits:*``) and nothing else. It is
@@ -44,7 +44,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["LIMITER_USER", "REFUSED_JOBS_KEY", "SENTINEL_USERS", "USERS", "AclUser", "acl_lines", "draw_passwords",
+__all__ = ["LIMITER_USER", "LIVENESS_PREFIX", "REFUSED_JOBS_KEY", "RELAY_LIVENESS", "SENTINEL_USERS", "USERS", "AclUser", "acl_lines", "draw_passwords",
            "sentinel_acl_lines", "user_of_role"]
 
 REFUSED_JOBS_KEY = "proctor:refused-jobs"
@@ -52,6 +52,11 @@ REFUSED_JOBS_KEY = "proctor:refused-jobs"
 every worker INCRs and the web nodes export in /metrics."""
 
 LIMITER_USER = "limiter"
+
+LIVENESS_PREFIX = "proctor:alive:"
+"""``proctor:alive:<name>``: a worker's (or the relay's) liveness key, refreshed while the process lives."""
+RELAY_LIVENESS = "relay"
+"""The relay's liveness name: no worker name is this short (``stack.lanes.worker.worker_name``)."""
 
 # Categories every component's client needs: CLIENT SETNAME, PING, HELLO, pipelines; then what RQ
 # (enqueue, dequeue, registries, results as streams) and our Lua scripts use.
@@ -82,10 +87,10 @@ class AclUser:
 
 USERS: tuple[AclUser, ...] = (
     AclUser("web", (*_BASE, *_DATA), ("~rq:*", "~proctor:capacity-lock", "~proctor:ai:*", f"%R~{REFUSED_JOBS_KEY}",
-                                       "%R~proctor:alive:*")),  # read: the final read's queue evidence (admin /queues)
-    AclUser("relay", (*_BASE, *_DATA), ("~rq:*", "%R~proctor:alive:*")),
+                                       f"%R~{LIVENESS_PREFIX}*")),  # read: the final read's queue evidence (admin /queues)
+    AclUser("relay", (*_BASE, *_DATA), ("~rq:*", f"%R~{LIVENESS_PREFIX}*", f"~{LIVENESS_PREFIX}{RELAY_LIVENESS}")),
     AclUser("worker", (*_BASE, *_DATA, "+@pubsub"),
-            ("~rq:*", "~proctor:alive:*", "~proctor:ai:*", f"~{REFUSED_JOBS_KEY}"), ("&rq:*",)),
+            ("~rq:*", f"~{LIVENESS_PREFIX}*", "~proctor:ai:*", f"~{REFUSED_JOBS_KEY}"), ("&rq:*",)),
     AclUser(LIMITER_USER, (*_BASE, "+@read", "+@write", "+@string", "+@keyspace", "+@scripting"),
             ("~proctor-limits:*",)),
     AclUser("harness", (*_BASE, *_DATA, "+@pubsub"), ("~rq:*", "~proctor:*", "%R~*"), ("&*",),

@@ -11,7 +11,8 @@ Read after the run has healed and gone quiet, every row must be final:
   still in progress there (``IN_PROGRESS``: waiting for or awaiting the relay, queued,
   dequeued, running under a live worker), inside its deadline, is **pending**, and makes the
   verdict unknown, never valid (the run could not prove the work completes); a row whose job
-  was in neither place (abandoned by a dead worker, absent from Valkey, failed) is
+  was in neither place (abandoned by a dead worker, absent from Valkey, failed, or
+  ``unrelayed``: ready to enqueue with no relay alive to do it) is
   **stuck**, as is every open row of a run folder without the queue read;
 - every finished attempt (finished in the ledger, or acknowledged finished in the
   history: a vanished attempt row still owes its work) has all three rows

@@ -6,8 +6,9 @@ the queues can. For each open row this reads (two pipelined round trips, never l
 RQ's started registry, which would run its abandoned-job cleanup here):
 
 - for a ``pending`` row (no job in a lane yet): ``awaiting_relay`` when the relay may enqueue it
-  now, ``waiting`` when it may not yet (its not-before time, its merit row not done, its lane
-  paused);
+  now and the relay is alive (its liveness key), ``unrelayed`` when it may but no relay is alive
+  to do it (dead, and nothing will bring it back before the read: the row is stuck), ``waiting``
+  when it may not yet (its not-before time, its merit row not done, its lane paused);
 - ``queued``: the job id waits in its lane's queue;
 - ``dequeued``: a worker took it (it sits in the queue's intermediate list) and has not
   marked it started yet; but when every worker that RQ recorded an execution for (its main
@@ -32,7 +33,7 @@ from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 
-from stack.lanes.worker import liveness_key
+from stack.lanes.worker import RELAY_LIVENESS, liveness_key
 
 __all__ = ["IN_PROGRESS", "job_states"]
 
@@ -50,7 +51,8 @@ def job_states(redis: Redis, rows: Iterable[Mapping[str, Any]], routes: Mapping[
         key = Queue(lane, connection=redis).key
         pipe.lrange(key, 0, -1)
         pipe.lrange(IntermediateQueue.get_intermediate_queue_key(key), 0, -1)
-    lists = pipe.execute()
+    pipe.exists(liveness_key(RELAY_LIVENESS))
+    *lists, relay_alive = pipe.execute()
     queued = {lane: {j.decode() for j in lists[2 * n]} for n, lane in enumerate(lanes)}
     dequeued = {lane: {j.decode() for j in lists[2 * n + 1]} for n, lane in enumerate(lanes)}
     jobs = [row["job_id"] for row in rows if row.get("job_id") and row["status"] != "pending"]
@@ -64,7 +66,7 @@ def job_states(redis: Redis, rows: Iterable[Mapping[str, Any]], routes: Mapping[
         lane = routes.get(row["kind"], row["kind"])
         job = row.get("job_id")
         if row["status"] == "pending":
-            state = "awaiting_relay" if row["operation_id"] in enqueueable else "waiting"
+            state = _pending_state(row["operation_id"] in enqueueable, bool(relay_alive))
         else:
             state = _state(job, queued.get(lane, set()), dequeued.get(lane, set()), fields.get(job or ""), alive)
             if state == "dequeued" and _owned_by_the_dead(owners.get(job or ""), alive):
@@ -72,6 +74,12 @@ def job_states(redis: Redis, rows: Iterable[Mapping[str, Any]], routes: Mapping[
         records.append({"operation_id": row["operation_id"], "kind": row["kind"], "lane": lane,
                         "status": row["status"], "job_id": job, "state": state})
     return records
+
+
+def _pending_state(enqueueable: bool, relay_alive: bool) -> str:
+    if not enqueueable:
+        return "waiting"
+    return "awaiting_relay" if relay_alive else "unrelayed"
 
 
 def _job_fields(redis: Redis, jobs: list[str]) -> dict[str, tuple[str | None, str | None]]:

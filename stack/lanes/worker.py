@@ -48,11 +48,12 @@ from stack.valkey_client import valkey_client, warm_tls
 from stack.lanes.allowlist import refusal
 from stack.lanes.jobs import prepare_worker  # in the parent, so each forked horse starts warm
 from stack.lanes.queues import JOB_SERIALIZER, LANES
-from stack.valkey_acl import REFUSED_JOBS_KEY
+from stack.valkey_acl import LIVENESS_PREFIX, REFUSED_JOBS_KEY, RELAY_LIVENESS
 
 __all__ = [
     "LIVENESS_PREFIX",
     "MAINTENANCE_INTERVAL",
+    "RELAY_LIVENESS",
     "WORKER_TTL",
     "LaneWorker",
     "LivenessBeat",
@@ -63,7 +64,6 @@ __all__ = [
     "worker_name",
 ]
 
-LIVENESS_PREFIX = "proctor:alive:"
 MAINTENANCE_INTERVAL = 30
 """RQ cleans its registries every 30 s instead of the default 600 s."""
 
@@ -85,9 +85,10 @@ def worker_name(component: str, pid: int | None = None) -> str:
 
 
 class LivenessBeat(threading.Thread):
-    """Refreshes the liveness key; reports Valkey lost after a whole TTL without success."""
+    """Refreshes the liveness key; reports Valkey lost after a whole TTL without success and stops,
+    unless ``on_lost`` is None (the relay: it works on the ledger meanwhile, and beats again later)."""
 
-    def __init__(self, connection: Redis, name: str, ttl_seconds: float, on_lost: Callable[[], None]) -> None:
+    def __init__(self, connection: Redis, name: str, ttl_seconds: float, on_lost: Callable[[], None] | None) -> None:
         super().__init__(name="proctor-liveness", daemon=True)
         self.connection = connection
         self.key = liveness_key(name)
@@ -107,7 +108,7 @@ class LivenessBeat(threading.Thread):
                 last_ok = time.monotonic()
             except RedisError as exc:
                 log.warning("liveness refresh of %s failed: %s", self.key, exc)
-                if time.monotonic() - last_ok > self.ttl_ms / 1000:
+                if self.on_lost is not None and time.monotonic() - last_ok > self.ttl_ms / 1000:
                     self.on_lost()
                     return
 

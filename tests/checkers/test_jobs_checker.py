@@ -218,7 +218,7 @@ def test_an_open_job_the_queues_show_in_progress_is_pending_and_unknown_never_va
     assert any("still in progress at the final read" in note for note in result["notes"])
 
 
-@pytest.mark.parametrize("state", ["abandoned", "absent", "failed", "finished", "stopped"])
+@pytest.mark.parametrize("state", ["abandoned", "absent", "unrelayed", "failed", "finished", "stopped"])
 def test_an_open_job_in_neither_place_is_stuck(state: str) -> None:
     result = run(open_narratives("queued", state), exported_at=160.0)  # the pending one first: invalid still wins
     assert result["valid"] is False

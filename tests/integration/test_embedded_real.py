@@ -13,6 +13,7 @@ import pytest
 from stack.deploy.secrets import login_body
 from stack.embedded.stack import EmbeddedStack, StackSpec
 from stack.embedded.watchdog import _read_stat
+from stack.lanes.worker import RELAY_LIVENESS, liveness_key
 
 pytestmark = [
     pytest.mark.integration,
@@ -83,6 +84,28 @@ def test_kill_takes_the_rq_horse_with_the_worker(real_stack: EmbeddedStack) -> N
     real_stack.kill("worker_ai_1")
     assert _wait_gone(set(tree), 2) == set()
     real_stack.wait_healthy("worker_ai_1", 20)
+
+
+def test_the_relay_keeps_a_liveness_key_that_outlives_it_by_one_ttl_only(real_stack: EmbeddedStack) -> None:
+    """Through its own ACL user: the key the final read's queue evidence looks for (a pending row
+    with no relay alive is stuck, stack/lanes/evidence.py). Killed, the relay's key expires."""
+    valkey, key = real_stack.valkey(), liveness_key(RELAY_LIVENESS)
+    ttl_ms = real_stack.settings.liveness_ttl * 1000
+    assert 0 < valkey.pttl(key) <= ttl_ms, real_stack.log_tail("relay")
+    real_stack.set_autorestart("relay", False)
+    real_stack.kill("relay")
+    assert _key_becomes(valkey, key, present=False, within=2 * ttl_ms / 1000 + 5)  # its own TTL ends it
+    real_stack.set_autorestart("relay", True)
+    real_stack.wait_healthy("relay", 20)
+    assert _key_becomes(valkey, key, present=True, within=20), real_stack.log_tail("relay")  # the restarted relay's
+
+
+def _key_becomes(valkey, key: str, present: bool, within: float) -> bool:
+    """Poll for the key's presence; ``within`` is a hang guard, not a verdict."""
+    deadline = time.monotonic() + within
+    while bool(valkey.exists(key)) != present and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(valkey.exists(key)) == present
 
 
 def test_proctor_scale_and_lock_go_through_the_admin_api(real_stack: EmbeddedStack,

@@ -19,7 +19,7 @@ from rq.job import Job
 from chaos.checkers.jobs import IN_PROGRESS as CHECKER_IN_PROGRESS
 from stack.lanes.evidence import IN_PROGRESS, job_states
 from stack.lanes.queues import LANE_OF_KIND
-from stack.lanes.worker import liveness_key
+from stack.lanes.worker import RELAY_LIVENESS, liveness_key
 from valkeysupport import running_valkey
 
 pytestmark = pytest.mark.integration
@@ -47,6 +47,7 @@ def test_each_place_a_job_can_be_in_is_read_as_its_state(redis: Redis) -> None:
         redis.lrem(merit.key, 0, f"{op}-1")
         redis.hset(Job.key_for(f"{op}-1"), mapping={"status": "started", "worker_name": worker})
     redis.set(liveness_key("w-alive"), "1", ex=30)
+    redis.set(liveness_key(RELAY_LIVENESS), "1", ex=30)
     redis.lrem(merit.key, 0, "merit-a5-1")
     redis.delete(Job.key_for("merit-a5-1"))  # Valkey lost it
     rows = [enqueued(f"merit-a{n}") for n in range(1, 6)]
@@ -55,6 +56,22 @@ def test_each_place_a_job_can_be_in_is_read_as_its_state(redis: Redis) -> None:
     states = {r["operation_id"]: r["state"] for r in job_states(redis, rows, LANE_OF_KIND, enqueueable={"sms-a1"})}
     assert states == {"merit-a1": "queued", "merit-a2": "dequeued", "merit-a3": "running", "merit-a4": "abandoned",
                       "merit-a5": "absent", "sms-a1": "awaiting_relay", "narrative-a1": "waiting"}
+
+
+def test_a_row_ready_to_enqueue_with_no_relay_alive_is_unrelayed(redis: Redis) -> None:
+    """A dead relay's liveness key expires: the row it would have enqueued is stuck, not in progress.
+    A row not yet enqueueable waits whoever is alive; the relay coming back makes it in progress again."""
+    redis.flushall()
+    rows = [{"operation_id": "merit-a1", "kind": "merit", "status": "pending", "job_id": None},
+            {"operation_id": "sms-a1", "kind": "sms", "status": "pending", "job_id": None}]
+
+    def states() -> dict[str, str]:
+        return {r["operation_id"]: r["state"] for r in job_states(redis, rows, LANE_OF_KIND, enqueueable={"merit-a1"})}
+
+    assert states() == {"merit-a1": "unrelayed", "sms-a1": "waiting"}
+    assert "unrelayed" not in IN_PROGRESS
+    redis.set(liveness_key(RELAY_LIVENESS), "1", px=200)
+    assert states() == {"merit-a1": "awaiting_relay", "sms-a1": "waiting"}
 
 
 def test_a_job_left_in_the_intermediate_list_by_a_dead_worker_is_abandoned(redis: Redis) -> None:

@@ -187,6 +187,7 @@ def test_queue_evidence_names_each_open_rows_job_state(settings: Settings, ledge
     from redis import Redis
 
     from stack.lanes.enqueue import enqueue_operation
+    from stack.lanes.worker import RELAY_LIVENESS, liveness_key
     from stack.ledger import outbox
 
     live = settings.with_overrides(valkey_url=valkey_server)
@@ -194,10 +195,15 @@ def test_queue_evidence_names_each_open_rows_job_state(settings: Settings, ledge
             TestClient(create_admin_app(app_client.app), client=LOOPBACK) as admin:  # type: ignore[arg-type]
         attempt = _run_one_attempt(app_client, ledger)
         assert admin.get("/admin/queues").status_code == 403
-        states = {r["operation_id"]: r["state"]
-                  for r in admin.get("/admin/queues", headers={"X-Admin-Token": ADMIN}).json()["rows"]}
-        assert states == {f"merit-{attempt}": "awaiting_relay", f"narrative-{attempt}": "waiting",
-                          f"sms-{attempt}": "waiting"}
+
+        def states() -> dict[str, str]:
+            return {r["operation_id"]: r["state"]
+                    for r in admin.get("/admin/queues", headers={"X-Admin-Token": ADMIN}).json()["rows"]}
+
+        waiting = {f"narrative-{attempt}": "waiting", f"sms-{attempt}": "waiting"}
+        assert states() == {f"merit-{attempt}": "unrelayed", **waiting}  # no relay runs here: nobody will send it
+        Redis.from_url(valkey_server).set(liveness_key(RELAY_LIVENESS), "1", ex=30)
+        assert states() == {f"merit-{attempt}": "awaiting_relay", **waiting}
         job = enqueue_operation(Redis.from_url(valkey_server), live, "merit", f"merit-{attempt}", 1)
         with ledger.begin() as conn:
             outbox.mark_enqueued(conn, f"merit-{attempt}", 1, job)
