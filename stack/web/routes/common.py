@@ -27,7 +27,7 @@ from stack.web.auth import Principal, bearer_principal
 from stack.web.capacity_lock import CapacityLock
 from stack.web.dispatch import Dispatcher, ValkeyClients
 from stack.web.metrics import RequestCounters
-from stack.web.ratelimit import RequestLimiter
+from stack.web.ratelimit import Limiter, NoLimits
 
 __all__ = [
     "AttemptDep",
@@ -59,7 +59,7 @@ class WebState:
     answers: AnswerSink  # durable, or the write-behind negative control: chosen once in app.py
     counters: RequestCounters = field(default_factory=RequestCounters)
     draining: threading.Event = field(default_factory=threading.Event)
-    limiter: RequestLimiter = field(default_factory=lambda: RequestLimiter(None, enabled=False))
+    limiter: Limiter = field(default_factory=NoLimits)  # the node's is chosen once in app.py
     capacity_lock: CapacityLock | None = None  # held by POST /admin/scale and PUT .../window (routes_scale)
     rules: RuleCache = field(init=False)  # the exams' windows and policies (stack/ledger/exam_rules.py)
     _exams: dict[str, int] = field(default_factory=dict)
