@@ -3,8 +3,6 @@ request guard (node header, body limit, request counting) and the 422 shape."""
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import json
 import logging
 import threading
@@ -19,6 +17,7 @@ from sqlalchemy import Engine
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from stack import admin_auth
 from stack.config import Settings
 from stack.ledger.attempts import Attempt, get_attempt, question_count
 from stack.ledger.exam_rules import RuleCache
@@ -117,21 +116,10 @@ def attempt_links(attempt_id: str) -> dict[str, str]:
     }
 
 
-def _is_loopback(host: str | None) -> bool:
-    try:
-        return host is not None and ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def require_admin(request: Request, state: StateDep) -> None:
-    """Admin routes: loopback peers with the admin token only (403 otherwise). They are served
-    only on the node's admin listener (bound to loopback, never routed by HAProxy); the peer
-    checked here is the socket's, never a forwarded header."""
-    client = request.client.host if request.client else None
-    token = request.headers.get("x-admin-token", "")
-    if not _is_loopback(client) or not hmac.compare_digest(token.encode(), state.settings.admin_token.encode()):
-        raise HTTPException(status_code=403, detail="admin routes need X-Admin-Token from loopback")
+    """Admin routes: loopback peers with the admin token only (stack.admin_auth). They are served
+    only on the node's admin listener (bound to loopback, never routed by HAProxy)."""
+    admin_auth.require_admin(request, state.settings.admin_token)
 
 
 async def validation_error_handler(_request: Request, exc: Exception) -> JSONResponse:
