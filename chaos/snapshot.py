@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from stack.headers import ADMIN_TOKEN_HEADER
 from stack.ledger.export_names import AI_LANE_TABLES, STACK_TABLES
 
 __all__ = ["AI_LANE_TABLES", "STACK_TABLES", "fetch_queues", "fetch_table", "snapshot_ledgers"]
@@ -21,20 +22,20 @@ PROVIDERS = ("ai", "sms")
 
 
 def fetch_table(api_url: str, admin_token: str, table: str, timeout: float = 30.0) -> dict[str, Any]:
-    response = httpx.get(f"{api_url}/admin/export/{table}", headers={"X-Admin-Token": admin_token}, timeout=timeout)
+    response = httpx.get(f"{api_url}/admin/export/{table}", headers={ADMIN_TOKEN_HEADER: admin_token}, timeout=timeout)
     response.raise_for_status()
     return response.json()
 
 
 def fetch_queues(api_url: str, admin_token: str, timeout: float = 30.0) -> dict[str, Any]:
     """The open outbox rows' jobs as the queues hold them (stack/lanes/evidence.py)."""
-    response = httpx.get(f"{api_url}/admin/queues", headers={"X-Admin-Token": admin_token}, timeout=timeout)
+    response = httpx.get(f"{api_url}/admin/queues", headers={ADMIN_TOKEN_HEADER: admin_token}, timeout=timeout)
     response.raise_for_status()
     return response.json()
 
 
 def _fetch_effects(provider_url: str, admin_token: str) -> dict[str, Any]:
-    response = httpx.get(f"{provider_url}/admin/ledger", headers={"X-Admin-Token": admin_token}, timeout=30.0)
+    response = httpx.get(f"{provider_url}/admin/ledger", headers={ADMIN_TOKEN_HEADER: admin_token}, timeout=30.0)
     response.raise_for_status()
     return response.json()
 

@@ -69,10 +69,10 @@ def measure_restarts(stack: Any, kills: int) -> dict[str, Any]:
     to_ready, startup = [], []
     for _ in range(kills):
         time.sleep(0.5)
-        starts = stack._supervisor().info("worker_merit_1")["starts"]
+        starts = stack.supervisor.info("worker_merit_1")["starts"]
         killed = time.monotonic()
-        stack.kill("worker_merit_1", signal.SIGKILL)
-        while stack._supervisor().info("worker_merit_1")["starts"] == starts:  # restarted at once
+        stack.supervisor.kill("worker_merit_1", signal.SIGKILL)
+        while stack.supervisor.info("worker_merit_1")["starts"] == starts:  # restarted at once
             time.sleep(0.01)
         stack.wait_healthy("worker_merit_1", 60)
         to_ready.append(time.monotonic() - killed)
@@ -152,9 +152,9 @@ def measure_lane_jobs(stack: Any, count: int) -> dict[str, Any]:
 
 
 def measure_phases(stack: Any, count: int) -> dict[str, Any]:
-    for name in [n for n in stack.components() if n.startswith("worker_")]:  # nobody races the helper
-        stack.set_autorestart(name, False)
-        stack.kill(name, signal.SIGKILL)
+    for name in [n for n in stack.supervisor.names() if n.startswith("worker_")]:  # nobody races the helper
+        stack.supervisor.set_autorestart(name, False)
+        stack.supervisor.kill(name, signal.SIGKILL)
     ids = [_finished_attempt(stack, 1000 + n) for n in range(count)]
     figures: dict[str, Any] = {}
     for kind, lane in ((k, LANE_OF_KIND[k]) for k in KIND_FUNCTION):  # merit cards first; one helper per lane

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from stack.cli_args import CliParser, positive_int, usage_error
 from stack.admin_client import AdminTargetError, add_target_args, resolve_target
+from stack.headers import ADMIN_TOKEN_HEADER
 
 __all__ = ["scale_main", "lock_main", "parse_assignment", "parse_when"]
 
@@ -76,7 +77,7 @@ def _call(prog: str, method: str, url: str, token: str, body: dict[str, Any] | N
     import httpx
 
     try:
-        response = httpx.request(method, url, json=body, headers={"X-Admin-Token": token},
+        response = httpx.request(method, url, json=body, headers={ADMIN_TOKEN_HEADER: token},
                                  timeout=330.0, trust_env=False)  # the node allows its executor 300 s
     except httpx.HTTPError as exc:
         print(f"{prog}: {url}: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stack.headers import ADMIN_TOKEN_HEADER
 from stack.paths import latest_run_dir
 
 __all__ = ["ADMIN_TOKEN_HEADER", "TOKEN_ENV", "URL_ENV", "AdminTarget", "AdminTargetError", "add_target_args", "resolve_target"]
 
-ADMIN_TOKEN_HEADER = "X-Admin-Token"
 TOKEN_ENV = "PROCTOR_ADMIN_TOKEN"
 URL_ENV = "PROCTOR_ADMIN_URL"
 

@@ -181,7 +181,7 @@ def relay_passes(relay: "Relay", settings: Settings) -> tuple[Callable[[PassRepo
     """What one relay pass does, chosen once at start-up: the one place PROCTOR_RECONCILER is
     read. Off is the negative control (a job lost with its worker stays lost)."""
     passes = (relay.enqueue_pending, relay.fail_blocked)
-    return (*passes, relay.reconcile) if settings.reconciler_enabled else passes
+    return (*passes, relay.reconcile) if settings.controls.reconciler_enabled else passes
 
 
 SendAndMark = Callable[["Relay", list[Enqueue]], list[str]]
@@ -207,7 +207,7 @@ def ledger_then_valkey(relay: "Relay", items: list[Enqueue]) -> list[str]:
 
 def send_and_mark_policy(settings: Settings) -> SendAndMark:
     """Chosen once at start-up: the one place PROCTOR_RELAY_MARK_EARLY is read."""
-    return ledger_then_valkey if settings.relay_mark_early else valkey_then_ledger
+    return ledger_then_valkey if settings.controls.relay_mark_early else valkey_then_ledger
 
 
 class Relay:

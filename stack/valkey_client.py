@@ -29,7 +29,7 @@ connection asks them where the primary is each time it connects, so a client fol
 failover on its next reconnect; a connection still open to a demoted primary is dropped on
 its first ``READONLY`` answer. ``PROCTOR_VALKEY_URL`` then only carries the TLS scheme.
 
-With ``settings.valkey_fresh_connections`` (PROCTOR_VALKEY_FRESH_CONNECTIONS, a
+With ``settings.controls.valkey_fresh_connections`` (PROCTOR_VALKEY_FRESH_CONNECTIONS, a
 negative control reproducing the seed's "fresh TLS connections") every call opens
 and closes its own connection (``FreshConnectionPool``).
 
@@ -287,7 +287,7 @@ def valkey_client(settings: Settings, purpose: str = "queue") -> Redis:
             kwargs["ssl_ca_certs"] = settings.valkey_ca
         kwargs["ssl_cert_reqs"] = "required"
         kwargs["ssl_check_hostname"] = True  # the run's certificate names 127.0.0.1
-    fresh = settings.valkey_fresh_connections
+    fresh = settings.controls.valkey_fresh_connections
     if settings.valkey_sentinels:
         return _primary_via_sentinels(settings, kwargs, FreshSentinelConnectionPool if fresh else SentinelConnectionPool)
     if fresh:

@@ -30,6 +30,7 @@ from typing import Any
 
 from stack.components import LANES, Component
 from stack.config import ENV_NAMES
+from stack.settings_schema import env_value
 
 __all__ = [
     "PROVIDER_FORWARDS",
@@ -75,13 +76,13 @@ def component_for_service(service: str) -> Component | None:
 
 
 def settings_env(overrides: Mapping[str, Any]) -> dict[str, str]:
-    """``Settings`` field overrides as the environment the containers read (bools on/off)."""
+    """Setting and control overrides as the environment the containers read (spelt as ``Settings.to_env``)."""
     env = {}
     for field_name, value in overrides.items():
         if field_name not in ENV_NAMES:
-            raise ValueError(f"settings override {field_name!r} is not a stack.config.Settings field; "
+            raise ValueError(f"settings override {field_name!r} is not a setting or control (stack.config.ENV_NAMES); "
                              f"known: {', '.join(sorted(ENV_NAMES))}")
-        env[ENV_NAMES[field_name]] = ("on" if value else "off") if isinstance(value, bool) else str(value)
+        env[ENV_NAMES[field_name]] = env_value(value)
     return env
 
 

@@ -76,23 +76,23 @@ class EmbeddedDeployment:
         return self.stack.valkey_as(user)
 
     def pids(self, component: str) -> list[int]:
-        return self.stack.pids(component)
+        return self.stack.supervisor.pids(component)
 
     # ------------------------------------------------------------ faults
     def kill(self, component: str, sig: int = signal.SIGKILL) -> list[int]:
-        return self.stack.kill(component, sig)
+        return self.stack.supervisor.kill(component, sig)
 
     def pause(self, component: str) -> list[int]:
-        return self.stack.pause(component)
+        return self.stack.supervisor.pause(component)
 
     def resume(self, component: str) -> list[int]:
-        return self.stack.resume(component)
+        return self.stack.supervisor.resume(component)
 
     def restart(self, component: str) -> None:
         self.stack.restart(component)
 
     def set_autorestart(self, component: str, enabled: bool) -> None:
-        self.stack.set_autorestart(component, enabled)
+        self.stack.supervisor.set_autorestart(component, enabled)
 
     def wait_healthy(self, component: str, timeout: float = 30.0) -> None:
         self.stack.wait_healthy(component, timeout)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import httpx
+from stack.headers import ADMIN_TOKEN_HEADER
 
 __all__ = ["component_cpu", "cpu_lines", "fetch_lock", "lock_line", "shipper_line"]
 
@@ -28,7 +29,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 def fetch_lock(admin_url: str, token: str, timeout: float = 5.0) -> dict[str, Any] | str:
     """The lock state, or a short reason it could not be read."""
     try:
-        response = httpx.get(f"{admin_url.rstrip('/')}/admin/lock", headers={"X-Admin-Token": token},
+        response = httpx.get(f"{admin_url.rstrip('/')}/admin/lock", headers={ADMIN_TOKEN_HEADER: token},
                              timeout=timeout, trust_env=False)
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}: {exc}"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from chaos.nemesis.base import FaultSpec, NemesisError
+from stack.headers import ADMIN_TOKEN_HEADER
 
 if TYPE_CHECKING:
     from chaos.deployment import Deployment
@@ -77,7 +78,7 @@ class ProcessNemesis:
         """Wait until the provider's effect ledger grows: a side effect just committed whose
         caller (the worker, held by the provider's delay_after_effect) has not heard yet."""
         url = f"{self.stack.urls[provider]}/admin/ledger"
-        headers = {"X-Admin-Token": self.stack.settings.admin_token}
+        headers = {ADMIN_TOKEN_HEADER: self.stack.settings.admin_token}
 
         def count() -> int:
             return len(httpx.get(url, headers=headers, timeout=5).json()["effects"])

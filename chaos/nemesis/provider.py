@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import httpx
 
 from chaos.nemesis.base import FaultSpec, NemesisError
+from stack.headers import ADMIN_TOKEN_HEADER
 
 __all__ = ["ProviderNemesis"]
 
@@ -35,7 +36,7 @@ class ProviderNemesis:
 
     def _request(self, method: str, target: str, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
         response = httpx.request(method, self._url(target), json=knobs, timeout=self.timeout,
-                                 headers={"X-Admin-Token": self.admin_token})
+                                 headers={ADMIN_TOKEN_HEADER: self.admin_token})
         if response.status_code != 200:
             raise NemesisError(f"provider {target!r} refused knobs {knobs}: {response.status_code} {response.text}")
         return response.json()

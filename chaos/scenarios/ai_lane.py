@@ -29,6 +29,7 @@ from chaos.history import History
 from chaos.runner import Scenario
 from chaos.load.exam import WorkloadSpec
 from stack.config import CASE_PROVIDER_CALLS_PER_MINUTE, CASE_RETRY_WINDOW_SECONDS
+from stack.headers import ADMIN_TOKEN_HEADER
 
 __all__ = ["AI_LANE_SCENARIOS", "BACKLOG", "DRAIN_BACKLOG", "DRAIN_SCALE", "LANE_SCALE", "LanePlan", "demanded_pause_seconds",
            "lane_driver", "pause_lane_for_backlog"]
@@ -61,7 +62,7 @@ class LanePlan:
 
 
 def _admin(stack: Deployment) -> tuple[str, dict[str, str]]:
-    return stack.urls["admin"], {"X-Admin-Token": stack.settings.admin_token}
+    return stack.urls["admin"], {ADMIN_TOKEN_HEADER: stack.settings.admin_token}
 
 
 def pause_lane_for_backlog(lane: str):  # a Scenario.prepare

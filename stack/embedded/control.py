@@ -14,14 +14,15 @@ admin token. Another deployment (compose, Kubernetes) provides the same two rout
 
 from __future__ import annotations
 
-import hmac
 import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from stack.admin_auth import ADMIN_REFUSED, ADMIN_REFUSED_DETAIL, admin_allowed
 from stack.embedded import StackError
+from stack.headers import ADMIN_TOKEN_HEADER
 
 __all__ = ["ControlServer", "CONTROL_ENV"]
 
@@ -60,8 +61,8 @@ class ControlServer:
 
     def handle(self, method: str, path: str, peer: str, token: str, body: bytes) -> tuple[int, dict[str, Any]]:
         """One request -> (status, JSON body); the HTTP plumbing is in ``_handler``."""
-        if peer != HOST or not hmac.compare_digest(token.encode(), self.token.encode()):
-            return 403, {"detail": "control needs X-Admin-Token from loopback"}
+        if not admin_allowed(peer, token, self.token):
+            return ADMIN_REFUSED, {"detail": ADMIN_REFUSED_DETAIL}
         if (method, path) == ("GET", "/control/pools"):
             return 200, {"pools": self.pool_sizes()}
         if (method, path) != ("POST", "/control/scale"):
@@ -85,7 +86,7 @@ def _handler(control: ControlServer) -> type[BaseHTTPRequestHandler]:
             length = min(int(self.headers.get("Content-Length") or 0), _MAX_BODY)
             body = self.rfile.read(length) if length else b""
             status, payload = control.handle(self.command, self.path, self.client_address[0],
-                                             self.headers.get("X-Admin-Token", ""), body)
+                                             self.headers.get(ADMIN_TOKEN_HEADER, ""), body)
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

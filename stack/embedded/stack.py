@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import threading
 import time
 from dataclasses import fields, replace
@@ -135,7 +134,7 @@ class EmbeddedStack:
     def detach(self) -> None:
         """Leave the stack running after this process exits: no more autorestart and no
         orphan protection. Stop it later with ``proctor down <run_dir>``."""
-        sup = self._supervisor()
+        sup = self.supervisor
         for client in self._clients:
             client.close()
         self._clients.clear()
@@ -230,7 +229,7 @@ class EmbeddedStack:
         self._egress.attach_first("worker_sms_1")
 
     def _is_alive(self, name: str) -> bool:
-        sup = self._supervisor()
+        sup = self.supervisor
         return name in sup.names() and bool(sup.info(name).get("alive"))
 
     def egress(self) -> dict[str, Any]:
@@ -259,7 +258,7 @@ class EmbeddedStack:
         write_private_json(self.run_dir / ROSTER_NAME, {"exams": exams})
 
     def _start_stage(self, components: list[Component]) -> None:
-        sup = self._supervisor()
+        sup = self.supervisor
         for component in components:
             sup.start(self._process_spec(component))
         for component in components:
@@ -272,10 +271,10 @@ class EmbeddedStack:
 
     def _lost_bind_race(self, component: Component) -> bool:
         """Another process took the port between our allocation and the child's bind."""
-        return component.port is not None and bool(_BIND_FAILURE.search(self._supervisor().log_tail(component.name)))
+        return component.port is not None and bool(_BIND_FAILURE.search(self.supervisor.log_tail(component.name)))
 
     def _retry_on_new_port(self, lost: Component) -> None:
-        sup = self._supervisor()
+        sup = self.supervisor
         sup.remove(lost.name, grace=1.0)
         if lost.role == "web":
             component = self._web(lost.index or 0)  # allocates fresh ports itself
@@ -307,50 +306,29 @@ class EmbeddedStack:
         """{link name: {"listen": "127.0.0.1:P", "upstream": "127.0.0.1:Q"}} of the proxied links."""
         return self._links.links()
 
-    def components(self) -> list[str]:
-        """The names of the running components, in start order."""
-        return self._supervisor().names()
-
     def component(self, name: str) -> Component:
         """One running component, with its current process group."""
-        if name not in self.components():
-            raise StackError(f"no component named {name!r}; known: {', '.join(self.components())}")
-        return replace(self._table.get(name), pgid=self._supervisor().pid(name))
+        running = self.supervisor.names()
+        if name not in running:
+            raise StackError(f"no component named {name!r}; known: {', '.join(running)}")
+        return replace(self._table.get(name), pgid=self.supervisor.pid(name))
 
     def component_table(self) -> ComponentTable:
         """The running components (start order), each with its current process group."""
-        sup = self._supervisor()
+        sup = self.supervisor
         running = ComponentTable([self._table.get(name) for name in sup.names()])
         return ComponentTable(running.with_pgids({name: sup.pid(name) for name in running.names()}))
 
-    def pids(self, name: str) -> list[int]:
-        return self._supervisor().pids(name)
-
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> list[int]:
-        return self._supervisor().kill(name, sig)
-
-    def pause(self, name: str) -> list[int]:
-        return self._supervisor().pause(name)
-
-    def resume(self, name: str) -> list[int]:
-        return self._supervisor().resume(name)
-
     def restart(self, name: str) -> None:
-        self._supervisor().restart(name, self.spec.stop_grace, self.spec.ready_timeout)
-
-    def set_autorestart(self, name: str, enabled: bool) -> None:
-        self._supervisor().set_autorestart(name, enabled)
+        self.supervisor.restart(name, self.spec.stop_grace, self.spec.ready_timeout)
 
     def wait_healthy(self, name: str, timeout: float = 30.0) -> None:
-        self._supervisor().wait_ready(name, timeout)
+        self.supervisor.wait_ready(name, timeout)
 
     def ready_seconds(self, name: str) -> float | None:
         """Seconds from the component's (re)start to its first passing readiness probe."""
-        value = self._supervisor().info(name).get("ready_seconds")
+        value = self.supervisor.info(name).get("ready_seconds")
         return float(value) if isinstance(value, (int, float)) else None
-
-    def log_tail(self, name: str, lines: int = 40) -> str:
-        return self._supervisor().log_tail(name, lines)
 
     def scale(self, pool: str, n: int) -> dict[str, Any]:
         """Set the number of web nodes ("web") or of workers of one lane ("merit", "ai", "sms") to ``n``.
@@ -431,7 +409,7 @@ class EmbeddedStack:
         return self._topo.haproxy_socket
 
     def _forget(self, name: str) -> None:
-        self._supervisor().remove(name, self.spec.stop_grace)
+        self.supervisor.remove(name, self.spec.stop_grace)
         self._links.remove(name)  # a web_N link goes with its node
         self._table.remove(name)
 
@@ -464,10 +442,13 @@ class EmbeddedStack:
         return self._topo.env(name, self.settings)
 
     def _process_spec(self, component: Component) -> ProcessSpec:
-        return self._topo.process_spec(component, self.settings, self._supervisor().pid)
+        return self._topo.process_spec(component, self.settings, self.supervisor.pid)
 
     # ------------------------------------------------------------ manifest
-    def _supervisor(self) -> Supervisor:
+    @property
+    def supervisor(self) -> Supervisor:
+        """The running components' processes: pids, kill, pause, resume, autorestart, log tails.
+        Callers use it directly (no pass-throughs here); StackError before start."""
         if self._sup is None:
             raise StackError("the stack is not started (use `with EmbeddedStack(spec) as stack:`)")
         return self._sup

@@ -289,7 +289,7 @@ ProviderCall = Callable[[_Process, str, dict[str, Any]], dict[str, Any]]
 def sms_call(settings: Settings) -> ProviderCall:
     """How the SMS lane calls the gateway, chosen once per worker process: the one place
     PROCTOR_SMS_IDEMPOTENCY is read (off = the negative control)."""
-    return _call_provider if settings.sms_idempotency else _send_blindly
+    return _call_provider if settings.controls.sms_idempotency else _send_blindly
 
 
 def _recorded_response(process: _Process, url: str, op: str) -> dict[str, Any] | None:

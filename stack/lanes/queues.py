@@ -47,7 +47,7 @@ def job_id(operation: str, enqueue_number: int) -> str:
 def lane_routes(settings: Settings) -> Mapping[str, str]:
     """Kind -> queue for this process: the one place ``PROCTOR_SHARED_LANE`` is read. The
     table is picked whole, so enqueueing and the relay's look-ups meet no branch of their own."""
-    return SHARED_LANE_ROUTES if settings.shared_lane else LANE_OF_KIND
+    return SHARED_LANE_ROUTES if settings.controls.shared_lane else LANE_OF_KIND
 
 
 def queue_for(kind: str, connection: Redis, routes: Mapping[str, str] = LANE_OF_KIND) -> Queue:

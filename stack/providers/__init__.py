@@ -10,7 +10,6 @@ effect with its arrival time and cost -> optional delay or lost response -> answ
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -18,13 +17,14 @@ from typing import Any, Callable, Iterator
 from fastapi import APIRouter, Body, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from stack.admin_auth import require_admin
 from stack.config import Settings
 from stack.headers import RECEIVED_AT_HEADER
 from stack.providers.faults import Admission, FaultState, Faults, Refusal
 from stack.providers.ledger import EffectLedger, IdempotencyConflict, Recorded
 
 __all__ = ["RECEIVED_AT_HEADER", "Provider", "ResponseLost", "admin_router", "caller_guard", "health_router",
-           "is_loopback", "lookup", "perform"]
+           "lookup", "perform"]
 
 IDEMPOTENCY_KEY_MAX = 255
 
@@ -64,14 +64,6 @@ def _lost_response(headers: dict[str, str]) -> StreamingResponse:
         raise ResponseLost("response lost after the effect was recorded (lose_response_next)")
 
     return StreamingResponse(broken_body(), status_code=201, media_type="application/json", headers=headers)
-
-
-def is_loopback(request: Request) -> bool:
-    host = request.client.host if request.client else ""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def caller_guard(provider: Provider) -> Callable[..., None]:
@@ -155,33 +147,26 @@ def lookup(provider: Provider, operation_id: str) -> dict[str, Any]:
     return {"operation_id": operation_id, "effects": len(effects), "response": effects[-1].response}
 
 
-def _require_admin(request: Request, token: str | None, provider: Provider) -> None:
-    if not is_loopback(request):
-        raise HTTPException(403, "admin API is loopback only")
-    if token != provider.settings.admin_token:
-        raise HTTPException(401, "bad or missing X-Admin-Token")
-
-
 def admin_router(provider: Provider) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
     @router.get("/ledger")
-    def ledger(request: Request, x_admin_token: str | None = Header(None)) -> dict[str, Any]:
-        _require_admin(request, x_admin_token, provider)
+    def ledger(request: Request) -> dict[str, Any]:
+        require_admin(request, provider.settings.admin_token)
         effects = [effect.export() for effect in provider.ledger.all()]
         return {"provider": provider.name, "exported_at": time.time(), "effects": effects,
                 "refusals": list(provider.refusals)}
 
     @router.get("/faults")
-    def get_faults(request: Request, x_admin_token: str | None = Header(None)) -> dict[str, Any]:
-        _require_admin(request, x_admin_token, provider)
+    def get_faults(request: Request) -> dict[str, Any]:
+        require_admin(request, provider.settings.admin_token)
         return provider.faults.as_dict()
 
     @router.put("/faults")
     def put_faults(
-        request: Request, knobs: dict[str, Any] = Body(...), x_admin_token: str | None = Header(None)
+        request: Request, knobs: dict[str, Any] = Body(...)
     ) -> dict[str, Any]:
-        _require_admin(request, x_admin_token, provider)
+        require_admin(request, provider.settings.admin_token)
         try:
             provider.faults.set(Faults(**knobs))
         except (TypeError, ValueError) as exc:
@@ -189,8 +174,8 @@ def admin_router(provider: Provider) -> APIRouter:
         return provider.faults.as_dict()
 
     @router.delete("/faults")
-    def delete_faults(request: Request, x_admin_token: str | None = Header(None)) -> dict[str, Any]:
-        _require_admin(request, x_admin_token, provider)
+    def delete_faults(request: Request) -> dict[str, Any]:
+        require_admin(request, provider.settings.admin_token)
         provider.faults.clear()
         return provider.faults.as_dict()
 

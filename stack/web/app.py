@@ -37,7 +37,7 @@ from stack.web.dispatch import Dispatcher, ValkeyClients, ValkeyDispatcher
 from stack.web.guards import ledger_busy_handler, unparsable_body_handler
 from limits import parse as parse_rate
 
-from stack.web.ratelimit import RequestLimiter
+from stack.web.ratelimit import Limiter, NoLimits, RequestLimiter
 from stack.web.routes.common import RequestGuard, WebState, validation_error_handler
 from stack.web.routes.health import drain_on_sigterm
 from stack.web.shedding import InFlightLimit
@@ -67,14 +67,22 @@ def _answer_sink(settings: Settings, engine: Engine) -> AnswerSink:
     "highest" unless a negative control picks another), one commit per answer or shared by the answers
     that arrive together (PROCTOR_ANSWER_SINK), unless a negative control acknowledges before the commit
     (write-behind, or ack-at-enqueue)."""
-    if settings.answer_write_behind > 0:
-        return WriteBehind(engine, settings.node_name, settings.answer_write_behind)
-    policy = revision_policy(settings.answer_revisions)
-    if settings.answer_sink == "group-commit":
+    if settings.controls.answer_write_behind > 0:
+        return WriteBehind(engine, settings.node_name, settings.controls.answer_write_behind)
+    policy = revision_policy(settings.controls.answer_revisions)
+    if settings.controls.answer_sink == "group-commit":
         return GroupCommitAnswers(engine, settings.node_name, policy)
-    if settings.answer_sink == "ack-at-enqueue":
+    if settings.controls.answer_sink == "ack-at-enqueue":
         return AckAtEnqueue(engine, settings.node_name, policy)
     return DurableAnswers(engine, settings.node_name, policy)
+
+
+def _request_limiter(settings: Settings, clients: ValkeyClients) -> Limiter:
+    """The node's one choice of request limiter: counted in Valkey, unless the PROCTOR_RATE_LIMITS=off
+    negative control lets every request through."""
+    if not settings.controls.rate_limits:
+        return NoLimits()
+    return RequestLimiter(clients, login_network=parse_rate(settings.login_network_limit))
 
 
 def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None) -> FastAPI:
@@ -87,8 +95,7 @@ def create_app(settings: Settings | None = None, *, dispatcher: Dispatcher | Non
     dispatcher = ValkeyDispatcher(settings, engine, clients) if dispatcher is None else dispatcher
     state = WebState(settings=settings, engine=engine, read_engine=read_engine, clients=clients, dispatcher=dispatcher,
                      answers=_answer_sink(settings, engine),
-                     limiter=RequestLimiter(clients, enabled=settings.rate_limits,
-                                            login_network=parse_rate(settings.login_network_limit)),
+                     limiter=_request_limiter(settings, clients),
                      capacity_lock=CapacityLock(clients, routes_scale.CAPACITY_LOCK_TTL, settings.node_name))
 
     @asynccontextmanager

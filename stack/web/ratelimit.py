@@ -34,6 +34,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from fastapi import HTTPException
 from limits import RateLimitItem, parse
@@ -44,8 +45,8 @@ from redis.exceptions import RedisError
 from stack.connection_stats import process_stats
 from stack.web.dispatch import ValkeyClients
 
-__all__ = ["ACCOUNT_ROUTE", "LOGIN_FAILURE_TIERS", "LOGIN_NETWORK", "LOGIN_SOURCE_FAILURES", "RequestLimiter",
-           "Verdict", "too_many"]
+__all__ = ["ACCOUNT_ROUTE", "LOGIN_FAILURE_TIERS", "LOGIN_NETWORK", "LOGIN_SOURCE_FAILURES", "Limiter", "NoLimits",
+           "RequestLimiter", "Verdict", "too_many"]
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +78,35 @@ def too_many(verdict: Verdict) -> HTTPException:
                          headers={"Retry-After": str(verdict.retry_after)})
 
 
+class Limiter(Protocol):
+    """What the routes ask of a node's limiter, chosen once per node by ``stack.web.app``."""
+
+    login_network: RateLimitItem
+    fallbacks: int
+
+    def hit(self, item: RateLimitItem, *key: str) -> Verdict: ...
+
+    def peek(self, item: RateLimitItem, *key: str) -> Verdict: ...
+
+
+class NoLimits:
+    """Allows every request and counts nothing: the ``PROCTOR_RATE_LIMITS=off`` negative control,
+    and the limiter of a bare ``WebState`` built by a test."""
+
+    login_network = LOGIN_NETWORK
+    fallbacks = 0
+
+    def hit(self, item: RateLimitItem, *key: str) -> Verdict:
+        return Verdict(True, 0)
+
+    def peek(self, item: RateLimitItem, *key: str) -> Verdict:
+        return Verdict(True, 0)
+
+
 class RequestLimiter:
     """Counts in Valkey, or in memory while Valkey is unreachable (see the module doc)."""
 
-    def __init__(self, clients: ValkeyClients | None, enabled: bool = True,
-                 login_network: RateLimitItem = LOGIN_NETWORK) -> None:
-        self.enabled = enabled
+    def __init__(self, clients: ValkeyClients | None, login_network: RateLimitItem = LOGIN_NETWORK) -> None:
         self.login_network = login_network
         self._clients = clients
         self._shared: SlidingWindowCounterRateLimiter | None = None
@@ -92,8 +116,6 @@ class RequestLimiter:
         self.fallbacks = 0  # times the shared store failed and memory counted instead
 
     def hit(self, item: RateLimitItem, *key: str) -> Verdict:
-        if not self.enabled:
-            return Verdict(True, 0)
         limiter = self._shared_limiter()
         if limiter is not None:
             try:
@@ -104,8 +126,6 @@ class RequestLimiter:
 
     def peek(self, item: RateLimitItem, *key: str) -> Verdict:
         """Whether a hit would be allowed, without counting one."""
-        if not self.enabled:
-            return Verdict(True, 0)
         limiter = self._shared_limiter()
         try:
             allowed = (limiter or self._local).test(item, *key)

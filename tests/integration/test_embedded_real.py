@@ -41,7 +41,7 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSta
     seen: set[int] = set()
     with EmbeddedStack(spec) as stack:
         yield stack
-        seen = {pid for name in stack.components() for pid in stack.pids(name)}
+        seen = {pid for name in stack.supervisor.names() for pid in stack.supervisor.pids(name)}
     assert _wait_gone(seen, 2) == set(), "processes left after the stack stopped"
 
 
@@ -77,11 +77,11 @@ def test_kill_takes_the_rq_horse_with_the_worker(real_stack: EmbeddedStack) -> N
         _finish_an_attempt(client, real_stack.run_dir, 2)
     deadline = time.monotonic() + 10
     # The horse calls os.setpgrp() just after the fork: wait until it has left the worker's group.
-    while len(_process_groups(tree := real_stack.pids("worker_ai_1"))) < 2 and time.monotonic() < deadline:
+    while len(_process_groups(tree := real_stack.supervisor.pids("worker_ai_1"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.005)
-    assert len(tree) >= 2, f"no horse seen: {real_stack.log_tail('worker_ai_1')}"
+    assert len(tree) >= 2, f"no horse seen: {real_stack.supervisor.log_tail('worker_ai_1')}"
     assert len(_process_groups(tree)) >= 2  # the horse left the worker's group
-    real_stack.kill("worker_ai_1")
+    real_stack.supervisor.kill("worker_ai_1")
     assert _wait_gone(set(tree), 2) == set()
     real_stack.wait_healthy("worker_ai_1", 20)
 

@@ -91,7 +91,7 @@ def stack(tmp_path: Path, commands: dict[str, list[str]]) -> Iterator[EmbeddedSt
 
 
 def test_topology_urls_settings_and_manifest(stack: EmbeddedStack) -> None:
-    assert stack.components() == ["valkey", "ai_provider", "sms_gateway", "web_1", "web_2", "haproxy", "relay",
+    assert stack.supervisor.names() == ["valkey", "ai_provider", "sms_gateway", "web_1", "web_2", "haproxy", "relay",
                                   "worker_merit_1", "worker_merit_2", "worker_ai_1", "worker_sms_1"]
     assert stack.settings.time_scale == 0.5 and stack.settings.valkey_url == stack.urls["valkey"]
     assert stack.urls["valkey"].startswith("rediss://127.0.0.1:") and stack.settings.valkey_ca.startswith("/")
@@ -125,17 +125,17 @@ def test_haproxy_balances_and_obeys_the_runtime_api(stack: EmbeddedStack) -> Non
 def test_scale_web_and_workers(stack: EmbeddedStack) -> None:
     stack.scale("web", 3)
     stack.scale("merit", 2)
-    assert {"web_3", "worker_merit_2"} <= set(stack.components())
+    assert {"web_3", "worker_merit_2"} <= set(stack.supervisor.names())
     assert set(server_states(stack.urls["haproxy_socket"])) == {"web_1", "web_2", "web_3"}
     table = stack.component_table()
     assert [(c.name, c.index) for c in table.pool("web")] == [("web_1", 1), ("web_2", 2), ("web_3", 3)]
-    assert table.get("web_3").pgid in stack.pids("web_3") and stack.urls["web_3"].endswith(str(table.get("web_3").port))
+    assert table.get("web_3").pgid in stack.supervisor.pids("web_3") and stack.urls["web_3"].endswith(str(table.get("web_3").port))
     assert read_manifest(stack.run_dir)["components"]["web_3"]["index"] == 3
-    removed = stack.pids("web_3")
+    removed = stack.supervisor.pids("web_3")
     stack.scale("web", 1)
     stack.scale("merit", 0)
     assert set(server_states(stack.urls["haproxy_socket"])) == {"web_1"}
-    assert not any(n.startswith("worker_merit") for n in stack.components())
+    assert not any(n.startswith("worker_merit") for n in stack.supervisor.names())
     table = stack.component_table()
     assert [c.name for c in table.pool("web")] == ["web_1"] and table.pool("merit") == []
     assert "web_3" not in stack.urls and "web_2_admin" not in stack.ports
@@ -143,16 +143,16 @@ def test_scale_web_and_workers(stack: EmbeddedStack) -> None:
 
 
 def test_kill_is_restarted_unless_autorestart_is_off(stack: EmbeddedStack) -> None:
-    before = stack.pids("worker_ai_1")  # the worker and its own-group "horse"
+    before = stack.supervisor.pids("worker_ai_1")  # the worker and its own-group "horse"
     assert len(before) == 2
-    stack.kill("worker_ai_1")
+    stack.supervisor.kill("worker_ai_1")
     assert _wait_gone(set(before), 2) == set()
     stack.wait_healthy("worker_ai_1", 10)
-    assert not set(stack.pids("worker_ai_1")) & set(before)
-    stack.set_autorestart("web_2", False)
-    stack.kill("web_2")
+    assert not set(stack.supervisor.pids("worker_ai_1")) & set(before)
+    stack.supervisor.set_autorestart("web_2", False)
+    stack.supervisor.kill("web_2")
     time.sleep(1.0)
-    assert stack.pids("web_2") == []
+    assert stack.supervisor.pids("web_2") == []
 
 
 def test_no_process_survives_a_sigkilled_runner(tmp_path: Path, commands: dict[str, list[str]]) -> None:

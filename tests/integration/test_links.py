@@ -256,9 +256,9 @@ def test_a_restarted_fault_proxy_recreates_its_proxies_on_the_same_ports(
 ) -> None:
     before = stack.links()
     nemesis.start(FaultSpec(0, "toxic", "web_2", 5, {"type": "latency", "attributes": {"latency": 50}}))
-    pid = stack.pids("faultproxy")[0]
-    stack.kill("faultproxy")
-    _wait_for(lambda: (pids := stack.pids("faultproxy")) and pid not in pids, 10, "a new fault proxy")
+    pid = stack.supervisor.pids("faultproxy")[0]
+    stack.supervisor.kill("faultproxy")
+    _wait_for(lambda: (pids := stack.supervisor.pids("faultproxy")) and pid not in pids, 10, "a new fault proxy")
     stack.wait_healthy("faultproxy", 10)
     proxies = httpx.get(f"{stack.urls['faultproxy']}/proxies", timeout=5, trust_env=False).json()
     assert {name: {"listen": p["listen"], "upstream": p["upstream"]} for name, p in proxies.items()} == before
@@ -312,7 +312,7 @@ def test_toxiproxy_url_proxies_are_created_through_its_api(tmp_path: Path, monke
     with ThreadedFaultProxy(port=0, seed=1) as external:
         monkeypatch.setenv("TOXIPROXY_URL", external.url)
         with EmbeddedStack(_fake_spec(tmp_path, "toxiurl")) as running:
-            assert "faultproxy" not in running.components()
+            assert "faultproxy" not in running.supervisor.names()
             assert running.urls["faultproxy"] == external.url
             proxies = httpx.get(f"{external.url}/proxies", timeout=5, trust_env=False).json()
             assert sorted(proxies) == ["ai_provider", "web_1"]

@@ -10,7 +10,6 @@ Each refusal is counted (``oom_refusals``) by the connection that read it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 from redis import Redis
@@ -46,7 +45,7 @@ def counted() -> Iterator[ConnectionStats]:
 
 def test_the_policy_is_chosen_once_from_the_setting(settings: Settings) -> None:  # noqa: F811
     assert send_and_mark_policy(settings) is valkey_then_ledger
-    assert send_and_mark_policy(replace(settings, relay_mark_early=True)) is ledger_then_valkey
+    assert send_and_mark_policy(settings.with_overrides(relay_mark_early=True)) is ledger_then_valkey
 
 
 def test_a_refused_enqueue_leaves_the_row_pending_and_is_counted(
@@ -68,7 +67,7 @@ def test_a_refused_enqueue_leaves_the_row_pending_and_is_counted(
 def test_the_early_mark_control_points_a_row_at_a_job_valkey_never_held(
     settings: Settings, full_valkey: Redis  # noqa: F811
 ) -> None:
-    early = replace(settings, relay_mark_early=True, reconciler_enabled=False)
+    early = settings.with_overrides(relay_mark_early=True, reconciler_enabled=False)
     with pytest.raises(OutOfMemoryError):
         relay(early, full_valkey).run_once()
     marked = row(settings, "merit-a1")

@@ -61,7 +61,7 @@ def test_scale_in_drains_waits_for_in_flight_requests_then_stops(stack: Embedded
     _wait(lambda: server_states(sock).get("web_2") == "DRAIN", "web_2 draining")
     new = [httpx.get(f"{stack.urls['api']}/", trust_env=False).headers["X-Proctor-Node"] for _ in range(4)]
     assert new == ["web_1"] * 4  # drained: no new request reaches web_2
-    assert scaler.is_alive() and stack.pids("web_2"), "web_2 was stopped with requests in flight"
+    assert scaler.is_alive() and stack.supervisor.pids("web_2"), "web_2 was stopped with requests in flight"
     release.touch()
     scaler.join()
     pool.shutdown()
@@ -70,7 +70,7 @@ def test_scale_in_drains_waits_for_in_flight_requests_then_stops(stack: Embedded
     assert "web_2" in {r.headers["X-Proctor-Node"] for r in answers}
     [drain] = result["drains"]
     assert drain["node"] == "web_2" and drain["in_flight_at_drain"] >= 1 and drain["idle"] is True
-    assert set(server_states(sock)) == {"web_1"} and "web_2" not in stack.components()
+    assert set(server_states(sock)) == {"web_1"} and "web_2" not in stack.supervisor.names()
     assert "web_2" not in (stack.run_dir / "haproxy" / "haproxy.cfg").read_text()
 
 
@@ -85,8 +85,8 @@ def test_scale_out_admits_a_node_only_once_ready(stack: EmbeddedStack) -> None:
 @pytest.mark.negative_control
 def test_abrupt_removal_fails_the_requests_in_flight(stack: EmbeddedStack, tmp_path: Path) -> None:
     pool, futures = _held_requests(stack, tmp_path / "release", 4)
-    stack.set_autorestart("web_2", False)
-    stack.kill("web_2")
+    stack.supervisor.set_autorestart("web_2", False)
+    stack.supervisor.kill("web_2")
     (tmp_path / "release").touch()
     pool.shutdown()
     statuses = [f.result().status_code for f in futures]

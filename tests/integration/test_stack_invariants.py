@@ -153,23 +153,23 @@ def test_every_outcome_happens_once_and_sms_once_at_the_gateway(stack: EmbeddedS
 
 
 def test_merit_worker_killed_mid_job_still_yields_one_merit_card(stack: EmbeddedStack, api: httpx.Client) -> None:
-    merit_workers = [name for name in stack.components() if name.startswith("worker_merit_")]
+    merit_workers = [name for name in stack.supervisor.names() if name.startswith("worker_merit_")]
     for name in merit_workers:  # hold every merit worker down once killed, so the kill lands on the job
-        stack.set_autorestart(name, False)
+        stack.supervisor.set_autorestart(name, False)
     busy: list[str] = []
 
     def a_worker_runs_the_job() -> bool:
         # A job is running once a worker has a second process: its horse (whichever worker took it).
-        busy[:] = [name for name in merit_workers if len(stack.pids(name)) > 1]
+        busy[:] = [name for name in merit_workers if len(stack.supervisor.pids(name)) > 1]
         return bool(busy)
 
     try:
         attempt = finished_attempt(api)
         wait_for(a_worker_runs_the_job, "the merit job to start", timeout=15)
-        stack.kill(busy[0], signal.SIGKILL)
+        stack.supervisor.kill(busy[0], signal.SIGKILL)
     finally:
         for name in merit_workers:
-            stack.set_autorestart(name, True)
+            stack.supervisor.set_autorestart(name, True)
         for name in busy[:1]:
             stack.restart(name)
     wait_for(lambda: all_done(stack, attempt), "the merit card after the kill")
@@ -180,10 +180,10 @@ def test_merit_worker_killed_mid_job_still_yields_one_merit_card(stack: Embedded
 def test_relay_recovers_all_work_after_valkey_restarts_with_its_data_wiped(
     stack: EmbeddedStack, api: httpx.Client
 ) -> None:
-    workers = [name for name in stack.components() if name.startswith("worker_")]
+    workers = [name for name in stack.supervisor.names() if name.startswith("worker_")]
     for name in workers:  # hold the work in Valkey so the wipe really loses queued jobs
-        stack.set_autorestart(name, False)
-        stack.kill(name, signal.SIGKILL)
+        stack.supervisor.set_autorestart(name, False)
+        stack.supervisor.kill(name, signal.SIGKILL)
     attempts = [finished_attempt(api) for _ in range(3)]
     wait_for(lambda: all(r["status"] == "enqueued"
                          for a in attempts for r in rows(stack, "outbox", a) if r["kind"] == "merit"),
@@ -191,13 +191,13 @@ def test_relay_recovers_all_work_after_valkey_restarts_with_its_data_wiped(
     # Narrative and SMS read the card, so they wait for it outside Valkey: nothing of theirs to lose.
     assert all((r["status"], r["attempts"]) == ("pending", 0)
                for a in attempts for r in rows(stack, "outbox", a) if r["kind"] != "merit")
-    stack.set_autorestart("valkey", False)
-    stack.kill("valkey", signal.SIGKILL)
+    stack.supervisor.set_autorestart("valkey", False)
+    stack.supervisor.kill("valkey", signal.SIGKILL)
     shutil.rmtree(stack.run_dir / "valkey" / "appendonlydir", ignore_errors=True)
-    stack.set_autorestart("valkey", True)
+    stack.supervisor.set_autorestart("valkey", True)
     stack.restart("valkey")
     for name in workers:
-        stack.set_autorestart(name, True)
+        stack.supervisor.set_autorestart(name, True)
         stack.restart(name)
     for attempt in attempts:
         wait_for(lambda: all_done(stack, attempt), f"attempt {attempt} to complete after the wipe", timeout=45)

@@ -23,8 +23,8 @@ def test_a_node_refuses_to_start_on_a_known_default_secret(settings: Settings, l
     with pytest.raises(SettingsError):
         create_app(Settings(run_dir=settings.run_dir))
     # ...unless the test-only flag says so (the control: the refusal is the secrets' doing).
-    create_app(Settings(run_dir=settings.run_dir, allow_default_secrets=True))
-    assert load_settings({"PROCTOR_ALLOW_DEFAULT_SECRETS": "on"}).allow_default_secrets
+    create_app(Settings(run_dir=settings.run_dir).with_overrides(allow_default_secrets=True))
+    assert load_settings({"PROCTOR_ALLOW_DEFAULT_SECRETS": "on"}).controls.allow_default_secrets
 
 
 def test_every_run_draws_new_secrets() -> None:

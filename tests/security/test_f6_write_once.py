@@ -41,8 +41,8 @@ pytestmark = pytest.mark.integration
 
 
 def _settings(tmp_path: Path, url: str = "") -> Settings:
-    return Settings(run_dir=tmp_path, database_url=url, exams={"NOVA-101": 2}, allow_default_secrets=True,
-                    time_scale=0.001)
+    return Settings(run_dir=tmp_path, database_url=url, exams={"NOVA-101": 2},
+                    time_scale=0.001).with_overrides(allow_default_secrets=True)
 
 
 def _finished_attempt(engine: Engine) -> str:

@@ -167,10 +167,12 @@ def test_relative_imports_resolve_against_the_package() -> None:
 
 
 # --- production code never reads a control (issue #20, item 8) -------------------------------
-# Each negative-control switch (stack.config.CONTROLS) is read once, at start-up, by the function
-# that turns it into a policy object; a read anywhere else is a control branching in product code.
+# Each control (stack.controls.Controls, apart from the product's Settings) is read once, at start-up,
+# by the function that turns it into a policy object; a read anywhere else is a control branching in
+# product code. The selector branches on it and never hands the flag on to product code as a parameter
+# (``RequestLimiter(enabled=...)`` was that): only the values that *are* a policy's parameter are passed.
 CONTROL_READERS: dict[str, set[str]] = {
-    "rate_limits": {"stack/web/app.py:create_app"},
+    "rate_limits": {"stack/web/app.py:_request_limiter"},
     "reconciler_enabled": {"stack/relay.py:relay_passes"},
     "relay_mark_early": {"stack/relay.py:send_and_mark_policy"},
     "sms_idempotency": {"stack/lanes/jobs.py:sms_call"},
@@ -184,44 +186,82 @@ CONTROL_READERS: dict[str, set[str]] = {
     "ai_ask_before_replay": {"stack/lanes/ai/job.py:LaneConfig.from_settings"},
     "allow_default_secrets": {"stack/config.py:insecure_secrets"},
 }
+PASSED_ON = {  # a control whose value is the policy's own parameter, not a flag
+    "answer_write_behind": "WriteBehind's delay (seconds between the reply and the commit)",
+    "answer_revisions": "the name revision_policy looks up",
+}
+CONTROLS_PLUMBING = {"stack/config.py:Settings.with_overrides", "stack/config.py:Settings.to_env"}
+"""Where ``Settings.controls`` itself may be read besides the selectors: carrying it, not deciding on it."""
 
 
-def control_reads(path: Path, root: Path, controls: frozenset[str]) -> Iterator[tuple[str, str]]:
-    """(control, "file:Qualified.function") for every ``<x>.<control>`` read in ``path``."""
+def _passed_as_argument(node: ast.AST) -> Iterator[ast.AST]:
+    """The expressions a call hands on as arguments (positional or keyword)."""
+    if isinstance(node, ast.Call):
+        yield from node.args
+        yield from (keyword.value for keyword in node.keywords)
+
+
+def control_reads(path: Path, root: Path, controls: frozenset[str]) -> Iterator[tuple[str, str, bool]]:
+    """(control, "file:Qualified.function", handed on as an argument) for every ``<x>.<control>``
+    read in ``path``; ``<x>.controls`` counts as a read of the name "controls"."""
     rel = path.relative_to(root).as_posix()
+    names = controls | {"controls"}
+    tree = ast.parse(path.read_text(), str(path))
+    arguments = {id(arg) for node in ast.walk(tree) for arg in _passed_as_argument(node)}
 
-    def visit(node: ast.AST, scope: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    def visit(node: ast.AST, scope: tuple[str, ...]) -> Iterator[tuple[str, str, bool]]:
         for child in ast.iter_child_nodes(node):
             inner = scope
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = (*scope, child.name)
-            if isinstance(child, ast.Attribute) and child.attr in controls and isinstance(child.ctx, ast.Load):
-                yield child.attr, f"{rel}:{'.'.join(scope) or '<module>'}"
+            if isinstance(child, ast.Attribute) and child.attr in names and isinstance(child.ctx, ast.Load):
+                yield child.attr, f"{rel}:{'.'.join(scope) or '<module>'}", id(child) in arguments
             yield from visit(child, inner)
 
-    yield from visit(ast.parse(path.read_text(), str(path)), ())
+    yield from visit(tree, ())
 
 
 def stray_control_reads(root: Path, controls: frozenset[str], readers: dict[str, set[str]]) -> list[str]:
+    selectors = set().union(*readers.values()) | CONTROLS_PLUMBING
     found = []
     for path in sorted((root / "stack").rglob("*.py")):
-        for control, where in control_reads(path, root, controls):
-            if where not in readers.get(control, set()):
+        for control, where, passed in control_reads(path, root, controls):
+            if control == "controls":
+                if where not in selectors:
+                    found.append(f"{where} reads the controls")
+            elif where not in readers.get(control, set()):
                 found.append(f"{where} reads {control}")
+            elif passed and control not in PASSED_ON:
+                found.append(f"{where} hands {control} on as a parameter")
     return found
 
 
 def test_production_code_never_reads_a_control() -> None:
-    from stack.config import CONTROLS, Settings
+    from stack.config import Settings
+    from stack.controls import CONTROLS, Controls
 
-    assert set(CONTROL_READERS) == set(CONTROLS) <= {f.name for f in fields(Settings)}
+    assert set(CONTROL_READERS) == set(CONTROLS) == {f.name for f in fields(Controls)}
+    assert CONTROLS.isdisjoint(f.name for f in fields(Settings))  # apart from the product's settings
     assert stray_control_reads(ROOT, CONTROLS, CONTROL_READERS) == []
 
 
 def test_a_control_read_in_product_code_is_caught(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {"stack/relay.py": "def relay_passes(settings):\n    return settings.reconciler_enabled\n"})
+    root = _tree(tmp_path, {"stack/relay.py": "def relay_passes(settings):\n"
+                                              "    return settings.controls.reconciler_enabled\n"})
     assert stray_control_reads(root, frozenset({"reconciler_enabled"}), CONTROL_READERS) == []  # the selector may
     _tree(tmp_path, {"stack/relay.py": "class Relay:\n    def run_once(self):\n"
-                                       "        if self.settings.reconciler_enabled:\n            pass\n"})
+                                       "        if self.settings.controls.reconciler_enabled:\n            pass\n"})
     assert stray_control_reads(root, frozenset({"reconciler_enabled"}), CONTROL_READERS) == [
-        "stack/relay.py:Relay.run_once reads reconciler_enabled"]
+        "stack/relay.py:Relay.run_once reads reconciler_enabled", "stack/relay.py:Relay.run_once reads the controls"]
+
+
+def test_a_control_handed_on_as_a_parameter_is_caught(tmp_path: Path) -> None:
+    # Planted: the selector passes the flag into the limiter, which would branch on it per request.
+    root = _tree(tmp_path, {"stack/web/app.py": "def _request_limiter(settings, clients):\n"
+                                                "    if not settings.controls.rate_limits:\n"
+                                                "        return NoLimits()\n    return RequestLimiter(clients)\n"})
+    assert stray_control_reads(root, frozenset({"rate_limits"}), CONTROL_READERS) == []
+    _tree(tmp_path, {"stack/web/app.py": "def _request_limiter(settings, clients):\n"
+                                         "    return RequestLimiter(clients, enabled=settings.controls.rate_limits)\n"})
+    assert stray_control_reads(root, frozenset({"rate_limits"}), CONTROL_READERS) == [
+        "stack/web/app.py:_request_limiter hands rate_limits on as a parameter"]

@@ -14,9 +14,10 @@ def test_defaults_without_environment() -> None:
 
 
 def test_environment_round_trips_through_to_env(tmp_path: Path) -> None:
-    original = Settings(time_scale=0.5, run_dir=tmp_path, exams={"A-1": 3, "B-2": 40}, reconciler_enabled=False,
-                        sms_idempotency=False, answer_write_behind=1.5, max_job_attempts=2, component="worker_ai_2", ready_file="/tmp/r/ready/worker_ai_2",
-                        sms_allowlist=("127.0.0.1/32", "10.0.0.0/8"))
+    original = Settings(time_scale=0.5, run_dir=tmp_path, exams={"A-1": 3, "B-2": 40}, max_job_attempts=2,
+                        component="worker_ai_2", ready_file="/tmp/r/ready/worker_ai_2",
+                        sms_allowlist=("127.0.0.1/32", "10.0.0.0/8")).with_overrides(
+        reconciler_enabled=False, sms_idempotency=False, answer_write_behind=1.5)
     assert load_settings(original.to_env()) == original
 
 

@@ -26,4 +26,4 @@ def test_a_bad_value_names_the_variable() -> None:
 
 
 def test_the_setting_reaches_child_processes() -> None:
-    assert Settings(shared_lane=True).to_env()["PROCTOR_SHARED_LANE"] == "on"
+    assert Settings().with_overrides(shared_lane=True).to_env()["PROCTOR_SHARED_LANE"] == "on"

@@ -148,8 +148,8 @@ def test_bad_fault_knobs_are_refused(ai_url: str) -> None:
 
 
 def test_admin_needs_the_token_and_exports_the_contract_shape(ai_url: str) -> None:
-    assert LANES.get(f"{ai_url}/admin/ledger").status_code == 401
-    assert LANES.get(f"{ai_url}/admin/ledger", headers={"X-Admin-Token": "wrong"}).status_code == 401
+    assert LANES.get(f"{ai_url}/admin/ledger").status_code == 403
+    assert LANES.get(f"{ai_url}/admin/ledger", headers={"X-Admin-Token": "wrong"}).status_code == 403
     created = LANES.post(f"{ai_url}/v1/narratives", json=narrative()).json()
     body = LANES.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()
     assert body["provider"] == "ai" and isinstance(body["exported_at"], float)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = ["ASK_BEFORE_REPLAY", "BLIND_REPLAY", "HONOR_RETRY_AFTER", "IGNORE_RETRY_AFTER", "ReplayPolicy",
-           "RetryAfterPolicy", "replay_policy", "retry_after_policy"]
+           "RetryAfterPolicy"]
 
 
 class RetryAfterPolicy(Protocol):
@@ -83,11 +83,3 @@ HONOR_RETRY_AFTER: RetryAfterPolicy = _HonorRetryAfter()
 IGNORE_RETRY_AFTER: RetryAfterPolicy = _IgnoreRetryAfter()
 ASK_BEFORE_REPLAY: ReplayPolicy = _AskBeforeReplay()
 BLIND_REPLAY: ReplayPolicy = _BlindReplay()
-
-
-def retry_after_policy(honor: bool) -> RetryAfterPolicy:
-    return HONOR_RETRY_AFTER if honor else IGNORE_RETRY_AFTER
-
-
-def replay_policy(ask_first: bool) -> ReplayPolicy:
-    return ASK_BEFORE_REPLAY if ask_first else BLIND_REPLAY

@@ -27,8 +27,8 @@ from typing import Any
 from redis import Redis
 
 from stack.lanes.ai import billing, lanestate
-from stack.lanes.ai.controls import (ASK_BEFORE_REPLAY, HONOR_RETRY_AFTER, ReplayPolicy, RetryAfterPolicy,
-                                   replay_policy, retry_after_policy)
+from stack.lanes.ai.controls import (ASK_BEFORE_REPLAY, BLIND_REPLAY, HONOR_RETRY_AFTER, IGNORE_RETRY_AFTER, ReplayPolicy,
+                                   RetryAfterPolicy)
 from stack.lanes.ai.limiter import CALLS_KEY, PAUSE_KEY, SharedLimiter
 from stack.lanes.ai.policy import RetryClock, classify
 from stack.config import CASE_PROVIDER_CALLS_PER_MINUTE, Settings, SettingsError
@@ -61,11 +61,12 @@ class LaneConfig:
         """What an RQ AI worker runs with: the limiter's calls per case-minute from
         PROCTOR_AI_CALLS_PER_MINUTE; the safeguards are on unless a negative control switched one
         off at start-up (PROCTOR_AI_SHARED_LIMITER / _RETRY_AFTER / _ASK_BEFORE_REPLAY)."""
-        keys = (CALLS_KEY, PAUSE_KEY) if settings.ai_shared_limiter else (
+        controls = settings.controls
+        keys = (CALLS_KEY, PAUSE_KEY) if controls.ai_shared_limiter else (
             f"{CALLS_KEY}:{settings.component}", f"{PAUSE_KEY}:{settings.component}")
         return cls(calls_per_minute=settings.ai_calls_per_minute, limiter_keys=keys,
-                   retry_after=retry_after_policy(settings.ai_retry_after),
-                   replay=replay_policy(settings.ai_ask_before_replay))
+                   retry_after=HONOR_RETRY_AFTER if controls.ai_retry_after else IGNORE_RETRY_AFTER,
+                   replay=ASK_BEFORE_REPLAY if controls.ai_ask_before_replay else BLIND_REPLAY)
 
     def lease(self, settings: Settings) -> float:
         return self.lease_seconds or jobs.job_timeout("narrative", settings) + _RQ_CALLBACK_SECONDS

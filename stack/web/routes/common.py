@@ -3,8 +3,6 @@ request guard (node header, body limit, request counting) and the 422 shape."""
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import json
 import logging
 import threading
@@ -19,6 +17,7 @@ from sqlalchemy import Engine
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from stack import admin_auth
 from stack.config import Settings
 from stack.ledger.attempts import Attempt, get_attempt, question_count
 from stack.ledger.exam_rules import RuleCache
@@ -27,7 +26,7 @@ from stack.web.auth import Principal, bearer_principal
 from stack.web.capacity_lock import CapacityLock
 from stack.web.dispatch import Dispatcher, ValkeyClients
 from stack.web.metrics import RequestCounters
-from stack.web.ratelimit import RequestLimiter
+from stack.web.ratelimit import Limiter, NoLimits
 
 __all__ = [
     "AttemptDep",
@@ -59,7 +58,7 @@ class WebState:
     answers: AnswerSink  # durable, or the write-behind negative control: chosen once in app.py
     counters: RequestCounters = field(default_factory=RequestCounters)
     draining: threading.Event = field(default_factory=threading.Event)
-    limiter: RequestLimiter = field(default_factory=lambda: RequestLimiter(None, enabled=False))
+    limiter: Limiter = field(default_factory=NoLimits)  # the node's is chosen once in app.py
     capacity_lock: CapacityLock | None = None  # held by POST /admin/scale and PUT .../window (routes_scale)
     rules: RuleCache = field(init=False)  # the exams' windows and policies (stack/ledger/exam_rules.py)
     _exams: dict[str, int] = field(default_factory=dict)
@@ -117,21 +116,10 @@ def attempt_links(attempt_id: str) -> dict[str, str]:
     }
 
 
-def _is_loopback(host: str | None) -> bool:
-    try:
-        return host is not None and ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def require_admin(request: Request, state: StateDep) -> None:
-    """Admin routes: loopback peers with the admin token only (403 otherwise). They are served
-    only on the node's admin listener (bound to loopback, never routed by HAProxy); the peer
-    checked here is the socket's, never a forwarded header."""
-    client = request.client.host if request.client else None
-    token = request.headers.get("x-admin-token", "")
-    if not _is_loopback(client) or not hmac.compare_digest(token.encode(), state.settings.admin_token.encode()):
-        raise HTTPException(status_code=403, detail="admin routes need X-Admin-Token from loopback")
+    """Admin routes: loopback peers with the admin token only (stack.admin_auth). They are served
+    only on the node's admin listener (bound to loopback, never routed by HAProxy)."""
+    admin_auth.require_admin(request, state.settings.admin_token)
 
 
 async def validation_error_handler(_request: Request, exc: Exception) -> JSONResponse:

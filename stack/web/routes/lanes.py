@@ -18,6 +18,7 @@ from typing import Any, Literal
 import httpx
 from fastapi import APIRouter, Body, Depends, HTTPException
 
+from stack.headers import ADMIN_TOKEN_HEADER
 from stack.lanes.ai import billing, lanestate
 from stack.lanes.ai.review import ReviewError, list_review, replay, resume_lane
 from stack.web.routes.common import StateDep, require_admin
@@ -75,7 +76,7 @@ def alerts(state: StateDep) -> dict[str, Any]:
 def _provider_effects(state: Any) -> list[dict[str, Any]]:
     url = f"{state.settings.ai_url}/admin/ledger"
     try:
-        response = httpx.get(url, headers={"X-Admin-Token": state.settings.admin_token}, timeout=10)
+        response = httpx.get(url, headers={ADMIN_TOKEN_HEADER: state.settings.admin_token}, timeout=10)
         response.raise_for_status()
     except httpx.HTTPError as exc:
         raise HTTPException(502, f"AI provider ledger unreadable at {url}: {exc}") from None

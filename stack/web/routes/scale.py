@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field, model_validator
 from sqlalchemy import select
 
 from stack.config import Settings
+from stack.headers import ADMIN_TOKEN_HEADER
 from stack.ledger.exam_lock import ExamWindow, UnknownExam, open_windows, set_window, violations, windows
 from stack.ledger.outcomes import audit
 from stack.ledger.schema import audit_log
@@ -212,7 +213,7 @@ def _executor(settings: Settings, method: str, path: str, body: dict[str, Any] |
               timeout: float = EXECUTOR_TIMEOUT) -> dict[str, Any]:
     """Call the deployment's executor; its refusals (409) and errors come back named."""
     base = _require_executor(settings)
-    headers = {"X-Admin-Token": settings.admin_token}
+    headers = {ADMIN_TOKEN_HEADER: settings.admin_token}
     try:
         response = httpx.request(method, f"{base}{path}", json=body, headers=headers,
                                  timeout=timeout, trust_env=False)

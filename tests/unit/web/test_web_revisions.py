@@ -127,7 +127,7 @@ def test_compacting_control_drops_acknowledged_revisions_from_the_log(settings, 
 def test_a_bad_revision_rule_names_the_variable() -> None:
     with pytest.raises(SettingsError, match="PROCTOR_ANSWER_REVISIONS"):
         load_settings({"PROCTOR_ANSWER_REVISIONS": "newest"})
-    assert load_settings({"PROCTOR_ANSWER_REVISIONS": "last-arrival"}).answer_revisions == "last-arrival"
+    assert load_settings({"PROCTOR_ANSWER_REVISIONS": "last-arrival"}).controls.answer_revisions == "last-arrival"
 
 
 def test_a_revision_below_one_is_422_naming_the_field(app_client: TestClient) -> None:
