@@ -91,13 +91,13 @@ def test_the_relay_keeps_a_liveness_key_that_outlives_it_by_one_ttl_only(real_st
     with no relay alive is stuck, stack/lanes/evidence.py). Killed, the relay's key expires."""
     valkey, key = real_stack.valkey(), liveness_key(RELAY_LIVENESS)
     ttl_ms = real_stack.settings.liveness_ttl * 1000
-    assert 0 < valkey.pttl(key) <= ttl_ms, real_stack.log_tail("relay")
-    real_stack.set_autorestart("relay", False)
-    real_stack.kill("relay")
+    assert 0 < valkey.pttl(key) <= ttl_ms, real_stack.supervisor.log_tail("relay")
+    real_stack.supervisor.set_autorestart("relay", False)
+    real_stack.supervisor.kill("relay")
     assert _key_becomes(valkey, key, present=False, within=2 * ttl_ms / 1000 + 5)  # its own TTL ends it
-    real_stack.set_autorestart("relay", True)
+    real_stack.supervisor.set_autorestart("relay", True)
     real_stack.wait_healthy("relay", 20)
-    assert _key_becomes(valkey, key, present=True, within=20), real_stack.log_tail("relay")  # the restarted relay's
+    assert _key_becomes(valkey, key, present=True, within=20), real_stack.supervisor.log_tail("relay")  # the restarted relay's
 
 
 def _key_becomes(valkey, key: str, present: bool, within: float) -> bool:
