@@ -259,7 +259,8 @@ async def _load_and_faults_body(
 ) -> WorkloadStats:
     started = time.monotonic()
     stop_monitor = asyncio.Event()
-    monitor = asyncio.create_task(run_monitor(lambda: admin_urls(stack.urls), history, 0.5, stop_monitor))
+    monitor = asyncio.create_task(run_monitor(lambda: admin_urls(stack.urls), history, 0.5, stop_monitor,
+                                             stack.settings.admin_token))
     schedule = asyncio.create_task(run_schedule(nemesis, faults, history, started))
     counts: Counter = Counter()
     ticker = asyncio.create_task(_tick(counts, started, progress))

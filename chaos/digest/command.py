@@ -17,6 +17,7 @@ Per lane finish -> outcome latency is the ``proctor_lane_latency_seconds`` histo
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ import httpx
 from stack.cli_args import CliParser, positive_float
 from chaos.digest.sources import component_cpu, cpu_lines, fetch_lock, lock_line, shipper_line
 from stack import paths
-from stack.admin_client import AdminTargetError, resolve_target
+from stack.admin_client import TOKEN_ENV, AdminTargetError, resolve_target
+from stack.headers import ADMIN_TOKEN_HEADER
 from stack.embedded.registry import running_stacks
 
 __all__ = ["NodeScrape", "digest_main", "parse_metrics", "render_digest", "scrape"]
@@ -62,11 +64,12 @@ class NodeScrape:
         return sum(found) if found else None
 
 
-def scrape(urls: Sequence[str], timeout: float = 5.0) -> list[NodeScrape]:
+def scrape(urls: Sequence[str], admin_token: str, timeout: float = 5.0) -> list[NodeScrape]:
+    """Each node's /metrics, with the admin token its admin listener asks for."""
     scrapes = []
     for url in urls:
         try:
-            response = httpx.get(f"{url.rstrip('/')}/metrics", timeout=timeout)
+            response = httpx.get(f"{url.rstrip('/')}/metrics", timeout=timeout, headers={ADMIN_TOKEN_HEADER: admin_token})
             response.raise_for_status()
             scrapes.append(NodeScrape(url, samples=parse_metrics(response.text)))
         except httpx.HTTPError as exc:
@@ -144,6 +147,14 @@ def _node_urls(manifest: dict) -> list[str]:
     return [url for name, url in sorted(manifest.get("urls", {}).items()) if re.fullmatch(r"web_\d+_admin", name)]
 
 
+def _metrics_token(manifest: dict | None, parser: CliParser) -> str:
+    """The run's admin token from its manifest, or (with --url) from $PROCTOR_ADMIN_TOKEN."""
+    token = str((manifest or {}).get("settings", {}).get(TOKEN_ENV) or os.environ.get(TOKEN_ENV, ""))
+    if not token:
+        parser.error(f"--url needs {TOKEN_ENV} in the environment: /metrics asks for the admin token")
+    return token
+
+
 def _admin(run_dir: Path | None, admin_url: str | None) -> tuple[str, str] | None:
     """The exam lock's source through the one admin client; None (printed as n/a) when there is none."""
     if not (run_dir or admin_url):
@@ -161,7 +172,8 @@ def digest_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run_dir", nargs="?", type=Path,
                         help="a running stack's run folder (its manifest.json names the nodes); default: the one "
                              "stack running under $PROCTOR_RESULTS_DIR/runs (or ./results/runs)")
-    parser.add_argument("--url", action="append", default=[], help="a web node's admin listener, where /metrics is (repeatable); instead of run_dir")
+    parser.add_argument("--url", action="append", default=[], help="a web node's admin listener, where /metrics is (repeatable; "
+                        "token from PROCTOR_ADMIN_TOKEN); instead of run_dir")
     parser.add_argument("--admin-url", default=None, help="a node's admin listener for the exam lock "
                                                          "(token from PROCTOR_ADMIN_TOKEN); default the manifest's")
     parser.add_argument("--watch", type=positive_float, default=None, metavar="SECONDS",
@@ -176,10 +188,11 @@ def digest_main(argv: Sequence[str] | None = None) -> int:
     urls = args.url or (_node_urls(manifest) if manifest else [])
     if not urls:
         parser.error("name the nodes: a run folder with a manifest.json, or --url (repeatable)")
+    token = _metrics_token(manifest, parser)
     admin = _admin(args.run_dir, args.admin_url)
     before, cpu_before, at = None, None, time.monotonic()
     while True:
-        now, cpu, taken = scrape(urls), component_cpu(manifest), time.monotonic()
+        now, cpu, taken = scrape(urls, token), component_cpu(manifest), time.monotonic()
         lock = fetch_lock(*admin) if admin else None
         screen = render_digest(now, before, taken - at, lock, cpu_lines(cpu, cpu_before, taken - at),
                                shipper_line(args.run_dir))

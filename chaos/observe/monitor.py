@@ -4,8 +4,8 @@ so plots and the latency checker can show what the queues did during faults. Eac
 also carries ``pace``, the seconds of the machine-pace probe (chaos/observe/pace.py), by
 which the latency checker scales client SLOs.
 
-/metrics is served on the web nodes' admin listeners only (never through HAProxy), so the
-monitor takes them in turn; a run whose monitor collected no sample fails (``NoSamples``):
+/metrics is served on the web nodes' admin listeners only (never through HAProxy), with the
+admin token, so the monitor takes them in turn and sends the run's token; a run whose monitor collected no sample fails (``NoSamples``):
 its plots and latency verdicts would otherwise rest on nothing."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 import httpx
 
 from chaos.history import History
+from stack.headers import ADMIN_TOKEN_HEADER
 from chaos.observe.pace import probe
 
 __all__ = ["NoSamples", "admin_urls", "parse_prometheus", "lane_sample", "require_samples", "run_monitor"]
@@ -88,12 +89,12 @@ def lane_sample(text: str) -> dict[str, Any]:
 
 
 async def run_monitor(sources: Callable[[], list[str]], history: History, interval: float,
-                      stop: asyncio.Event) -> int:
+                      stop: asyncio.Event, admin_token: str) -> int:
     """Sample until ``stop``, one admin listener after another (``sources()`` is read again each
-    time: a scaled pool adds nodes); returns how many samples were recorded."""
+    time: a scaled pool adds nodes), with the run's admin token; returns how many samples were recorded."""
     collected = 0
     turn = itertools.count()
-    async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
+    async with httpx.AsyncClient(timeout=2.0, trust_env=False, headers={ADMIN_TOKEN_HEADER: admin_token}) as http:
         while not stop.is_set():
             urls = sources()
             try:

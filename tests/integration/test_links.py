@@ -101,7 +101,8 @@ def _outbox(stack: EmbeddedStack, attempts: set[str], kind: str) -> list[dict[st
 
 def _valkey_up(stack: EmbeddedStack, node: str) -> int:
     admin = stack.urls[f"{node}_admin"]  # /metrics is on the admin listener only
-    text = httpx.get(f"{admin}/metrics", timeout=10, trust_env=False).text
+    text = httpx.get(f"{admin}/metrics", timeout=10, trust_env=False,
+                     headers={"X-Admin-Token": stack.settings.admin_token}).text
     line = next(line for line in text.splitlines() if line.startswith("proctor_valkey_up"))
     return int(float(line.rsplit(" ", 1)[1]))  # prometheus_client writes every value as a float ("1.0")
 

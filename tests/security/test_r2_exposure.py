@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 from r2_node import running_node
-from web_support import auth
+from web_support import ADMIN, auth
 
 PAYLOAD = "<img src=x onerror=alert(1)>" * 100
 
@@ -22,7 +22,8 @@ def test_metrics_and_the_api_docs_are_on_the_admin_listener_only(tmp_path: Path)
         for path in ("/metrics", "/docs", "/redoc", "/openapi.json"):
             assert node.client.get(path).status_code == 404, path
         # Control: the operator still has them, on the admin listener.
-        assert "proctor_http_requests_total" in node.admin.get("/metrics").text
+        assert node.admin.get("/metrics").status_code == 403  # the admin listener alone is no credential
+        assert "proctor_http_requests_total" in node.admin.get("/metrics", headers={"X-Admin-Token": ADMIN}).text
         assert node.admin.get("/docs").status_code == 200
         assert "/v1/sessions" in node.admin.get("/openapi/public.json").json()["paths"]
 

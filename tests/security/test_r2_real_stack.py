@@ -172,4 +172,7 @@ def test_no_server_header_and_no_metrics_through_haproxy(stack: EmbeddedStack) -
             assert reply.status_code == 200 and "server" not in reply.headers, dict(reply.headers)
             assert client.get(f"{url}/metrics").status_code == 404
             assert client.get(f"{url}/openapi.json").status_code == 404
-        assert "proctor_http_requests_total" in client.get(f"{stack.urls['web_1_admin']}/metrics").text
+        admin_metrics = f"{stack.urls['web_1_admin']}/metrics"
+        assert client.get(admin_metrics).status_code == 403  # a loopback peer is no credential
+        assert "proctor_http_requests_total" in client.get(
+            admin_metrics, headers={"X-Admin-Token": stack.settings.admin_token}).text

@@ -102,7 +102,7 @@ def test_without_a_credential_valkey_gives_nothing(lane_stack: EmbeddedStack, tm
 
 def _refused_total(stack: EmbeddedStack) -> float:
     with httpx.Client(trust_env=False, timeout=10) as client:
-        text = client.get(f"{stack.urls['admin']}/metrics").text
+        text = client.get(f"{stack.urls['admin']}/metrics", headers={"X-Admin-Token": stack.settings.admin_token}).text
     found = re.search(r"^proctor_refused_jobs_total (\S+)$", text, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
 

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 from sqlalchemy import Engine
-from web_support import ROSTER, ROSTER_KEY, RecordingDispatcher, TestClient, auth, start, token_for
+from web_support import ADMIN, LOOPBACK, ROSTER, ROSTER_KEY, RecordingDispatcher, TestClient, auth, start, token_for
 
 from stack.config import Settings
 from stack.ledger.roster import issue_roster
@@ -128,8 +128,8 @@ def test_with_valkey_down_answers_are_accepted_and_limits_count_per_node(app_cli
     assert put.status_code == 201
     limiter = app_client.app.state.proctor.limiter  # type: ignore[attr-defined]
     assert limiter.fallbacks >= 1
-    with TestClient(create_admin_app(app_client.app)) as admin:  # type: ignore[arg-type]
-        counted = [line for line in admin.get("/metrics").text.splitlines()
+    with TestClient(create_admin_app(app_client.app), client=LOOPBACK) as admin:  # type: ignore[arg-type]
+        counted = [line for line in admin.get("/metrics", headers={"X-Admin-Token": ADMIN}).text.splitlines()
                    if line.startswith("proctor_limiter_fallbacks_total{")]
     assert counted == [f'proctor_limiter_fallbacks_total{{node="web_test"}} {float(limiter.fallbacks)}']
     for i in range(FIRST_TIER):

@@ -74,6 +74,42 @@ def test_without_a_run_folder_it_reads_the_one_running_stack(tmp_path, monkeypat
     (run_dir / "manifest.json").write_text(json.dumps({
         "name": "stack", "origin": "cli", "status": "ready", "run_dir": str(run_dir),
         "supervisor_pid": me, "supervisor_start_ticks": identity(me)[1], "components": {},
-        "urls": {"web_1_admin": "http://127.0.0.1:9"}}))
+        "urls": {"web_1_admin": "http://127.0.0.1:9"}, "settings": {"PROCTOR_ADMIN_TOKEN": "t" * 32}}))
     assert digest_main([]) == 1  # it found the stack and scraped its node (nothing listens on port 9)
     assert "http://127.0.0.1:9" in capsys.readouterr().out
+
+
+def test_metrics_are_read_with_the_admin_token_and_without_it_the_url_is_refused(monkeypatch, capsys) -> None:
+    """/metrics asks for the admin token (stack/web/routes/health.py): --url takes it from the environment."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+
+    token = "s" * 32
+
+    class Node(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            allowed = self.headers.get("X-Admin-Token") == token
+            self.send_response(200 if allowed else 403)
+            self.end_headers()
+            self.wfile.write(b'proctor_http_requests_total{node="web_1"} 7.0\n' if allowed else b"")
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Node)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        monkeypatch.delenv("PROCTOR_ADMIN_TOKEN", raising=False)
+        with pytest.raises(SystemExit) as refused:
+            digest_main(["--url", url])
+        assert refused.value.code == 2 and "PROCTOR_ADMIN_TOKEN" in capsys.readouterr().err
+        monkeypatch.setenv("PROCTOR_ADMIN_TOKEN", "wrong")
+        assert digest_main(["--url", url]) == 1  # the node refused: shown unreachable (403)
+        assert "403" in capsys.readouterr().out
+        monkeypatch.setenv("PROCTOR_ADMIN_TOKEN", token)
+        assert digest_main(["--url", url]) == 0
+        assert f"{url}" in capsys.readouterr().out
+    finally:
+        server.shutdown()
+        server.server_close()

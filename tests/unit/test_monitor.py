@@ -15,11 +15,20 @@ from chaos.observe.monitor import NoSamples, admin_urls, require_samples, run_mo
 METRICS = b'proctor_lane_depth{lane="merit"} 3.0\nproctor_http_requests_total{node="web_1"} 7.0\n'
 
 
+TOKEN = "t" * 32
+
+
 class _Metrics(BaseHTTPRequestHandler):
+    """An admin listener: /metrics with the admin token only, as the web nodes serve it."""
+
     def do_GET(self) -> None:
-        self.send_response(200 if self.path == "/metrics" else 404)
+        if self.path != "/metrics":
+            status = 404
+        else:
+            status = 200 if self.headers.get("X-Admin-Token") == TOKEN else 403
+        self.send_response(status)
         self.end_headers()
-        self.wfile.write(METRICS if self.path == "/metrics" else b"")
+        self.wfile.write(METRICS if status == 200 else b"")
 
     def log_message(self, *_args: object) -> None:
         pass
@@ -35,10 +44,10 @@ def admin_listener() -> Iterator[str]:
     server.server_close()
 
 
-def _monitor(sources: list[str], history: History, seconds: float = 0.3) -> int:
+def _monitor(sources: list[str], history: History, seconds: float = 0.3, token: str = TOKEN) -> int:
     async def run() -> int:
         stop = asyncio.Event()
-        task = asyncio.create_task(run_monitor(lambda: sources, history, 0.05, stop))
+        task = asyncio.create_task(run_monitor(lambda: sources, history, 0.05, stop, token))
         await asyncio.sleep(seconds)
         stop.set()
         return await task
@@ -69,3 +78,9 @@ def test_a_monitor_that_collected_nothing_fails_the_run(tmp_path) -> None:
     assert collected == 0
     with pytest.raises(NoSamples, match="0 samples"):
         require_samples(collected, [dead])
+
+
+def test_a_monitor_without_the_admin_token_collects_nothing(tmp_path, admin_listener: str) -> None:
+    history = History(tmp_path / "history.jsonl")
+    assert _monitor([admin_listener], history, token="wrong") == 0
+    history.close()

@@ -1,4 +1,4 @@
-"""Liveness, readiness and metrics (admin listener only), plus draining on SIGTERM."""
+"""Liveness, readiness and metrics (admin listener and admin token only), plus draining on SIGTERM."""
 
 from __future__ import annotations
 
@@ -8,22 +8,24 @@ import threading
 from types import FrameType
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from stack.web.metrics import render_metrics
 from stack.web.guards import documented
-from stack.web.routes.common import StateDep, WebState
+from stack.web.routes.common import StateDep, WebState, require_admin
 
 __all__ = ["PROMETHEUS_CONTENT_TYPE", "Readiness", "drain_on_sigterm", "metrics", "metrics_router", "router"]
 
 log = logging.getLogger(__name__)
 
 router = APIRouter()
-metrics_router = APIRouter()
-"""/metrics: on the admin listener only (stack.web.app): queue depths and request counts are the
-operator's, not the public's."""
+metrics_router = APIRouter(dependencies=[Depends(require_admin)])
+"""/metrics: on the admin listener only (stack.web.app), and only with the admin token: queue
+depths and request counts are the operator's, not the public's, and a loopback peer is no
+credential (another local user reaches the listener too). Prometheus sends it as a header
+(``http_headers`` in a scrape config)."""
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

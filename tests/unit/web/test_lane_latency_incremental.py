@@ -95,14 +95,16 @@ def test_bad_bounds_and_overlap_are_named() -> None:
 
 
 def test_metrics_endpoint_counts_rows_done_between_two_scrapes(app_client, admin_client, ledger: Engine) -> None:
+    from web_support import ADMIN
+
     now = time.time()
     seed_done_rows(ledger, EXAM, [now - 100 + i for i in range(6)], prefix="a", latency=lambda i: 0.3)
-    first = admin_client.get("/metrics").text
+    first = admin_client.get("/metrics", headers={"X-Admin-Token": ADMIN}).text
     seed_done_rows(ledger, EXAM, [now + i for i in range(3)], prefix="b", latency=lambda i: 0.3)
     with ledger.begin() as conn:  # a row of the first batch cannot move again: done is terminal
         assert conn.execute(update(outbox_table).where(outbox_table.c.operation_id == "merit-a-a0",
                                                        outbox_table.c.status != "done").values(done_at=0)).rowcount == 0
-    second = admin_client.get("/metrics").text
+    second = admin_client.get("/metrics", headers={"X-Admin-Token": ADMIN}).text
     merit = 'proctor_lane_latency_seconds_bucket{kind="merit",lane="merit",le="0.5"}'
     assert f"{merit} 2.0" in first and f"{merit} 3.0" in second  # kinds cycle merit, narrative, sms
 

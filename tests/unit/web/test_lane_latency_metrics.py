@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import Engine, update
-from web_support import TestClient, answer, auth, start, token_for
+from web_support import ADMIN, TestClient, answer, auth, start, token_for
 
 from stack.ledger.schema import outbox
 
@@ -31,7 +31,7 @@ def test_each_done_row_lands_in_its_lanes_bucket_and_pending_rows_in_none(app_cl
     attempt = _finish_one(app_client)
     _done_after(ledger, f"merit-{attempt}", 0.3)
     _done_after(ledger, f"narrative-{attempt}", 40.0)  # the sms row stays pending: no latency yet
-    samples = _samples(admin_client.get("/metrics").text)
+    samples = _samples(admin_client.get("/metrics", headers={"X-Admin-Token": ADMIN}).text)
     merit, ai = 'kind="merit",lane="merit"', 'kind="narrative",lane="ai"'
     assert samples[f'proctor_lane_latency_seconds_bucket{{{merit},le="0.25"}}'] == 0
     assert samples[f'proctor_lane_latency_seconds_bucket{{{merit},le="0.5"}}'] == 1

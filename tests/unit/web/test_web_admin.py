@@ -117,9 +117,16 @@ def _parse(text: str) -> dict[str, float]:
     return samples
 
 
+def test_metrics_need_the_admin_token(admin_client) -> None:
+    """A loopback peer is no credential: another local user reaches the admin listener too."""
+    assert admin_client.get("/metrics").status_code == 403
+    assert admin_client.get("/metrics", headers={"X-Admin-Token": "x" * len(ADMIN)}).status_code == 403
+    assert admin_client.get("/metrics", headers={"X-Admin-Token": ADMIN}).status_code == 200
+
+
 def test_metrics_parse_and_report_valkey_down(app_client: TestClient, admin_client, ledger: Engine) -> None:
     _run_one_attempt(app_client, ledger)
-    response = admin_client.get("/metrics")
+    response = admin_client.get("/metrics", headers={"X-Admin-Token": ADMIN})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     samples = _parse(response.text)
@@ -140,7 +147,7 @@ def test_an_alert_shows_on_metrics_and_the_paused_lane_too(app_client: TestClien
     with ledger.begin() as conn:
         lanestate.pause(conn, "ai", "provider answered 402", actor="ai-lane")
         lanestate.raise_alert(conn, "ai", "credit_exhausted", {"status": 402})
-    samples = _parse(admin_client.get("/metrics").text)
+    samples = _parse(admin_client.get("/metrics", headers={"X-Admin-Token": ADMIN}).text)
     assert samples['proctor_alerts_total{kind="credit_exhausted",lane="ai"}'] == 1
     assert samples['proctor_alerts_total{kind="credit_exhausted",lane="sms"}'] == 0
     assert (samples['proctor_lane_paused{lane="ai"}'], samples['proctor_lane_paused{lane="sms"}']) == (1, 0)
@@ -154,7 +161,7 @@ def test_metrics_count_5xx(app_client: TestClient, admin_client, ledger: Engine)
     token = token_for(app_client)
     attempt = start(app_client, token)
     assert app_client.post(f"/v1/attempts/{attempt}/finish", headers=auth(token)).status_code == 500
-    samples = _parse(admin_client.get("/metrics").text)
+    samples = _parse(admin_client.get("/metrics", headers={"X-Admin-Token": ADMIN}).text)
     assert samples['proctor_http_5xx_total{node="web_test"}'] == 1
     assert json.loads(app_client.get("/healthz").text)["status"] == "ok"
 
@@ -162,7 +169,7 @@ def test_metrics_count_5xx(app_client: TestClient, admin_client, ledger: Engine)
 def test_metrics_have_a_latency_histogram_per_route_template(app_client: TestClient, admin_client, ledger: Engine) -> None:
     attempt = _run_one_attempt(app_client, ledger)
     assert app_client.get("/v1/no-such-route/8a7f").status_code == 404
-    text = admin_client.get("/metrics").text
+    text = admin_client.get("/metrics", headers={"X-Admin-Token": ADMIN}).text
     samples = _parse(text)
     finish = 'method="POST",node="web_test",route="/v1/attempts/{attempt_id}/finish"'
     assert samples[f"proctor_http_request_duration_seconds_count{{{finish}}}"] == 1

@@ -11,7 +11,7 @@ from redis import Redis
 from rq import Queue
 from rq.job import Job
 from sqlalchemy import Engine, select, update
-from web_support import TestClient, auth, closed_port, start, token_for
+from web_support import ADMIN, LOOPBACK, TestClient, auth, closed_port, start, token_for
 
 from stack.config import Settings
 from stack.ledger.schema import outbox
@@ -34,10 +34,10 @@ def test_finish_enqueues_the_merit_job_without_ttl_and_the_rest_waits_for_the_ca
     """Narrative and SMS read the merit card, so only the relay enqueues them, once it is ready."""
     settings = settings.with_overrides(valkey_url=valkey_server, valkey_fresh_connections=fresh)
     app = create_app(settings)
-    with TestClient(app) as client, TestClient(create_admin_app(app)) as admin:
+    with TestClient(app) as client, TestClient(create_admin_app(app), client=LOOPBACK) as admin:
         attempt = _finish(client)
         assert app.state.proctor.dispatcher.wait_idle(10)
-        metrics = admin.get("/metrics").text
+        metrics = admin.get("/metrics", headers={"X-Admin-Token": ADMIN}).text
     with ledger.connect() as conn:
         rows = {r.kind: r for r in conn.execute(select(outbox))}
     assert {k: (r.status, r.attempts, r.job_id) for k, r in rows.items()} == {
