@@ -142,6 +142,77 @@ def test_a_worker_that_never_reached_the_new_primary_leaves_the_bounds_underivab
     assert "never came back" in derived["slo.merit.oldest_age"]["note"]
 
 
+def _partition_end() -> dict[str, Any]:
+    """As measured in a partition run (seed 20261006): every worker's stopping process reconnected
+    to the new primary at the heal (8.1 s after the cut); they served again after their restart."""
+    end = _failover_end()
+    end["kind"] = "partition"
+    end["first_success"] = {name: T0 + 9.1 for name in end["first_success"]}
+    end["serving"] = {"worker_merit_1": T0 + 12.4, "worker_merit_2": T0 + 12.3, "worker_ai_1": T0 + 12.7,
+                      "worker_sms_1": T0 + 12.5}
+    end["serving_seconds"] = {k: round(v - T0 - 1.0, 3) for k, v in end["serving"].items()}
+    end["never_serving"] = []
+    return end
+
+
+def test_a_failover_window_ends_when_the_worker_serves_again_not_at_its_first_connection():
+    windows = {w.target: w.end for w in failover_windows(_partition_end())}
+    assert windows == {"worker_ai_1": T0 + 12.7, "worker_merit_1": T0 + 12.4, "worker_merit_2": T0 + 12.3,
+                       "worker_sms_1": T0 + 12.5}
+    merit = derive_bounds(SCENARIO, _history(_partition_end()), _merit_rows())["slo.merit.oldest_age"]
+    assert merit["terms"]["all_down"] == pytest.approx(11.3)  # the restarts count, not the 8.1 s reconnect
+
+
+def test_a_worker_that_never_served_the_new_primary_leaves_the_bounds_underivable():
+    end = _partition_end()
+    end["serving"].pop("worker_ai_1")
+    end["never_serving"] = ["worker_ai_1"]
+    derived = derive_bounds(SCENARIO, _history(end), _merit_rows())
+    assert derived["outcome_deadline_seconds"]["value"] is None
+    assert "never came back" in derived["outcome_deadline_seconds"]["note"]
+
+
+def test_the_report_shows_when_each_worker_served_again():
+    end = _partition_end()
+    end["serving"].pop("worker_sms_1")
+    end["serving_seconds"].pop("worker_sms_1")
+    end["never_serving"] = ["worker_sms_1"]
+    text = "\n".join(failover_markdown([end]))
+    assert "## Valkey failover: valkey cut off, valkey_2 promoted" in text
+    assert "| worker_ai_1: serving again (queue connection + a liveness beat after the switch) | 11.700 |" in text
+    assert "| worker_sms_1: never served the new primary | - |" in text
+
+
+class _FakePrimary:
+    """What _fresh_beats reads of the new primary: liveness keys and their PTTL (ms)."""
+
+    def __init__(self, keys: dict[str, int]) -> None:
+        self.keys = keys
+
+    def scan_iter(self, match: str, count: int):
+        prefix = match.rstrip("*")
+        return iter([k.encode() for k in self.keys if k.startswith(prefix)])
+
+    def pttl(self, key: bytes) -> int:
+        return self.keys[key.decode()]
+
+
+def test_only_a_liveness_key_written_after_the_switch_says_a_worker_beats_there(monkeypatch):
+    """A key replicated from the old primary has less than ttl - (now - switch) left."""
+    import time
+
+    from chaos.nemesis.failover import FailoverNemesis, _Watch
+    from stack.config import Settings
+
+    nemesis = FailoverNemesis.__new__(FailoverNemesis)
+    nemesis.stack = type("S", (), {"settings": Settings(liveness_ttl=3.0)})()
+    monkeypatch.setattr(time, "time", lambda: T0 + 2.0)
+    watch = _Watch("valkey", 1, T0 - 2.0, ("worker_ai_1", "worker_sms_1"), 0.0, switch_at=T0 + 1.0)
+    primary = _FakePrimary({"proctor:alive:worker_ai_1.42.abc": 2500,  # written 0.5 s ago: after the switch
+                            "proctor:alive:worker_sms_1.43.def": 1500})  # written 1.5 s ago: before it
+    assert nemesis._fresh_beats(primary, watch, {"worker_ai_1", "worker_sms_1"}) == {"worker_ai_1"}
+
+
 def test_the_report_shows_the_failover_timeline_in_order_and_the_errors_per_component():
     text = "\n".join(failover_markdown([_failover_end(never_back=["worker_sms_1"])]))
     assert "## Valkey failover: valkey killed, valkey_2 promoted" in text
