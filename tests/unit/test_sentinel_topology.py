@@ -15,7 +15,7 @@ from chaos.ledgers import OutboxRow
 from chaos.report import failover_markdown
 from stack.embedded import StackError, binaries
 from stack.embedded.certs import CertPaths
-from stack.embedded.sentinel import QUORUM, SERVICE, node_lines, write_sentinel_config
+from stack.embedded.sentinel import MIN_REPLICAS_MAX_LAG, QUORUM, SERVICE, node_lines, write_sentinel_config
 from stack.embedded.stack import StackSpec
 from stack.embedded.valkey import write_valkey_config
 from stack.valkey_acl import SENTINEL_USERS, USERS, draw_passwords
@@ -74,6 +74,20 @@ def test_the_spec_refuses_an_unknown_topology_and_valkey_links_with_sentinel():
     with pytest.raises(StackError, match=r"\['valkey_node_2'\]: node links need StackSpec.valkey='sentinel'"):
         StackSpec(links=("valkey_node_2",)).validate()
     StackSpec(valkey="sentinel", links=("ai_provider", "valkey_node_1", "valkey_node_2")).validate()
+
+
+def test_the_write_guard_is_on_every_node_with_the_sentinels_down_after_as_its_lag():
+    passwords = draw_passwords()
+    assert not any(line.startswith("min-replicas") for line in node_lines(6380, passwords, replica_of=None))
+    for replica_of in (None, 6380):  # any node may be promoted
+        lines = node_lines(6381, passwords, replica_of=replica_of, min_replicas=1)
+        assert "min-replicas-to-write 1" in lines and f"min-replicas-max-lag {MIN_REPLICAS_MAX_LAG}" in lines
+    assert MIN_REPLICAS_MAX_LAG == 2  # down-after 2000 ms, in the whole seconds Valkey takes
+    with pytest.raises(StackError, match="valkey_min_replicas=1: 0, or 1 with valkey='sentinel'"):
+        StackSpec(valkey_min_replicas=1).validate()
+    with pytest.raises(StackError, match="valkey_min_replicas=2"):
+        StackSpec(valkey="sentinel", valkey_min_replicas=2).validate()
+    StackSpec(valkey="sentinel", valkey_min_replicas=1).validate()
 
 
 def test_a_missing_sentinel_binary_names_the_debian_package(tmp_path, monkeypatch):
