@@ -42,6 +42,7 @@ from redis.exceptions import RedisError
 
 from chaos.nemesis.base import FaultSpec, NemesisError
 from chaos.observe.valkey_stats import read_process_counters
+from stack.components import LIVENESS_PREFIX
 from stack.valkey_client import primary_port, valkey_client
 
 if TYPE_CHECKING:
@@ -188,8 +189,6 @@ class FailoverNemesis:
         """The workers whose liveness key on the new primary was written after the switch."""
         if not workers:
             return set()
-        from stack.lanes.worker import LIVENESS_PREFIX
-
         assert watch.switch_at is not None
         since_switch_ms = (time.time() - watch.switch_at) * 1000
         ttl_ms = self.stack.settings.liveness_ttl * 1000

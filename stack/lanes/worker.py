@@ -42,6 +42,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue, Worker
 
+from stack.components import LIVENESS_PREFIX
 from stack.config import Settings, load_settings
 from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client, warm_tls
@@ -63,7 +64,6 @@ __all__ = [
     "worker_name",
 ]
 
-LIVENESS_PREFIX = "proctor:alive:"
 MAINTENANCE_INTERVAL = 30
 """RQ cleans its registries every 30 s instead of the default 600 s."""
 
