@@ -11,9 +11,10 @@ Terms, all real seconds (wall clock, as the ledgers record them):
 - **kill window** of a worker: ``killed_at`` -> ``ready_at`` (the nemesis logged both;
   ``ready_at`` is when the restarted worker had set its liveness key, before its
   first dequeue). A window that never ended makes the bound underivable.
-- **failover window** of a worker (a Valkey primary killed, ``chaos/nemesis/failover.py``):
-  every client worker is down from the kill until its measured first connection to the
-  new primary (``first_success``), which is after the measured ``+switch-master``; such a
+- **failover window** of a worker (a Valkey primary killed or cut off, ``chaos/nemesis/failover.py``):
+  every client worker is down from the kill until it measurably serves the new primary again
+  (``serving``: its queue connection there and a liveness beat written after the measured
+  ``+switch-master``; this includes its restart when it exited on the lost Valkey); such a
   window counts as one kill of that worker (its job in flight is re-enqueued after a detection).
 - **all-down** time of a lane: the longest stretch in which every worker of the lane
   sat in a kill window (0 when a redundant worker always served).
@@ -103,15 +104,23 @@ def kill_windows(history: Iterable[Op]) -> list[KillWindow]:
 
 
 def failover_windows(end: Mapping[str, Any]) -> list[KillWindow]:
-    """A failover's fault-end as one window per worker: the kill to the worker's first
-    connection to the new primary (None when it never connected: the bound is underivable)."""
+    """A failover's fault-end as one window per worker: the kill to the worker's measured return
+    to service on the new primary (``serving``: a queue connection there and a liveness beat
+    written after the switch; None when it never served: the bound is underivable).
+
+    Not its first connection (``first_success``): a worker that lost Valkey for a whole liveness
+    TTL exits and is restarted, and under a partition the exiting process reconnects first
+    (a run: every worker connected 8.13 s after the cut, served again from 11.6 s). A
+    fault-end recorded before ``serving`` was measured falls back to ``first_success``."""
     killed_at = end.get("killed_at")
     if not isinstance(killed_at, (int, float)):
         return []
-    back = end.get("first_success") or {}
-    workers = sorted({*back, *(end.get("never_back") or [])} - {n for n in back if not n.startswith("worker_")})
+    measured = "serving" in end
+    back = (end.get("serving") if measured else end.get("first_success")) or {}
+    missing = end.get("never_serving") if measured else end.get("never_back")
+    workers = sorted(n for n in {*back, *(missing or [])} if n.startswith("worker_"))
     windows = []
-    for name in (w for w in workers if w.startswith("worker_")):
+    for name in workers:
         lane = worker_from_name(name).lane
         assert lane is not None
         at = back.get(name)

@@ -208,6 +208,9 @@ def failover_markdown(failovers: Any) -> list[str]:
         for name, since in sorted((failover.get("first_success_seconds") or {}).items(), key=lambda item: item[1]):
             lines.append(f"| {name}: first connection to the new primary | {since:.3f} |")
         lines += [f"| {name}: never reached the new primary | - |" for name in failover.get("never_back") or []]
+        for name, since in sorted((failover.get("serving_seconds") or {}).items(), key=lambda item: item[1]):
+            lines.append(f"| {name}: serving again (queue connection + a liveness beat after the switch) | {since:.3f} |")
+        lines += [f"| {name}: never served the new primary | - |" for name in failover.get("never_serving") or []]
         ready = failover.get("ready_at")
         if isinstance(ready, (int, float)):
             replica = "as a replica" if failover.get("rejoined_as_replica") else "NOT as a replica"

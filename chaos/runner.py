@@ -60,6 +60,7 @@ class Scenario:
     valkey_maxclients: int | None = None
     valkey: str = "single"  # "sentinel": primary + replica + 3 Sentinels (StackSpec.valkey)
     valkey_maxmemory: str | None = None  # StackSpec.maxmemory (None: its default), small for memory pressure
+    valkey_min_replicas: int = 0  # StackSpec.valkey_min_replicas: a Sentinel primary refuses writes without them
     background: dict[str, Background] = field(default_factory=dict)
     # Real seconds within which every outcome must be final after its attempt finished,
     # computed from the stack's settings and the fault schedule (checker option

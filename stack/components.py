@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "LANES",
+    "LIVENESS_PREFIX",
     "POOLS",
     "ROLES",
     "STOP_STAGES",
@@ -30,6 +31,9 @@ __all__ = [
 ]
 
 LANES = ("merit", "ai", "sms")
+LIVENESS_PREFIX = "proctor:alive:"
+"""A worker's liveness key is this + its RQ name (``worker_merit_1.<pid>.<hex>``, stack/lanes/worker.py);
+here, standard library only, so the harness reads it without importing RQ."""
 ROLES = ("valkey", "sentinel", "ai_provider", "sms_gateway", "faultproxy", "web", "haproxy", "relay", "worker", "log_store",
          "shipper")
 POOLS = ("web", *LANES)

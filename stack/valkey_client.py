@@ -58,6 +58,7 @@ from stack.connection_stats import component_name, process_stats
 from stack.valkey_acl import LIMITER_USER
 
 __all__ = [
+    "BLOCKING_COMMANDS",
     "CONNECT_TIMEOUT",
     "SOCKET_TIMEOUT",
     "CountingConnection",
@@ -80,6 +81,12 @@ __all__ = [
 
 CONNECT_TIMEOUT = 2.0
 SOCKET_TIMEOUT = 5.0
+
+BLOCKING_COMMANDS = frozenset({"BLMOVE", "BLPOP", "BRPOP", "BRPOPLPUSH", "BLMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP",
+                               "XREAD", "XREADGROUP", "WAIT", "WAITAOF"})
+"""Commands the server may hold for their own timeout: their answer gets the connection's socket timeout."""
+_SUBSCRIBING = frozenset({"SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR"})
+"""After one of these the connection waits for pushes: its reads keep the socket timeout too."""
 
 _RETRIES = {"queue": 3, "probe": 0, "lock": 0, "limiter": 0}
 
@@ -125,10 +132,48 @@ def classify_error(exc: BaseException, connecting: bool = False) -> str:
     return "other"
 
 
+def _command_name(args: tuple[Any, ...]) -> str:
+    first = args[0] if args else b""
+    return (first.decode(errors="replace") if isinstance(first, (bytes, bytearray)) else str(first)).upper()
+
+
 class _Counting:
-    """Mixin: counts successful connects and connection errors into the process's stats."""
+    """Mixin: counts successful connects and connection errors into the process's stats.
+
+    It also caps the wait for the answer to a command that does not block server-side at
+    ``SOCKET_TIMEOUT``, whatever the connection's socket timeout. RQ raises the socket timeout
+    of a worker's whole pool to its dequeue block + 10 s (35 s with WORKER_TTL 40), for its
+    ``BLMOVE``; with it every other command of the worker and of its horses (a job's result,
+    a heartbeat, the shutdown's writes) waited 35 s on a primary gone silent, where the
+    Sentinels had named another after 4 s (measured: the partition scenario's workers sat
+    on the old primary until the link healed). Capped, such a command times out in 5 s and its
+    retry reconnects to the primary the Sentinels name then (``_FollowsPrimary``)."""
 
     _proctor_connecting = False
+    _proctor_sending = False
+    _proctor_waits = False  # the command being answered may block server-side
+    _proctor_subscribed = False
+
+    def send_command(self, *args: Any, **kwargs: Any) -> None:
+        name = _command_name(args)
+        self._proctor_waits = name in BLOCKING_COMMANDS
+        self._proctor_subscribed = self._proctor_subscribed or name in _SUBSCRIBING
+        self._proctor_sending = True
+        try:
+            super().send_command(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._proctor_sending = False
+
+    def _answer_timeout(self) -> float | None:
+        """The cap for the next answer, or None to keep the socket timeout."""
+        if self._proctor_waits or self._proctor_subscribed:
+            return None
+        current = getattr(self, "socket_timeout", None)
+        return SOCKET_TIMEOUT if current is None or current > SOCKET_TIMEOUT else None
+
+    def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self._proctor_subscribed = False  # a new socket starts unsubscribed
+        super().disconnect(*args, **kwargs)  # type: ignore[misc]
 
     def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
         if getattr(self, "_sock", None):
@@ -144,6 +189,8 @@ class _Counting:
         process_stats().record_connect()
 
     def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        if not self._proctor_sending:
+            self._proctor_waits = False  # a pipeline or a transaction: never held server-side
         connected = bool(getattr(self, "_sock", None))
         try:
             super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
@@ -153,6 +200,9 @@ class _Counting:
             raise
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        cap = None if "timeout" in kwargs else self._answer_timeout()
+        if cap is not None:
+            kwargs["timeout"] = cap
         try:
             return super().read_response(*args, **kwargs)  # type: ignore[misc]
         except OutOfMemoryError:

@@ -63,5 +63,5 @@ def build_deployment(target: str, scenario: Scenario, settings: dict[str, Any], 
         name=scenario.name, web=scenario.web, merit_workers=scenario.merit_workers, ai_workers=scenario.ai_workers,
         sms_workers=scenario.sms_workers, settings_overrides=settings, run_dir=run_dir, links=scenario.links,
         valkey_maxclients=scenario.valkey_maxclients, valkey=scenario.valkey, sms_egress=scenario.sms_egress,
-        log_shipping=scenario.log_shipping,
+        log_shipping=scenario.log_shipping, valkey_min_replicas=scenario.valkey_min_replicas,
         **({"maxmemory": scenario.valkey_maxmemory} if scenario.valkey_maxmemory else {})))

@@ -88,6 +88,19 @@ VALKEY_SCENARIOS: tuple[Scenario, ...] = (
         derive_bounds=KILL_BOUNDS,
     ),
     Scenario(
+        name="valkey_partition_min_replicas",
+        description="valkey_partition with min-replicas-to-write 1 (max lag: the Sentinels' down-after) on both "
+                    "nodes: what the write guard costs, and what it refuses (docs/valkey.md)",
+        workload=WorkloadSpec(arrival_rate=2.0, duration=14.0, questions=3),
+        valkey="sentinel",
+        valkey_min_replicas=1,
+        links=tuple(NODE_LINKS),
+        prepare=slow_ai_calls,
+        faults=_primary_cut,
+        options=_OPTIONS,
+        derive_bounds=KILL_BOUNDS,
+    ),
+    Scenario(
         name="valkey_memory_pressure",
         description="a filler (its own ACL user and keys) fills Valkey to maxmemory under noeviction mid-exam, holds "
                     "it full 4 s, frees it: answers still accepted, nothing lost or done twice, no 5xx; OOM refusals, "

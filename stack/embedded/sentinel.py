@@ -12,6 +12,7 @@ failover could find "no good replica" or no quorum, so the stack does not report
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from redis.retry import Retry
 from stack.embedded.certs import CertPaths
 from stack.valkey_acl import sentinel_acl_lines
 
-__all__ = ["DOWN_AFTER_MS", "FAILOVER_TIMEOUT_MS", "NODES", "QUORUM", "SENTINELS", "SERVICE", "node_lines",
+__all__ = ["DOWN_AFTER_MS", "FAILOVER_TIMEOUT_MS", "MIN_REPLICAS_MAX_LAG", "NODES", "QUORUM", "SENTINELS", "SERVICE", "node_lines",
            "sentinel_ready", "sentinel_status", "write_sentinel_config"]
 
 SERVICE = "proctor"
@@ -36,14 +37,24 @@ DOWN_AFTER_MS = 2000
 FAILOVER_TIMEOUT_MS = 10000
 
 
-def node_lines(announce_port: int, passwords: Mapping[str, str], replica_of: int | None) -> list[str]:
+MIN_REPLICAS_MAX_LAG = max(1, math.ceil(DOWN_AFTER_MS / 1000))
+"""``min-replicas-max-lag`` (whole seconds): a primary whose replica has not acknowledged for
+this long refuses writes. The Sentinels' down-after: a primary cut off from its replica stops
+taking writes about when the Sentinels start to replace it (a replica acknowledges every 1 s)."""
+
+
+def node_lines(announce_port: int, passwords: Mapping[str, str], replica_of: int | None,
+               min_replicas: int = 0) -> list[str]:
     """valkey.conf lines of a node: replication over TLS as the ``replica`` user, its announced
-    address, and ``replicaof`` for the node that starts as a replica."""
+    address, ``replicaof`` for the node that starts as a replica, and with ``min_replicas`` the
+    write guard (every node: any of them may be promoted)."""
     lines = ["tls-replication yes", "replica-announce-ip 127.0.0.1", f"replica-announce-port {announce_port}",
              "masteruser replica", f'masterauth "{passwords["replica"]}"', "replica-read-only yes",
              "repl-diskless-sync-delay 0"]  # the default 5 s wait for more replicas delays every start-up
     if replica_of is not None:
         lines.append(f"replicaof 127.0.0.1 {replica_of}")
+    if min_replicas:
+        lines += [f"min-replicas-to-write {min_replicas}", f"min-replicas-max-lag {MIN_REPLICAS_MAX_LAG}"]
     return lines
 
 

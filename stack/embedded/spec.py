@@ -103,6 +103,9 @@ class StackSpec:
     # "single": one Valkey; "sentinel": primary + replica + three Sentinels that every client
     # asks for the primary (stack/embedded/sentinel.py, docs/valkey.md).
     valkey: str = "single"
+    # Sentinel only: ``min-replicas-to-write`` on every node (0 = off; docs/valkey.md): a primary
+    # that has not heard from that many replicas within ``min-replicas-max-lag`` refuses writes.
+    valkey_min_replicas: int = 0
     # SMS egress from a reserved address with failover (stack/embedded/egress.py): None = off (the
     # OS picks the source, every SMS worker serves); "move" or "without_address" (negative control)
     # names the failover policy, turned into its object once when the stack starts.
@@ -124,6 +127,9 @@ class StackSpec:
             raise StackError(f"unknown settings_overrides {sorted(unknown)}; known: {sorted(ENV_NAMES)}")
         if self.valkey_maxclients is not None and self.valkey_maxclients < 1:
             raise StackError(f"StackSpec.valkey_maxclients={self.valkey_maxclients}: at least 1")
+        if self.valkey_min_replicas and (self.valkey != "sentinel" or not 0 < self.valkey_min_replicas <= 1):
+            raise StackError(f"StackSpec.valkey_min_replicas={self.valkey_min_replicas}: 0, or 1 with valkey='sentinel' "
+                             "(the topology has one replica)")
         if self.valkey not in VALKEY_TOPOLOGIES:
             raise StackError(f"StackSpec.valkey={self.valkey!r}: one of {', '.join(VALKEY_TOPOLOGIES)}")
         url_links = [name for name in self.links if name in UPSTREAM_OF and UPSTREAM_OF[name] == "valkey"]

@@ -204,7 +204,8 @@ class Topology:
         extra: list[str] = []
         if self.sentinel:
             primary = None if name == st.NODES[0] else self.announced_port(st.NODES[0])
-            extra = st.node_lines(self.announced_port(name), self.valkey_passwords, replica_of=primary)
+            extra = st.node_lines(self.announced_port(name), self.valkey_passwords, replica_of=primary,
+                                  min_replicas=self.spec.valkey_min_replicas)
         conf = vk.write_valkey_config(self.run_dir, port, certs, self.spec.maxmemory, self.spec.valkey_maxclients,
                                       passwords=self.valkey_passwords, name=name, extra=extra)
         prober = self.harness_credentials()  # the supervisor's probe runs in the harness, as the harness user

@@ -42,6 +42,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue, Worker
 
+from stack.components import LIVENESS_PREFIX
 from stack.config import Settings, load_settings
 from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client, warm_tls
@@ -214,8 +215,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     def lost() -> None:
         # RQ retries a lost connection forever while idle; we would rather be restarted
         # clean by the supervisor. SIGTERM = RQ's warm shutdown: a running horse finishes.
+        # The idle pooled connections go first: they lead to the node that went silent, and the
+        # shutdown's own writes (worker death, registries) would wait on them for a socket
+        # timeout; fresh ones ask the Sentinels where the primary is now.
         log.error("worker %s: Valkey unreachable for a whole liveness TTL; stopping", worker.name)
         valkey_lost.set()
+        worker.connection.connection_pool.disconnect(inuse_connections=False)
         os.kill(os.getpid(), signal.SIGTERM)
 
     beat = LivenessBeat(valkey_client(settings, "probe"), worker.name, settings.liveness_ttl, lost)

@@ -15,7 +15,7 @@ from chaos.ledgers import OutboxRow
 from chaos.report import failover_markdown
 from stack.embedded import StackError, binaries
 from stack.embedded.certs import CertPaths
-from stack.embedded.sentinel import QUORUM, SERVICE, node_lines, write_sentinel_config
+from stack.embedded.sentinel import MIN_REPLICAS_MAX_LAG, QUORUM, SERVICE, node_lines, write_sentinel_config
 from stack.embedded.stack import StackSpec
 from stack.embedded.valkey import write_valkey_config
 from stack.valkey_acl import SENTINEL_USERS, USERS, draw_passwords
@@ -74,6 +74,20 @@ def test_the_spec_refuses_an_unknown_topology_and_valkey_links_with_sentinel():
     with pytest.raises(StackError, match=r"\['valkey_node_2'\]: node links need StackSpec.valkey='sentinel'"):
         StackSpec(links=("valkey_node_2",)).validate()
     StackSpec(valkey="sentinel", links=("ai_provider", "valkey_node_1", "valkey_node_2")).validate()
+
+
+def test_the_write_guard_is_on_every_node_with_the_sentinels_down_after_as_its_lag():
+    passwords = draw_passwords()
+    assert not any(line.startswith("min-replicas") for line in node_lines(6380, passwords, replica_of=None))
+    for replica_of in (None, 6380):  # any node may be promoted
+        lines = node_lines(6381, passwords, replica_of=replica_of, min_replicas=1)
+        assert "min-replicas-to-write 1" in lines and f"min-replicas-max-lag {MIN_REPLICAS_MAX_LAG}" in lines
+    assert MIN_REPLICAS_MAX_LAG == 2  # down-after 2000 ms, in the whole seconds Valkey takes
+    with pytest.raises(StackError, match="valkey_min_replicas=1: 0, or 1 with valkey='sentinel'"):
+        StackSpec(valkey_min_replicas=1).validate()
+    with pytest.raises(StackError, match="valkey_min_replicas=2"):
+        StackSpec(valkey="sentinel", valkey_min_replicas=2).validate()
+    StackSpec(valkey="sentinel", valkey_min_replicas=1).validate()
 
 
 def test_a_missing_sentinel_binary_names_the_debian_package(tmp_path, monkeypatch):
@@ -140,6 +154,77 @@ def test_a_worker_that_never_reached_the_new_primary_leaves_the_bounds_underivab
     derived = derive_bounds(SCENARIO, _history(_failover_end(never_back=["worker_merit_2"])), _merit_rows())
     assert derived["slo.merit.oldest_age"]["value"] is None
     assert "never came back" in derived["slo.merit.oldest_age"]["note"]
+
+
+def _partition_end() -> dict[str, Any]:
+    """As measured in a partition run (seed 20261006): every worker's stopping process reconnected
+    to the new primary at the heal (8.1 s after the cut); they served again after their restart."""
+    end = _failover_end()
+    end["kind"] = "partition"
+    end["first_success"] = {name: T0 + 9.1 for name in end["first_success"]}
+    end["serving"] = {"worker_merit_1": T0 + 12.4, "worker_merit_2": T0 + 12.3, "worker_ai_1": T0 + 12.7,
+                      "worker_sms_1": T0 + 12.5}
+    end["serving_seconds"] = {k: round(v - T0 - 1.0, 3) for k, v in end["serving"].items()}
+    end["never_serving"] = []
+    return end
+
+
+def test_a_failover_window_ends_when_the_worker_serves_again_not_at_its_first_connection():
+    windows = {w.target: w.end for w in failover_windows(_partition_end())}
+    assert windows == {"worker_ai_1": T0 + 12.7, "worker_merit_1": T0 + 12.4, "worker_merit_2": T0 + 12.3,
+                       "worker_sms_1": T0 + 12.5}
+    merit = derive_bounds(SCENARIO, _history(_partition_end()), _merit_rows())["slo.merit.oldest_age"]
+    assert merit["terms"]["all_down"] == pytest.approx(11.3)  # the restarts count, not the 8.1 s reconnect
+
+
+def test_a_worker_that_never_served_the_new_primary_leaves_the_bounds_underivable():
+    end = _partition_end()
+    end["serving"].pop("worker_ai_1")
+    end["never_serving"] = ["worker_ai_1"]
+    derived = derive_bounds(SCENARIO, _history(end), _merit_rows())
+    assert derived["outcome_deadline_seconds"]["value"] is None
+    assert "never came back" in derived["outcome_deadline_seconds"]["note"]
+
+
+def test_the_report_shows_when_each_worker_served_again():
+    end = _partition_end()
+    end["serving"].pop("worker_sms_1")
+    end["serving_seconds"].pop("worker_sms_1")
+    end["never_serving"] = ["worker_sms_1"]
+    text = "\n".join(failover_markdown([end]))
+    assert "## Valkey failover: valkey cut off, valkey_2 promoted" in text
+    assert "| worker_ai_1: serving again (queue connection + a liveness beat after the switch) | 11.700 |" in text
+    assert "| worker_sms_1: never served the new primary | - |" in text
+
+
+class _FakePrimary:
+    """What _fresh_beats reads of the new primary: liveness keys and their PTTL (ms)."""
+
+    def __init__(self, keys: dict[str, int]) -> None:
+        self.keys = keys
+
+    def scan_iter(self, match: str, count: int):
+        prefix = match.rstrip("*")
+        return iter([k.encode() for k in self.keys if k.startswith(prefix)])
+
+    def pttl(self, key: bytes) -> int:
+        return self.keys[key.decode()]
+
+
+def test_only_a_liveness_key_written_after_the_switch_says_a_worker_beats_there(monkeypatch):
+    """A key replicated from the old primary has less than ttl - (now - switch) left."""
+    import time
+
+    from chaos.nemesis.failover import FailoverNemesis, _Watch
+    from stack.config import Settings
+
+    nemesis = FailoverNemesis.__new__(FailoverNemesis)
+    nemesis.stack = type("S", (), {"settings": Settings(liveness_ttl=3.0)})()
+    monkeypatch.setattr(time, "time", lambda: T0 + 2.0)
+    watch = _Watch("valkey", 1, T0 - 2.0, ("worker_ai_1", "worker_sms_1"), 0.0, switch_at=T0 + 1.0)
+    primary = _FakePrimary({"proctor:alive:worker_ai_1.42.abc": 2500,  # written 0.5 s ago: after the switch
+                            "proctor:alive:worker_sms_1.43.def": 1500})  # written 1.5 s ago: before it
+    assert nemesis._fresh_beats(primary, watch, {"worker_ai_1", "worker_sms_1"}) == {"worker_ai_1"}
 
 
 def test_the_report_shows_the_failover_timeline_in_order_and_the_errors_per_component():
