@@ -224,6 +224,9 @@ class Settings:
     relay_mark_early: bool = False  # PROCTOR_RELAY_MARK_EARLY: on = negative control (row marked before Valkey took the job)
     sms_idempotency: bool = True  # PROCTOR_SMS_IDEMPOTENCY: off = negative control
     valkey_fresh_connections: bool = False  # PROCTOR_VALKEY_FRESH_CONNECTIONS: the seed's anti-pattern
+    # PROCTOR_VALKEY_CONNECT_TIMEOUT (real seconds, a mechanism timing): how long a client waits for a new
+    # Valkey connection, TCP connect and TLS handshake together (stack/valkey_client.py); past it, a timeout
+    valkey_connect_timeout: float = 2.0
     max_body_bytes: int = 16384  # PROCTOR_MAX_BODY_BYTES
     max_header_bytes: int = 32768  # PROCTOR_MAX_HEADER_BYTES: request line + headers a node reads; more = 431
     max_headers: int = 128  # PROCTOR_MAX_HEADERS: header fields per request; more = 431
@@ -324,6 +327,7 @@ ENV_NAMES: dict[str, str] = {
     "relay_mark_early": "PROCTOR_RELAY_MARK_EARLY",
     "sms_idempotency": "PROCTOR_SMS_IDEMPOTENCY",
     "valkey_fresh_connections": "PROCTOR_VALKEY_FRESH_CONNECTIONS",
+    "valkey_connect_timeout": "PROCTOR_VALKEY_CONNECT_TIMEOUT",
     "max_body_bytes": "PROCTOR_MAX_BODY_BYTES",
     "max_header_bytes": "PROCTOR_MAX_HEADER_BYTES",
     "max_headers": "PROCTOR_MAX_HEADERS",
@@ -370,6 +374,7 @@ _PARSERS = {
     "relay_mark_early": _parse_bool,
     "sms_idempotency": _parse_bool,
     "valkey_fresh_connections": _parse_bool,
+    "valkey_connect_timeout": _parse_positive_float,
     "shared_lane": _parse_bool,
     "ai_shared_limiter": _parse_bool,
     "ai_retry_after": _parse_bool,
