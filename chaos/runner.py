@@ -53,6 +53,8 @@ class Scenario:
     ai_workers: int = 1
     sms_workers: int = 1
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides
+    # Settings of single components on top (embedded only), e.g. {"web_1": {"valkey_fresh_connections": True}}
+    component_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     faults: Callable[[int, "Scenario"], list[FaultSpec]] = lambda seed, scenario: []
     options: dict[str, Any] = field(default_factory=dict)  # checker options (docs/checkers.md)
     prepare: Callable[[Deployment], None] | None = None  # e.g. set provider faults

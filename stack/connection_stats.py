@@ -35,6 +35,7 @@ __all__ = [
     "EVENT_KINDS",
     "STATS_DIR",
     "STATS_SUFFIX",
+    "TIMEOUT_PHASES",
     "ConnectionStats",
     "component_name",
     "install_process_stats",
@@ -49,6 +50,10 @@ EVENT_KINDS = ("oom_refusals", "limiter_fallbacks", "relay_failed_passes")
 connection that read the answer), ``limiter_fallbacks`` (a web node's request limiter counted
 in memory instead: stack/web/ratelimit.py) and ``relay_failed_passes`` (a relay pass that
 failed and was retried after a backoff: stack/relay.py)."""
+TIMEOUT_PHASES = ("connect", "handshake")
+"""Where a connection attempt ran out of ``valkey_connect_timeout``: the TCP ``connect`` or the TLS
+``handshake``. Counted per attempt (a client's retries count each), apart from refusals and
+resets, which are ``ERROR_KINDS``: the seed's "connection timeouts" are these."""
 STATS_DIR = "connections"
 STATS_SUFFIX = ".jsonl"
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:/-]")
@@ -81,6 +86,7 @@ class ConnectionStats:
         self.connects = 0
         self.errors: dict[str, int] = {}
         self.connect_errors: dict[str, int] = {}
+        self.timeouts: dict[str, int] = {}
         self.events: dict[str, int] = {}
         self._last_dump = 0.0
         self._timer: threading.Timer | None = None
@@ -99,6 +105,10 @@ class ConnectionStats:
                 self.connect_errors[kind] = self.connect_errors.get(kind, 0) + 1
         self._record(bump)
 
+    def record_timeout(self, phase: str) -> None:
+        """A connection attempt timed out in ``phase`` (one of ``TIMEOUT_PHASES``)."""
+        self._record(lambda: self.timeouts.__setitem__(phase, self.timeouts.get(phase, 0) + 1))
+
     def record_event(self, kind: str) -> None:
         """One of ``EVENT_KINDS`` happened in this process."""
         self._record(lambda: self.events.__setitem__(kind, self.events.get(kind, 0) + 1))
@@ -114,6 +124,7 @@ class ConnectionStats:
         with self._lock:
             return {"component": self.component, "pid": self._pid, "connects": self.connects,
                     "errors": dict(self.errors), "connect_errors": dict(self.connect_errors), "events": dict(self.events),
+                    "timeouts": dict(self.timeouts), "timeout_total": sum(self.timeouts.values()),
                     "error_total": sum(self.errors.values()), "updated_at": time.time()}
 
     def _maybe_dump(self) -> None:

@@ -29,9 +29,12 @@ connection asks them where the primary is each time it connects, so a client fol
 failover on its next reconnect; a connection still open to a demoted primary is dropped on
 its first ``READONLY`` answer. ``PROCTOR_VALKEY_URL`` then only carries the TLS scheme.
 
-With ``settings.controls.valkey_fresh_connections`` (PROCTOR_VALKEY_FRESH_CONNECTIONS, a
-negative control reproducing the seed's "fresh TLS connections") every call opens
-and closes its own connection (``FreshConnectionPool``).
+How a component holds its connections is a policy chosen once (``connection_policy``): ``POOLED``,
+or with ``settings.controls.valkey_fresh_connections`` (PROCTOR_VALKEY_FRESH_CONNECTIONS, a negative
+control reproducing the seed's "fresh TLS connections") ``FRESH``, where every call opens and
+closes its own connection (``FreshConnectionPool``). A new connection waits at most
+``settings.valkey_connect_timeout`` for TCP and TLS together; each attempt past it counts as a
+connection timeout (``timeouts`` by phase, docs/valkey.md "Connection timeouts").
 
 Every connection counts its connects and connection-level errors, classified by
 ``classify_error``, and the commands Valkey refused with ``OOM`` (``oom_refusals``), into the process's ``stack.connection_stats.process_stats()``
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
@@ -59,8 +63,10 @@ from stack.valkey_acl import LIMITER_USER
 
 __all__ = [
     "BLOCKING_COMMANDS",
-    "CONNECT_TIMEOUT",
+    "FRESH",
+    "POOLED",
     "SOCKET_TIMEOUT",
+    "ConnectionPolicy",
     "CountingConnection",
     "CountingSSLConnection",
     "CountingSentinelSSLConnection",
@@ -70,6 +76,7 @@ __all__ = [
     "FreshConnectionPool",
     "classify_error",
     "client_name",
+    "connection_policy",
     "credentials",
     "primary_port",
     "sentinel_addresses",
@@ -79,7 +86,6 @@ __all__ = [
     "warm_tls",
 ]
 
-CONNECT_TIMEOUT = 2.0
 SOCKET_TIMEOUT = 5.0
 
 BLOCKING_COMMANDS = frozenset({"BLMOVE", "BLPOP", "BRPOP", "BRPOPLPUSH", "BLMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP",
@@ -138,7 +144,8 @@ def _command_name(args: tuple[Any, ...]) -> str:
 
 
 class _Counting:
-    """Mixin: counts successful connects and connection errors into the process's stats.
+    """Mixin: counts successful connects, connection errors and timed-out connection attempts
+    (by phase, ``stack.connection_stats.TIMEOUT_PHASES``) into the process's stats.
 
     It also caps the wait for the answer to a command that does not block server-side at
     ``SOCKET_TIMEOUT``, whatever the connection's socket timeout. RQ raises the socket timeout
@@ -150,6 +157,7 @@ class _Counting:
     retry reconnects to the primary the Sentinels name then (``_FollowsPrimary``)."""
 
     _proctor_connecting = False
+    _proctor_phase = "connect"
     _proctor_sending = False
     _proctor_waits = False  # the command being answered may block server-side
     _proctor_subscribed = False
@@ -174,6 +182,16 @@ class _Counting:
     def disconnect(self, *args: Any, **kwargs: Any) -> None:
         self._proctor_subscribed = False  # a new socket starts unsubscribed
         super().disconnect(*args, **kwargs)  # type: ignore[misc]
+
+    def _connect(self) -> Any:
+        # One attempt (redis-py's retry calls this again): TCP connect, then for TLS the handshake,
+        # which _SharedContext marks. Each attempt that times out is one of the seed's timeouts.
+        self._proctor_phase = "connect"
+        try:
+            return super()._connect()  # type: ignore[misc]
+        except (socket.timeout, TimeoutError):
+            process_stats().record_timeout(self._proctor_phase)
+            raise
 
     def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
         if getattr(self, "_sock", None):
@@ -260,6 +278,15 @@ class _SharedContext:
     """Mixin for SSL connections: wrap with the process's one context for the run's CA."""
 
     def _wrap_socket_with_ssl(self, sock: Any) -> Any:
+        # redis-py runs the handshake under the socket (command) timeout; a client's connect timeout
+        # covers TCP and TLS together, so a slow handshake is a connection timeout, as the seed counted.
+        self._proctor_phase = "handshake"
+        sock.settimeout(self.socket_connect_timeout if self.socket_connect_timeout is not None else self.socket_timeout)
+        wrapped = self._handshake(sock)
+        wrapped.settimeout(self.socket_timeout)
+        return wrapped
+
+    def _handshake(self, sock: Any) -> Any:
         if self.certfile or self.keyfile or self.ca_path or self.ca_data or self.ssl_ciphers \
                 or self.ssl_min_version is not None or self.ssl_validate_ocsp or self.ssl_validate_ocsp_stapled \
                 or self.ssl_include_verify_flags or self.ssl_exclude_verify_flags:
@@ -306,6 +333,26 @@ class FreshSentinelConnectionPool(SentinelConnectionPool):
         super().release(connection)
 
 
+@dataclass(frozen=True)
+class ConnectionPolicy:
+    """How a component's clients hold Valkey connections, chosen once at start-up (connection_policy)."""
+
+    name: str
+    pool_class: type[ConnectionPool]
+    sentinel_pool_class: type[SentinelConnectionPool]
+
+
+POOLED = ConnectionPolicy("pooled", ConnectionPool, SentinelConnectionPool)
+FRESH = ConnectionPolicy("fresh", FreshConnectionPool, FreshSentinelConnectionPool)
+"""The seed's anti-pattern: a new TCP + TLS handshake per call (``valkey_fresh_connections``)."""
+
+
+def connection_policy(settings: Settings) -> ConnectionPolicy:
+    """``FRESH`` when this component's settings ask for a connection per call, else ``POOLED``; the
+    embedded runner can give one component its own (StackSpec.component_settings)."""
+    return FRESH if settings.controls.valkey_fresh_connections else POOLED
+
+
 def sentinel_addresses(value: str) -> list[tuple[str, int]]:
     """``"127.0.0.1:26379,127.0.0.1:26380"`` -> [(host, port), ...]; ValueError naming a bad entry."""
     addresses = []
@@ -317,12 +364,15 @@ def sentinel_addresses(value: str) -> list[tuple[str, int]]:
     return addresses
 
 
-def valkey_client(settings: Settings, purpose: str = "queue") -> Redis:
+def valkey_client(settings: Settings, purpose: str = "queue", policy: ConnectionPolicy | None = None) -> Redis:
+    """A client for ``purpose``, its connections held as ``policy`` says (default: this component's
+    ``connection_policy``)."""
     if purpose not in _RETRIES:
         raise ValueError(f"purpose must be one of {sorted(_RETRIES)}, not {purpose!r}")
+    policy = policy or connection_policy(settings)
     tls = settings.valkey_url.startswith("rediss://")
     kwargs: dict[str, object] = {
-        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "socket_connect_timeout": settings.valkey_connect_timeout,  # TCP + TLS handshake (_SharedContext)
         "socket_timeout": SOCKET_TIMEOUT if purpose == "queue" else 1.0,
         "socket_keepalive": True,
         "health_check_interval": 10,
@@ -337,21 +387,17 @@ def valkey_client(settings: Settings, purpose: str = "queue") -> Redis:
             kwargs["ssl_ca_certs"] = settings.valkey_ca
         kwargs["ssl_cert_reqs"] = "required"
         kwargs["ssl_check_hostname"] = True  # the run's certificate names 127.0.0.1
-    fresh = settings.controls.valkey_fresh_connections
     if settings.valkey_sentinels:
-        return _primary_via_sentinels(settings, kwargs, FreshSentinelConnectionPool if fresh else SentinelConnectionPool)
-    if fresh:
-        pool = FreshConnectionPool.from_url(settings.valkey_url, **kwargs)
-        client = Redis(connection_pool=pool)
-        client.auto_close_connection_pool = True  # close() also drops this private pool
-        return client
-    return Redis.from_url(settings.valkey_url, **kwargs)
+        return _primary_via_sentinels(settings, kwargs, policy.sentinel_pool_class)
+    client = Redis(connection_pool=policy.pool_class.from_url(settings.valkey_url, **kwargs))
+    client.auto_close_connection_pool = True  # close() also drops this private pool, as Redis.from_url's
+    return client
 
 
 def sentinel_clients(settings: Settings, timeout: float = 1.0) -> list[Redis]:
     """One client per Sentinel, as their ``discovery`` user, over TLS when the stack's URL is ``rediss://``."""
     discovery: dict[str, object] = {
-        "socket_connect_timeout": min(CONNECT_TIMEOUT, timeout), "socket_timeout": timeout,
+        "socket_connect_timeout": min(settings.valkey_connect_timeout, timeout), "socket_timeout": timeout,
         "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), 0),  # the next Sentinel is the retry
         "username": "discovery", "password": settings.valkey_sentinel_password,
     }

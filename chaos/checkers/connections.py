@@ -18,6 +18,13 @@ failed and were retried after a backoff (``relay_failed_passes``). Measured only
 | ``rejected_over_limit`` | yes | Valkey rejected more connections (maxclients) than ``max_rejected_connections`` |
 | ``component_errors_over_limit`` | yes | a stack component counted more connection errors than ``max_component_connection_errors`` |
 | ``process_connects_over_limit`` | yes | one process of a stack component opened more Valkey connections than ``max_connects_per_process`` (pooled clients open a handful, even through reconnect storms; a connection per call opens one per call) |
+| ``pooled_timeouts_over_connects`` | yes | a component of ``pooled_components`` counted more connection timeouts than connections it opened (a pool pays a slow handshake once per connection, not per call) |
+| ``fresh_timeouts_under_ratio`` | yes | the ``fresh_components`` together counted fewer than ``min_fresh_timeout_ratio`` x the pooled group's connection timeouts (at least 1 each), under the same slow link in the same run |
+
+Connection timeouts (stack/connection_stats.py ``TIMEOUT_PHASES``) are connection attempts that ran
+out of the clients' connect timeout in the TCP connect or the TLS handshake, counted by each
+component, as the seed's load test counted its 2,854 (``SEED_CONNECTION_TIMEOUTS``, printed beside
+the measured ones as a seed figure).
 
 With a limit set but nothing to judge it by (no readable Valkey sample, no
 component counters) the result is **unknown**. With no limit set it only measures.
@@ -32,17 +39,22 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from chaos.checkers.base import UNKNOWN, CheckerOptions, Result, build_result, option, parse_limit
+from chaos.checkers.base import (UNKNOWN, CheckerOptions, OptionsError, Result, build_result, option, parse_limit,
+                                 parse_strings)
 from chaos.history import CHURN_SAMPLE, MONITOR, VALKEY_SAMPLE, Op
 from chaos.ledgers import Ledgers
 
-__all__ = ["ConnectionsOptions", "NAME", "check_connections", "counter_increase", "render_details"]
+__all__ = ["ConnectionsOptions", "NAME", "SEED_CONNECTION_TIMEOUTS", "check_connections", "counter_increase",
+           "render_details"]
 
 NAME = "connections"
 HARNESS_CLIENTS = {"proctor-monitor", "proctor-churn"}
 EVENT_KINDS = ("oom_refusals", "limiter_fallbacks", "relay_failed_passes")
 """Mirrors stack.connection_stats.EVENT_KINDS (copied so analysis imports no stack code;
 tests/unit/test_connection_stats.py keeps the two equal)."""
+SEED_CONNECTION_TIMEOUTS = 2854
+"""The seed's figure: connection timeouts its 6 October load test recorded with fresh TLS
+connections to managed Valkey. Never measured here; reports print it labelled as the seed's."""
 UNNAMED = "(unnamed)"
 """Connections CLIENT LIST caught before their CLIENT SETNAME (mid-handshake) or from clients that never name themselves."""
 
@@ -124,6 +136,8 @@ def _components(samples: list[Op]) -> dict[str, dict[str, Any]]:
             "errors": dict(own.get("errors", {})),
             "error_total": int(own.get("error_total", 0)),
             "events": {kind: int(n) for kind, n in (own.get("events") or {}).items()},
+            "timeouts": {phase: int(n) for phase, n in (own.get("timeouts") or {}).items()},
+            "timeout_total": int(own.get("timeout_total", 0)),
             "processes": int(own.get("pids", 0)),
             "max_process_connects": int(own.get("max_process_connects", 0)),
             "harness": name in HARNESS_CLIENTS,
@@ -145,9 +159,52 @@ def _churn(history: Sequence[Op]) -> dict[str, Any]:
     }
 
 
+def _timeout_group(names: Sequence[str], counted: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """A group's connection timeouts (by phase) and connects, summed over its components."""
+    phases: dict[str, int] = {}
+    for name in names:
+        for phase, n in counted.get(name, {}).get("timeouts", {}).items():
+            phases[phase] = phases.get(phase, 0) + n
+    return {"components": list(names), "timeouts": sum(phases.values()), "by_phase": phases,
+            "connects": sum(counted.get(name, {}).get("connects", 0) for name in names)}
+
+
+def _timeout_rules(options: "ConnectionsOptions", counted: Mapping[str, dict[str, Any]]
+                   ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any], list[str]]:
+    """(violations by category, the groups' figures and the rule's derivation, reasons it is unknown)."""
+    ratio = options.min_fresh_timeout_ratio
+    if ratio is None:
+        return {}, {}, []
+    fresh = _timeout_group(options.fresh_components, counted)
+    pooled = _timeout_group(options.pooled_components, counted)
+    missing = [n for n in (*options.fresh_components, *options.pooled_components) if n not in counted]
+    if not options.fresh_components or not options.pooled_components:
+        return {}, {}, [f"min_fresh_timeout_ratio={ratio:g} needs both fresh_components and pooled_components"]
+    if missing:
+        return {}, {}, [f"min_fresh_timeout_ratio={ratio:g}: no connection counters from {missing}"]
+    needed = ratio * max(1, pooled["timeouts"])
+    derivation = (f"fresh {fresh['timeouts']} >= {ratio:g} x max(1, pooled {pooled['timeouts']}) = {needed:g}: "
+                  f"{'held' if fresh['timeouts'] >= needed else 'failed'}")
+    over = [{"component": name, "timeouts": counted[name]["timeout_total"], "connects": counted[name]["connects"]}
+            for name in options.pooled_components if counted[name]["timeout_total"] > counted[name]["connects"]]
+    under = [] if fresh["timeouts"] >= needed else [{"fresh_timeouts": fresh["timeouts"],
+                                                     "pooled_timeouts": pooled["timeouts"], "needed": needed}]
+    groups = {"fresh": fresh, "pooled": pooled, "ratio": ratio, "derivation": derivation,
+              "seed_connection_timeouts": SEED_CONNECTION_TIMEOUTS}
+    return {"pooled_timeouts_over_connects": over, "fresh_timeouts_under_ratio": under}, groups, []
+
+
 def _event_totals(components: Mapping[str, dict[str, Any]]) -> dict[str, int]:
     """Each of ``EVENT_KINDS`` summed over the stack's components (0 when none counted it)."""
     return {kind: sum(c["events"].get(kind, 0) for c in components.values()) for kind in EVENT_KINDS}
+
+
+def _parse_ratio(value: object, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1:
+        raise OptionsError(f"{where}={value!r}: expected a number >= 1 (or null)")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -158,6 +215,13 @@ class ConnectionsOptions(CheckerOptions):
     """Connection errors each stack component may report (its own counters); None = not checked."""
     max_connects_per_process: int | None = option(None, parse_limit)
     """Valkey connections any one stack process may open over the run (pooled: a handful); None = not checked."""
+    fresh_components: tuple[str, ...] = option((), parse_strings, dump=list)
+    """Components that open a fresh Valkey connection per call (their connection policy), for the timeout rules."""
+    pooled_components: tuple[str, ...] = option((), parse_strings, dump=list)
+    """Components that pool their Valkey connections, behind the same slow link as ``fresh_components``."""
+    min_fresh_timeout_ratio: float | None = option(None, _parse_ratio)
+    """The fresh group must count at least this many times the pooled group's connection timeouts
+    (and the pooled group at most one per connection it opened); None = not checked."""
 
 
 def check_connections(history: Sequence[Op], ledgers: Ledgers, options: ConnectionsOptions) -> Result:
@@ -175,6 +239,7 @@ def check_connections(history: Sequence[Op], ledgers: Ledgers, options: Connecti
         "component_connects": sum(c["connects"] for c in stack_components.values()),
         "component_reconnects": sum(c["reconnects"] for c in stack_components.values()),
         "component_errors": sum(c["error_total"] for c in stack_components.values()),
+        "component_timeouts": sum(c["timeout_total"] for c in stack_components.values()),
         "unnamed_client_ids": components.get(UNNAMED, {}).get("client_ids_seen", 0),
         **_event_totals(stack_components),
         **churn,
@@ -204,12 +269,20 @@ def check_connections(history: Sequence[Op], ledgers: Ledgers, options: Connecti
         churn_bad = [{"component": name, "max_process_connects": c["max_process_connects"], "connects": c["connects"],
                       "processes": c["processes"], "limit": limit}
                      for name, c in counted.items() if c["max_process_connects"] > limit]
+    timeout_bad, timeout_groups, timeout_unknown = _timeout_rules(options, counted)
+    unknown.extend(timeout_unknown)
+    if timeout_groups:
+        counts.update(fresh_timeouts=timeout_groups["fresh"]["timeouts"],
+                      pooled_timeouts=timeout_groups["pooled"]["timeouts"],
+                      pooled_connects=timeout_groups["pooled"]["connects"])
+        notes.append(timeout_groups["derivation"])
     if not samples:
         notes.append("no valkey-sample in the history: connections were not measured")
     result = build_result(NAME, bad={"rejected_over_limit": rejected_bad, "component_errors_over_limit": errors_bad,
-                                     "process_connects_over_limit": churn_bad},
+                                     "process_connects_over_limit": churn_bad, **timeout_bad},
                           counts=counts, notes=notes + unknown,
-                          details={"components": components, "churn": churn})
+                          details={"components": components, "churn": churn,
+                                   **({"timeout_groups": timeout_groups} if timeout_groups else {})})
     if result.valid is True and unknown:
         result.valid = UNKNOWN
     if result.valid is True and not samples and not counted:
@@ -223,12 +296,29 @@ def render_details(details: Mapping[str, Any]) -> list[str]:
     if not components:
         return []
     header = ("| component | connections at end | client ids seen | reconnects (new ids) | connects (own count) "
-              "| connection errors | by kind | events |")
-    lines = ["", header, "|---|---|---|---|---|---|---|---|"]
+              "| connection errors | by kind | connection timeouts | events |")
+    lines = ["", header, "|---|---|---|---|---|---|---|---|---|"]
     for name, c in components.items():
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(c.get("errors", {}).items())) or "-"
         events = ", ".join(f"{k} {v}" for k, v in sorted(c.get("events", {}).items())) or "-"
+        phases = ", ".join(f"{k} {v}" for k, v in sorted(c.get("timeouts", {}).items()))
+        timeouts = f"{c.get('timeout_total', 0)} ({phases})" if phases else "0"
         label = f"{name} (harness)" if c.get("harness") else name
         lines.append(f"| {label} | {c.get('connections_now', 0)} | {c.get('client_ids_seen', 0)} | {c.get('reconnects', 0)} "
-                     f"| {c.get('connects', 0)} | {c.get('error_total', 0)} | {kinds} | {events} |")
+                     f"| {c.get('connects', 0)} | {c.get('error_total', 0)} | {kinds} | {timeouts} | {events} |")
+    return lines + _render_timeout_groups(details.get("timeout_groups") or {})
+
+
+def _render_timeout_groups(groups: Mapping[str, Any]) -> list[str]:
+    """The fresh and pooled groups' connection timeouts beside the seed's figure."""
+    if not groups:
+        return []
+    lines = ["", "| connection timeouts | components | timeouts (by phase) | connections opened |", "|---|---|---|---|"]
+    for label in ("fresh", "pooled"):
+        g = groups[label]
+        phases = ", ".join(f"{k} {v}" for k, v in sorted(g["by_phase"].items())) or "-"
+        lines.append(f"| {label} (measured) | {', '.join(g['components'])} | {g['timeouts']} ({phases}) | {g['connects']} |")
+    lines.append(f"| the seed's load test (seed figure, not measured here) | fresh TLS connections to managed Valkey "
+                 f"| {groups['seed_connection_timeouts']:,} | - |")
+    lines.append(f"\nRatio rule: {groups['derivation']}; pooled: at most one timeout per connection opened.")
     return lines

@@ -42,6 +42,8 @@ def unsupported_on(target: str, scenario: Scenario) -> str | None:
         return f"Valkey topology {scenario.valkey!r} runs on the embedded target only so far (docs/valkey.md)"
     if scenario.valkey_maxmemory:
         return "the memory filler runs on the embedded target only so far (docs/valkey.md)"
+    if scenario.component_settings:
+        return "settings of single components (component_settings) exist on the embedded target only (docs/valkey.md)"
     if scenario.sms_egress is not None or scenario.log_shipping is not None:
         # Issue #26 item 3, not done: compose has no reserved egress address to move, nor a shipper.
         return "SMS egress and log shipping run on the embedded stack only (docs/egress.md, docs/log-shipping.md)"
@@ -64,4 +66,5 @@ def build_deployment(target: str, scenario: Scenario, settings: dict[str, Any], 
         sms_workers=scenario.sms_workers, settings_overrides=settings, run_dir=run_dir, links=scenario.links,
         valkey_maxclients=scenario.valkey_maxclients, valkey=scenario.valkey, sms_egress=scenario.sms_egress,
         log_shipping=scenario.log_shipping, valkey_min_replicas=scenario.valkey_min_replicas,
+        component_settings=scenario.component_settings,
         **({"maxmemory": scenario.valkey_maxmemory} if scenario.valkey_maxmemory else {})))

@@ -171,6 +171,7 @@ class Link:
         self.dest = dest
         self.chain = chain  # the proxy's live list for this direction (shared, ordered)
         self.loop = asyncio.get_running_loop()
+        self.opened_at = self.loop.time()  # links are made at accept (StageContext.opened_at)
         self.closing = False
         self.done = False  # the source's EOF went through the whole chain
         self._seed = seed

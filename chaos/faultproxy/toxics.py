@@ -18,7 +18,7 @@ from .stage import Chunk, Emit, Stage, StageContext, Timer
 
 __all__ = [
     "Toxic", "NoopToxic", "LatencyToxic", "BandwidthToxic", "SlowCloseToxic",
-    "TimeoutToxic", "ResetPeerToxic", "SlicerToxic", "LimitDataToxic", "TOXIC_TYPES",
+    "TimeoutToxic", "ResetPeerToxic", "SlicerToxic", "LimitDataToxic", "SlowOpenToxic", "TOXIC_TYPES",
 ]
 
 
@@ -276,8 +276,35 @@ class LimitDataToxic(Toxic):
     stage_type = _LimitDataStage
 
 
+class _SlowOpenStage(Stage):
+    __slots__ = ("ready_at",)
+
+    def __init__(self, toxic: Toxic, ctx: StageContext) -> None:
+        super().__init__(toxic, ctx)
+        jitter = self.attr("jitter")
+        offset = ctx.rng.randrange(-jitter, jitter) if jitter > 0 else 0  # as latency's jitter
+        self.ready_at = ctx.opened_at + max(0, self.attr("delay") + offset) / 1000.0
+
+    async def pipe(self, chunk: Chunk, emit: Emit) -> None:
+        if chunk.ts < self.ready_at:
+            await self.hold(self.ready_at)  # removed mid-wait: flush now, as latency does
+        await emit(chunk)
+
+
+class SlowOpenToxic(Toxic):
+    """Not in Toxiproxy: a server slow to accept. What arrives in the first ``delay`` ms
+    (± ``jitter``, drawn once per link) of a connection's life waits until then; later data
+    passes untouched. A TLS handshake (and anything else a new connection sends first) is
+    slow, an established connection is not; ``latency`` slows every command instead."""
+
+    type_name = "slow_open"
+    struct_name = "SlowOpenToxic"
+    fields = ("delay", "jitter")
+    stage_type = _SlowOpenStage
+
+
 TOXIC_TYPES: dict[str, type[Toxic]] = {
     cls.type_name: cls
     for cls in (NoopToxic, LatencyToxic, BandwidthToxic, SlowCloseToxic,
-                TimeoutToxic, ResetPeerToxic, SlicerToxic, LimitDataToxic)
+                TimeoutToxic, ResetPeerToxic, SlicerToxic, LimitDataToxic, SlowOpenToxic)
 }

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["STREAMS", "TOXIC_TYPES", "NetworkNemesis"]
 
-TOXIC_TYPES = ("latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data", "noop")
+TOXIC_TYPES = ("latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data", "noop",
+               "slow_open")  # slow_open: our fault proxy's own (docs/faultproxy.md); a real Toxiproxy refuses it
 STREAMS = ("downstream", "upstream")
 _CLIENT_LOCK = threading.Lock()  # the client's host/port are process-wide
 T = TypeVar("T")

@@ -73,7 +73,7 @@ def _last_line_per_pid(folder: Path) -> dict[tuple[str, int], dict[str, Any]]:
 
 
 def read_process_counters(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """Per component: connects, errors and events (``EVENT_KINDS``: OOM refusals, limiter
+    """Per component: connects, errors, connection timeouts by phase and events (``EVENT_KINDS``: OOM refusals, limiter
     fallbacks, failed relay passes) summed over its processes (pids, horses included)."""
     folder = Path(run_dir) / STATS_DIR
     out: dict[str, dict[str, Any]] = {}
@@ -82,7 +82,7 @@ def read_process_counters(run_dir: Path) -> dict[str, dict[str, Any]]:
     for (component, _pid), data in sorted(_last_line_per_pid(folder).items()):
         entry = out.setdefault(component,
                                {"connects": 0, "errors": {}, "error_total": 0, "events": {}, "pids": 0,
-                                "max_process_connects": 0})
+                                "max_process_connects": 0, "timeouts": {}, "timeout_total": 0})
         entry["connects"] += int(data.get("connects", 0))
         entry["max_process_connects"] = max(entry["max_process_connects"], int(data.get("connects", 0)))
         entry["pids"] += 1
@@ -91,6 +91,9 @@ def read_process_counters(run_dir: Path) -> dict[str, dict[str, Any]]:
             entry["error_total"] += int(n)
         for kind, n in (data.get("events") or {}).items():
             entry["events"][kind] = entry["events"].get(kind, 0) + int(n)
+        for phase, n in (data.get("timeouts") or {}).items():
+            entry["timeouts"][phase] = entry["timeouts"].get(phase, 0) + int(n)
+            entry["timeout_total"] += int(n)
     return out
 
 

@@ -113,6 +113,9 @@ class StackSpec:
     # Log shipping (stack/embedded/logship.py): None = off; "redact" (production), or the negative
     # controls "unredacted" and "uncounted" name the shipper's policy.
     log_shipping: str | None = None
+    # Settings of one component on top of settings_overrides, e.g. {"web_1": {"valkey_fresh_connections":
+    # True}}: one web node holds its Valkey connections by another policy than the rest, in the same run.
+    component_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def validate(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -125,6 +128,10 @@ class StackSpec:
         unknown = set(self.settings_overrides) - set(ENV_NAMES)
         if unknown:
             raise StackError(f"unknown settings_overrides {sorted(unknown)}; known: {sorted(ENV_NAMES)}")
+        for component, overrides in self.component_settings.items():
+            unknown = set(overrides) - set(ENV_NAMES)
+            if unknown:
+                raise StackError(f"unknown component_settings[{component!r}] {sorted(unknown)}; known: {sorted(ENV_NAMES)}")
         if self.valkey_maxclients is not None and self.valkey_maxclients < 1:
             raise StackError(f"StackSpec.valkey_maxclients={self.valkey_maxclients}: at least 1")
         if self.valkey_min_replicas and (self.valkey != "sentinel" or not 0 < self.valkey_min_replicas <= 1):

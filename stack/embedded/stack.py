@@ -480,6 +480,7 @@ class EmbeddedStack:
                     **self._package_versions,
                 },
                 "settings": self.settings.to_env(),
+                "component_settings": {name: dict(o) for name, o in self.spec.component_settings.items()},
             }
             if self.run_dir.is_dir():
                 write_manifest(self.run_dir, data)

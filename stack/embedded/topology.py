@@ -123,7 +123,7 @@ class Topology:
         """The environment of a process of the stack: ours, the settings, its links, its own additions."""
         component = self.table.get(name) if name in self.table else None
         env = dict(os.environ)
-        env.update(settings.to_env())
+        env.update(settings.with_overrides(**self.spec.component_settings.get(name, {})).to_env())
         env.update(self.link_env(component))
         env.update(self.extra_env)
         env.update(PROCTOR_COMPONENT=name, PROCTOR_NODE_NAME=name, PYTHONUNBUFFERED="1")

@@ -228,10 +228,11 @@ def test_render_details_draws_one_row_per_component_and_marks_the_harness() -> N
     details = check_connections(healthy_history().ops, Ledgers(), STRICT).details
     lines = render_details(details)
     assert lines[:3] == ["", "| component | connections at end | client ids seen | reconnects (new ids) | connects (own count) "
-                             "| connection errors | by kind | events |", "|---|---|---|---|---|---|---|---|"]
-    assert lines[3:] == ["| proctor-monitor (harness) | 1 | 1 | 0 | 0 | 0 | - | - |",
-                         "| relay | 1 | 2 | 1 | 2 | 1 | reset 1 | - |",
-                         "| web_1 | 1 | 1 | 0 | 1 | 0 | - | - |"]
+                             "| connection errors | by kind | connection timeouts | events |",
+                         "|---|---|---|---|---|---|---|---|---|"]
+    assert lines[3:] == ["| proctor-monitor (harness) | 1 | 1 | 0 | 0 | 0 | - | 0 | - |",
+                         "| relay | 1 | 2 | 1 | 2 | 1 | reset 1 | 0 | - |",
+                         "| web_1 | 1 | 1 | 0 | 1 | 0 | - | 0 | - |"]
     assert render_details({}) == [] and render_details({"components": {}}) == []
 
 
@@ -271,7 +272,7 @@ def test_a_process_exactly_at_the_connect_budget_passes() -> None:
 
 
 def test_render_details_of_a_stored_report_with_missing_fields_shows_zeros() -> None:
-    assert render_details({"components": {"relay": {}}})[3:] == ["| relay | 0 | 0 | 0 | 0 | 0 | - | - |"]
+    assert render_details({"components": {"relay": {}}})[3:] == ["| relay | 0 | 0 | 0 | 0 | 0 | - | 0 | - |"]
 
 
 def test_events_are_summed_per_kind_over_the_components_and_never_judged() -> None:
@@ -295,3 +296,77 @@ def test_events_are_summed_per_kind_over_the_components_and_never_judged() -> No
 def test_no_events_count_zero_not_missing() -> None:
     counts = check_connections(healthy_history().ops, Ledgers(), STRICT).counts
     assert (counts["oom_refusals"], counts["limiter_fallbacks"], counts["relay_failed_passes"]) == (0, 0, 0)
+
+
+# --- the seed's connection timeouts: fresh vs pooled under one slow link (issue #25 item 4) ---------------
+TIMEOUTS = CheckOptions(fresh_components=["web_1"], pooled_components=["web_2"], min_fresh_timeout_ratio=10)
+
+
+def timed(connects: int, handshake: int = 0, connect: int = 0) -> dict[str, Any]:
+    """A component's counters with ``handshake``/``connect`` connection timeouts."""
+    phases = {k: v for k, v in {"handshake": handshake, "connect": connect}.items() if v}
+    return {**proc(connects, connect_timeout=handshake + connect), "timeouts": phases,
+            "timeout_total": handshake + connect}
+
+
+def timeout_history(*later: dict[str, Any]) -> HistoryBuilder:
+    """Valid samples first (fresh 30 vs pooled 2), then each of ``later`` as a further sample's counters."""
+    h = HistoryBuilder()
+    valkey_sample(h, 1.0, received=10, clients={"web_1": [3], "web_2": [4]},
+                  processes={"web_1": timed(5), "web_2": timed(3)})
+    valkey_sample(h, 3.0, received=90, clients={"web_1": [30], "web_2": [4, 5]},
+                  processes={"web_1": timed(80, handshake=30), "web_2": timed(4, handshake=2)})
+    for i, processes in enumerate(later):
+        valkey_sample(h, 4.0 + i, received=100 + i, clients={"web_2": [4, 5]}, processes=processes)
+    return h
+
+
+def test_fresh_timeouts_ten_times_the_pooled_ones_pass_and_are_shown_beside_the_seeds() -> None:
+    result = check_connections(timeout_history().ops, Ledgers(), TIMEOUTS)
+    assert result.valid is True, result
+    c = result.counts
+    assert (c["fresh_timeouts"], c["pooled_timeouts"], c["pooled_connects"], c["component_timeouts"]) == (30, 2, 4, 32)
+    assert c["pooled_timeouts_over_connects"] == 0 and c["fresh_timeouts_under_ratio"] == 0
+    assert "fresh 30 >= 10 x max(1, pooled 2) = 20: held" in result.notes
+    lines = "\n".join(render_details(result.details))
+    assert "| fresh (measured) | web_1 | 30 (handshake 30) | 80 |" in lines
+    assert "| pooled (measured) | web_2 | 2 (handshake 2) | 4 |" in lines
+    assert "seed figure, not measured here" in lines and "2,854" in lines
+
+
+def test_pooled_timeouts_near_the_fresh_ones_fail_the_ratio() -> None:
+    # the negative control's shape: both nodes open a connection per call, so both time out alike
+    h = timeout_history({"web_1": timed(80, handshake=30), "web_2": timed(70, handshake=25)})
+    result = check_connections(h.ops, Ledgers(), TIMEOUTS)
+    assert result.valid is False
+    assert result.violations == ["fresh_timeouts_under_ratio"]
+    assert result.examples["fresh_timeouts_under_ratio"][0] == {"fresh_timeouts": 30, "pooled_timeouts": 25,
+                                                                 "needed": 250.0}
+
+
+def test_a_pool_timing_out_more_often_than_it_opened_connections_fails_and_names_it() -> None:
+    h = timeout_history({"web_1": timed(200, handshake=90, connect=30), "web_2": timed(4, handshake=5, connect=1)})
+    result = check_connections(h.ops, Ledgers(), TIMEOUTS)
+    assert result.valid is False
+    assert result.violations == ["pooled_timeouts_over_connects"]
+    assert result.examples["pooled_timeouts_over_connects"][0] == {"component": "web_2", "timeouts": 6, "connects": 4}
+
+
+def test_no_fresh_timeouts_at_all_fail_even_with_none_pooled() -> None:
+    # the slow link never made a handshake miss the timeout: nothing of the seed's symptom was reproduced
+    h = timeout_history({"web_1": timed(80), "web_2": timed(4)})
+    result = check_connections(h.ops, Ledgers(), TIMEOUTS)
+    assert result.valid is False and result.violations == ["fresh_timeouts_under_ratio"]
+    assert "fresh 0 >= 10 x max(1, pooled 0) = 10: failed" in result.notes
+
+
+def test_a_group_without_counters_makes_the_ratio_unknown() -> None:
+    h = timeout_history({"web_1": timed(80, handshake=30)})  # web_2 counted nothing in the last sample
+    result = check_connections(h.ops, Ledgers(), TIMEOUTS)
+    assert result.valid == UNKNOWN
+    assert any("no connection counters from ['web_2']" in n for n in result.notes)
+
+
+def test_the_ratio_must_be_at_least_one() -> None:
+    with pytest.raises(OptionsError, match="min_fresh_timeout_ratio"):
+        CheckOptions.from_dict({"min_fresh_timeout_ratio": 0.5})

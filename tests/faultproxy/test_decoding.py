@@ -141,7 +141,7 @@ def test_module_exports_are_exact() -> None:
         stage: ["Chunk", "Emit", "Timer", "StageContext", "Stage"],
         link: ["UPSTREAM", "DOWNSTREAM", "Endpoint", "Link", "Owner"],
         toxics: ["Toxic", "NoopToxic", "LatencyToxic", "BandwidthToxic", "SlowCloseToxic",
-                 "TimeoutToxic", "ResetPeerToxic", "SlicerToxic", "LimitDataToxic", "TOXIC_TYPES"],
+                 "TimeoutToxic", "ResetPeerToxic", "SlicerToxic", "LimitDataToxic", "SlowOpenToxic", "TOXIC_TYPES"],
         server: ["MAX_BODY", "FaultProxyServer", "ThreadedFaultProxy", "start_faultproxy_process",
                  "stop_faultproxy_process", "main"],
     }

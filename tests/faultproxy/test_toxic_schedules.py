@@ -15,7 +15,7 @@ import pytest
 
 from chaos.faultproxy.stage import Chunk, Stage
 from chaos.faultproxy.toxics import (BandwidthToxic, LatencyToxic, LimitDataToxic, SlowCloseToxic,
-                                     TimeoutToxic, Toxic)
+                                     SlowOpenToxic, TimeoutToxic, Toxic)
 
 
 class FakeTimer:
@@ -47,6 +47,7 @@ class FakeLink:
         self.rng = random.Random(seed)
         self.closed = 0
         self.holds: list[float] = []  # every loop time a toxic waited for
+        self.opened_at = 0.0  # the connection was accepted at fake time 0
 
     def now(self) -> float:
         return self.loop.time()
@@ -183,3 +184,28 @@ def test_each_link_keeps_its_own_stage_state() -> None:
 
     asyncio.run(run())
     assert (first.closed, second.closed) == (1, 0)
+
+
+def test_slow_open_holds_what_arrives_before_the_connection_is_delay_old_and_nothing_after() -> None:
+    link = FakeLink()
+    out = _pipe(_toxic(SlowOpenToxic, delay=300), link,
+                [Chunk(b"hello", 0.0), Chunk(b"finished", 0.1), Chunk(b"command", 0.5)])
+    assert link.holds == pytest.approx([0.3, 0.3])  # the handshake's chunks wait until the link is 300 ms old
+    assert [data for _, data in out] == [b"hello", b"finished", b"command"]  # order kept, the later chunk not held
+
+
+def test_slow_open_counts_from_the_accept_so_an_old_connection_is_spared() -> None:
+    link = FakeLink()
+    link.opened_at = -10.0  # accepted 10 s before the toxic was added
+    _pipe(_toxic(SlowOpenToxic, delay=300), link, [Chunk(b"x", 0.0)])
+    assert link.holds == []
+
+
+def test_slow_open_jitter_is_drawn_once_per_link_within_its_range() -> None:
+    delays = set()
+    for seed in range(200):
+        link = FakeLink(str(seed))
+        _pipe(_toxic(SlowOpenToxic, delay=300, jitter=100), link, [Chunk(b"a", 0.0), Chunk(b"b", 0.0)])
+        assert link.holds[0] == link.holds[1]  # one delay per link, not per chunk
+        delays.add(round(link.holds[0] * 1000))
+    assert min(delays) >= 200 and max(delays) <= 399 and len(delays) > 50

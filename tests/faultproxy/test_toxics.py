@@ -326,3 +326,12 @@ def test_delete_proxy_closes_connections(api: httpx.Client, upstream: Upstream) 
         assert read_until_close(c) == (b"", "eof")
     with pytest.raises(ConnectionRefusedError):
         connect(port).close()
+
+
+def test_slow_open_delays_a_new_connections_first_bytes(api: httpx.Client, upstream: Upstream) -> None:
+    port = make_proxy(api, upstream.addr)
+    toxic = add_toxic(api, "slow_open", stream="upstream", attributes={"delay": 200})
+    assert toxic["attributes"] == {"delay": 200, "jitter": 0} and toxic["type"] == "slow_open"
+    with connect(port) as new:
+        assert rtt(new) >= 0.2  # its first bytes waited until the connection was 200 ms old
+        echo(new)  # later bytes still flow (that they are not held: test_toxic_schedules, on a fake clock)

@@ -176,7 +176,7 @@ CONTROL_READERS: dict[str, set[str]] = {
     "reconciler_enabled": {"stack/relay.py:relay_passes"},
     "relay_mark_early": {"stack/relay.py:send_and_mark_policy"},
     "sms_idempotency": {"stack/lanes/jobs.py:sms_call"},
-    "valkey_fresh_connections": {"stack/valkey_client.py:valkey_client"},
+    "valkey_fresh_connections": {"stack/valkey_client.py:connection_policy"},
     "answer_write_behind": {"stack/web/app.py:_answer_sink"},
     "answer_revisions": {"stack/web/app.py:_answer_sink"},
     "answer_sink": {"stack/web/app.py:_answer_sink"},

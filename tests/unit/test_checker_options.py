@@ -78,6 +78,9 @@ def test_report_lines_show_every_option_in_checker_order() -> None:
         "- max_rejected_connections: 0",
         "- max_component_connection_errors: not set",
         "- max_connects_per_process: not set",
+        "- fresh_components: (none)",
+        "- pooled_components: (none)",
+        "- min_fresh_timeout_ratio: not set",
         "- egress_address: not set",
         "- log_canaries: not set",
     ]
@@ -90,8 +93,8 @@ def test_detail_sections_belong_to_checkers() -> None:
         "web_1": {"connections_now": 2, "client_ids_seen": 3, "reconnects": 1, "connects": 4, "error_total": 2,
                   "errors": {"reset": 1, "eof": 1}},
         "proctor-churn": {"harness": True}}})
-    assert rows[-2:] == ["| web_1 | 2 | 3 | 1 | 4 | 2 | eof 1, reset 1 | - |",
-                         "| proctor-churn (harness) | 0 | 0 | 0 | 0 | 0 | - | - |"]
+    assert rows[-2:] == ["| web_1 | 2 | 3 | 1 | 4 | 2 | eof 1, reset 1 | 0 | - |",
+                         "| proctor-churn (harness) | 0 | 0 | 0 | 0 | 0 | - | 0 | - |"]
     quantiles = {"count": 2, "p50": 0.05, "p95": 0.05, "p99": 2.0, "max": 300}
     rows = DETAIL_SECTIONS["latency"]({"ops": {"answer": quantiles},
                                        "lanes": {"merit": {**quantiles, "wait": {"p99": 0.5}, "oldest_age": 1.5}}})

@@ -107,3 +107,16 @@ def test_the_checker_knows_every_event_kind_the_stack_counts() -> None:
     from chaos.checkers.connections import EVENT_KINDS as CHECKED
 
     assert CHECKED == connection_stats.EVENT_KINDS
+
+
+def test_timeouts_are_counted_by_phase_and_summed_per_component(tmp_path: Path) -> None:
+    stats = ConnectionStats("web_1", tmp_path / STATS_DIR / "web_1.77.jsonl", min_interval=0.0)
+    for phase in ("handshake", "handshake", "connect"):
+        stats.record_timeout(phase)
+    snap = stats.snapshot()
+    assert (snap["timeouts"], snap["timeout_total"]) == ({"handshake": 2, "connect": 1}, 3)
+    other = {"component": "web_1", "pid": 78, "connects": 2, "timeouts": {"handshake": 4}, "timeout_total": 4}
+    with (tmp_path / STATS_DIR / "web_1.77.jsonl").open("a") as lines:
+        lines.write(json.dumps(other) + "\n")
+    counters = read_process_counters(tmp_path)["web_1"]
+    assert (counters["timeouts"], counters["timeout_total"]) == ({"handshake": 6, "connect": 1}, 7)

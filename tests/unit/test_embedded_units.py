@@ -184,3 +184,20 @@ def test_down_without_a_supervisor_stops_by_the_manifests_stop_stages(monkeypatc
                "old_entry": {"pid": 4, "start_ticks": 9}}  # a manifest from before stop_stage: the front
     cli._stop_in_stages({"components": entries}, timeout=3.0)
     assert signalled in ([3, 4, 2, 1], [4, 3, 2, 1])
+
+
+def test_component_settings_reach_that_component_only_and_unknown_ones_are_named(tmp_path: Path) -> None:
+    from stack.config import Settings, load_settings
+    from stack.embedded import StackError, StackSpec
+    from stack.embedded.links import LinkManager
+    from stack.embedded.topology import Topology
+
+    spec = StackSpec(component_settings={"web_1": {"valkey_fresh_connections": True}})
+    spec.validate()
+    topology = Topology(spec, tmp_path, LinkManager([], tmp_path, seed=3, env={"PATH": ""}))
+    settings = Settings(valkey_connect_timeout=0.5)
+    fresh, pooled = load_settings(topology.env("web_1", settings)), load_settings(topology.env("web_2", settings))
+    assert (fresh.valkey_fresh_connections, pooled.valkey_fresh_connections) == (True, False)
+    assert fresh.valkey_connect_timeout == pooled.valkey_connect_timeout == 0.5  # the stack's settings under both
+    with pytest.raises(StackError, match=r"component_settings\['web_1'\] \['nope'\]"):
+        StackSpec(component_settings={"web_1": {"nope": 1}}).validate()

@@ -3,6 +3,7 @@ process tree (an RQ horse must not rebuild it: ~0.1 s per job)."""
 
 from __future__ import annotations
 
+import socket
 import ssl
 from pathlib import Path
 
@@ -30,6 +31,7 @@ def test_warm_tls_builds_the_context_valkey_connections_then_use(tmp_path: Path,
                                  ssl_check_hostname=True)
     used = []
     monkeypatch.setattr(ssl.SSLContext, "wrap_socket", lambda self, sock, **kw: used.append(self) or sock)
-    conn._wrap_socket_with_ssl(object())
+    with socket.socket() as sock:  # a real one: the handshake runs under the connect timeout set on it
+        conn._wrap_socket_with_ssl(sock)
     assert used == list(warmed.values())  # the warmed context, no new one
     assert len(connection._TLS_CONTEXTS) == 1
