@@ -21,6 +21,7 @@ from typing import Any
 __all__ = [
     "LANES",
     "LIVENESS_PREFIX",
+    "RELAY_LIVENESS",
     "POOLS",
     "ROLES",
     "STOP_STAGES",
@@ -34,6 +35,8 @@ LANES = ("merit", "ai", "sms")
 LIVENESS_PREFIX = "proctor:alive:"
 """A worker's liveness key is this + its RQ name (``worker_merit_1.<pid>.<hex>``, stack/lanes/worker.py);
 here, standard library only, so the harness reads it without importing RQ."""
+RELAY_LIVENESS = "relay"
+"""The relay's liveness name (``proctor:alive:relay``): no worker name is this short (``stack.lanes.worker.worker_name``)."""
 ROLES = ("valkey", "sentinel", "ai_provider", "sms_gateway", "faultproxy", "web", "haproxy", "relay", "worker", "log_store",
          "shipper")
 POOLS = ("web", *LANES)

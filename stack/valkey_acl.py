@@ -44,7 +44,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["LIMITER_USER", "LIVENESS_PREFIX", "REFUSED_JOBS_KEY", "RELAY_LIVENESS", "SENTINEL_USERS", "USERS", "AclUser", "acl_lines", "draw_passwords",
+from stack.components import LIVENESS_PREFIX, RELAY_LIVENESS
+
+__all__ = ["LIMITER_USER", "REFUSED_JOBS_KEY", "SENTINEL_USERS", "USERS", "AclUser", "acl_lines", "draw_passwords",
            "sentinel_acl_lines", "user_of_role"]
 
 REFUSED_JOBS_KEY = "proctor:refused-jobs"
@@ -53,10 +55,6 @@ every worker INCRs and the web nodes export in /metrics."""
 
 LIMITER_USER = "limiter"
 
-LIVENESS_PREFIX = "proctor:alive:"
-"""``proctor:alive:<name>``: a worker's (or the relay's) liveness key, refreshed while the process lives."""
-RELAY_LIVENESS = "relay"
-"""The relay's liveness name: no worker name is this short (``stack.lanes.worker.worker_name``)."""
 
 # Categories every component's client needs: CLIENT SETNAME, PING, HELLO, pipelines; then what RQ
 # (enqueue, dequeue, registries, results as streams) and our Lua scripts use.

@@ -42,14 +42,14 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue, Worker
 
-from stack.components import LIVENESS_PREFIX
+from stack.components import LIVENESS_PREFIX, RELAY_LIVENESS
 from stack.config import Settings, load_settings
 from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client, warm_tls
 from stack.lanes.allowlist import refusal
 from stack.lanes.jobs import prepare_worker  # in the parent, so each forked horse starts warm
 from stack.lanes.queues import JOB_SERIALIZER, LANES
-from stack.valkey_acl import LIVENESS_PREFIX, REFUSED_JOBS_KEY, RELAY_LIVENESS
+from stack.valkey_acl import REFUSED_JOBS_KEY
 
 __all__ = [
     "LIVENESS_PREFIX",
