@@ -153,8 +153,8 @@ class Settings:
     liveness_ttl: float = setting("PROCTOR_LIVENESS_TTL", 3.0, parse_positive_float,
         help="a worker's liveness key (real seconds)")
     valkey_connect_timeout: float = setting("PROCTOR_VALKEY_CONNECT_TIMEOUT", 2.0, parse_positive_float,
-        help="how long a client waits for a new Valkey connection, TCP connect and TLS handshake together "
-             "(real seconds, a mechanism timing; stack/valkey_client.py); past it, a timeout")
+        help="real seconds a client waits for a new Valkey connection, TCP connect and TLS handshake together; "
+             "each attempt past it is a connection timeout (docs/valkey.md)")
     max_job_attempts: int = setting("PROCTOR_MAX_JOB_ATTEMPTS", 5, parse_positive_int,
         help="enqueues of one operation before it fails for review")
     max_body_bytes: int = setting("PROCTOR_MAX_BODY_BYTES", 16384, parse_positive_int,

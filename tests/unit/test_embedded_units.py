@@ -197,7 +197,7 @@ def test_component_settings_reach_that_component_only_and_unknown_ones_are_named
     topology = Topology(spec, tmp_path, LinkManager([], tmp_path, seed=3, env={"PATH": ""}))
     settings = Settings(valkey_connect_timeout=0.5)
     fresh, pooled = load_settings(topology.env("web_1", settings)), load_settings(topology.env("web_2", settings))
-    assert (fresh.valkey_fresh_connections, pooled.valkey_fresh_connections) == (True, False)
+    assert (fresh.controls.valkey_fresh_connections, pooled.controls.valkey_fresh_connections) == (True, False)
     assert fresh.valkey_connect_timeout == pooled.valkey_connect_timeout == 0.5  # the stack's settings under both
     with pytest.raises(StackError, match=r"component_settings\['web_1'\] \['nope'\]"):
         StackSpec(component_settings={"web_1": {"nope": 1}}).validate()

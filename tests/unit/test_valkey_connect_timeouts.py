@@ -81,8 +81,8 @@ def test_a_refused_connection_is_no_timeout(stats: ConnectionStats) -> None:
 
 def test_the_policy_is_chosen_once_from_the_components_settings() -> None:
     assert connection_policy(Settings()) is POOLED
-    assert connection_policy(Settings(valkey_fresh_connections=True)) is FRESH
-    fresh = valkey_client(Settings(valkey_fresh_connections=True), "probe")
+    assert connection_policy(Settings().with_overrides(valkey_fresh_connections=True)) is FRESH
+    fresh = valkey_client(Settings().with_overrides(valkey_fresh_connections=True), "probe")
     assert type(fresh.connection_pool) is FRESH.pool_class
     pooled = valkey_client(Settings(), "probe", policy=POOLED)
     assert type(pooled.connection_pool) is POOLED.pool_class
