@@ -26,7 +26,7 @@ from chaos.checkers.base import UNKNOWN, OptionsError, Result, compose
 from chaos.checkers.isolation import isolation_from_run
 from chaos.interrupt import MARKER, read_marker
 from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, read_history
-from chaos.ledgers import load_ledgers
+from chaos.ledgers import Ledgers, load_ledgers
 from chaos.plots.run import plot_run
 from chaos.report import REPORT_MD, build_report, verdict_word, write_report
 from chaos.wellformed import first_malformed
@@ -130,13 +130,13 @@ def _history_problems(read: HistoryFile | None, problem: str | None) -> list[str
     return []
 
 
-def _verdict(read: HistoryFile | None, problems: list[str], run_dir: Path, options: CheckOptions,
+def _verdict(read: HistoryFile | None, problems: list[str], run_dir: Path, ledgers: Ledgers, options: CheckOptions,
              scenario: dict[str, Any]) -> Result:
     if read is None or not read.ops or _malformed(read) is not None:
         # Without (well-formed) ops nothing can be judged: an empty history would look vacuous or
         # make every ledger row "unexpected", both wrong claims about the stack.
         return compose([Result.unknown("history", problems)])
-    checked = run_checkers(read.ops, load_ledgers(run_dir), options)
+    checked = run_checkers(read.ops, ledgers, options)
     if "lane_isolation" in scenario:  # asked for by the scenario (chaos/checkers/isolation.py)
         checked = compose([*checked.checks.values(), isolation_from_run(run_dir, scenario["lane_isolation"])])
     if problems:  # a torn history or an underivable bound: judge what is there, never call it valid
@@ -167,15 +167,16 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     time_scale = _time_scale(scenario, notes)
     read, problem = _load_history(run_dir)
     history = read.ops if read is not None else None
+    ledgers = load_ledgers(run_dir)  # once: the bounds, the checkers and the plots read the same tables
     # Bounds that follow from the fault schedule are derived from what this run measured.
-    bounds = derive_bounds(scenario, history or [], load_ledgers(run_dir).outbox)
+    bounds = derive_bounds(scenario, history or [], ledgers.outbox)
     options = CheckOptions.from_scenario({**scenario, "options": apply_bounds(scenario.get("options"), bounds)})
-    result = _verdict(read, _history_problems(read, problem) + underivable_notes(bounds), run_dir, options,
+    result = _verdict(read, _history_problems(read, problem) + underivable_notes(bounds), run_dir, ledgers, options,
                       scenario)
     interrupted = read_marker(run_dir)
     if interrupted is not None:
         result = _cut_short(result, interrupted)
-    plot_names = _plots(history or [], run_dir, notes, time_scale, scenario.get("history_origin")) if plots else []
+    plot_names = _plots(history or [], run_dir, ledgers, notes, time_scale, scenario.get("history_origin")) if plots else []
     report = build_report(scenario, result, options, time_scale, plot_names, notes)
     report["faults"] = _fault_rows(history or [])
     report["failovers"] = failover_timelines(history or [])
@@ -201,11 +202,10 @@ def _fault_rows(history: Sequence[Op]) -> list[dict[str, Any]]:
             for w in fault_windows(history)]
 
 
-def _plots(history: Sequence[Op], run_dir: Path, notes: list[str], time_scale: float,
+def _plots(history: Sequence[Op], run_dir: Path, ledgers: Ledgers, notes: list[str], time_scale: float,
            origin: Any = None) -> list[str]:
     """Plots are evidence, not verdict: a plotting failure is noted, never fatal."""
     try:
-        ledgers = load_ledgers(run_dir)
         origin = float(origin) if isinstance(origin, (int, float)) else None
         ai_lane = plot_ai_lane(ledgers, time_scale, run_dir, origin)  # only when the run made AI calls
         owed = None if ledgers.outbox is None else sum(row.status == "pending" for row in ledgers.outbox)

@@ -106,13 +106,13 @@ def measure_jobs(stack: Any, jobs: int) -> dict[str, Any]:
 
 def _finished_attempt(stack: Any, n: int) -> str:
     from stack.ledger import attempts
-    from stack.ledger.revisions import RevisionPolicy, submit_revision
+    from stack.ledger.revisions import RevisionPolicy, revision_row, submit_revision
 
     student = f"bench-{os.getpid()}-{n}"
     attempts.ensure_student(stack.engine, student)
     attempt, _ = attempts.start_attempt(stack.engine, student, "NOVA-101", None)
     for q in range(3):
-        submit_revision(stack.engine, RevisionPolicy(), attempt.id, f"q{q + 1}", 1, "A", f"k{q}", "bench")
+        submit_revision(stack.engine, RevisionPolicy(), revision_row(attempt.id, f"q{q + 1}", 1, "A", f"k{q}", "bench"))
     attempts.finish_attempt(stack.engine, attempt.id, "bench")
     return attempt.id
 

@@ -222,19 +222,16 @@ def revision_row(attempt_id: str, question: str, revision: int, content: str, ke
     }
 
 
-def submit_revision(
-    engine: Engine, policy: RevisionPolicy, attempt_id: str, question: str, revision: int, content: str, key: str,
-    node: str, now: float | None = None,
-) -> RevisionReceipt:
-    """Log the revision (or recognise its replay) and commit before returning; raises AnswerRejected."""
-    row = revision_row(attempt_id, question, revision, content, key, node, now)
+def submit_revision(engine: Engine, policy: RevisionPolicy, row: dict) -> RevisionReceipt:
+    """Log the revision ``row`` (from ``revision_row``), or recognise its replay, in a transaction of
+    its own, committed before returning; raises AnswerRejected."""
     for _ in range(_RACE_RETRIES):
         try:
             with engine.begin() as conn:
                 return submit_in(conn, policy, row)
         except IntegrityError:
             continue  # a concurrent writer committed first; the next pass reads its row
-    raise RuntimeError(f"answer {attempt_id}/{question} revision {revision}: kept losing insert races")
+    raise RuntimeError(f"answer {row['attempt_id']}/{row['question']} revision {row['revision']}: kept losing insert races")
 
 
 def current_answers(conn: Connection, attempt_id: str) -> list[dict]:

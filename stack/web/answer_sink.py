@@ -13,7 +13,7 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from stack.ledger.revisions import RevisionPolicy, RevisionReceipt, submit_revision
+from stack.ledger.revisions import RevisionPolicy, RevisionReceipt, revision_row, submit_revision
 
 __all__ = ["AnswerSink", "DurableAnswers"]
 
@@ -34,7 +34,7 @@ class DurableAnswers:
         self.policy = RevisionPolicy() if policy is None else policy  # the highest revision is current
 
     def accept(self, attempt_id: str, question: str, revision: int, content: str, key: str) -> RevisionReceipt:
-        return submit_revision(self.engine, self.policy, attempt_id, question, revision, content, key, self.node)
+        return submit_revision(self.engine, self.policy, revision_row(attempt_id, question, revision, content, key, self.node))
 
     def close(self) -> None:
         """Nothing is held in memory, so nothing to flush."""

@@ -21,7 +21,7 @@ from typing import Callable
 
 from sqlalchemy import Engine
 
-from stack.ledger.revisions import AnswerRejected, RevisionPolicy, RevisionReceipt, submit_revision
+from stack.ledger.revisions import AnswerRejected, RevisionPolicy, RevisionReceipt, revision_row, submit_revision
 
 __all__ = ["PendingAnswer", "WriteBehind"]
 
@@ -90,8 +90,8 @@ class WriteBehind:
 
     def _commit(self, item: PendingAnswer) -> None:
         try:
-            submit_revision(self.engine, RevisionPolicy(), item.attempt_id, item.question, item.revision,
-                            item.content, item.key, self.node)
+            submit_revision(self.engine, RevisionPolicy(), revision_row(item.attempt_id, item.question, item.revision,
+                                                                      item.content, item.key, self.node))
         except AnswerRejected as exc:  # e.g. finished meanwhile: the acknowledged answer is dropped
             log.warning("write-behind dropped %s/%s: %s", item.attempt_id, item.question, exc.reason)
         except Exception:

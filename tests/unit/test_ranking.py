@@ -18,7 +18,7 @@ from stack.ledger.ranking import merit_of
 from stack.ledger import answer_keys, grading
 from stack.ledger.attempts import ensure_student, finish_attempt, start_attempt
 from stack.ledger.engine import init_ledger, make_engine
-from stack.ledger.revisions import RevisionPolicy, submit_revision
+from stack.ledger.revisions import RevisionPolicy, revision_row, submit_revision
 from stack.ledger.schema import attempts
 
 EXAM = "NOVA-101"
@@ -54,7 +54,7 @@ def _sit(engine: Engine, student: str, correct: int, finish: bool = True) -> str
     for n in range(1, 5):
         question = f"q{n}"
         content = _right(question) if n <= correct else _wrong(question)
-        submit_revision(engine, RevisionPolicy(), attempt.id, question, 1, content, f"{attempt.id}-{question}", "web_1")
+        submit_revision(engine, RevisionPolicy(), revision_row(attempt.id, question, 1, content, f"{attempt.id}-{question}", "web_1"))
     if finish:
         finish_attempt(engine, attempt.id, "web_1")
     return attempt.id

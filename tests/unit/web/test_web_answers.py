@@ -9,7 +9,7 @@ from sqlalchemy import Engine, select
 from web_support import TestClient, answer, auth, count_rows, start, token_for
 
 from stack.config import Settings
-from stack.ledger.revisions import AnswerRejected, RevisionPolicy, submit_revision
+from stack.ledger.revisions import AnswerRejected, RevisionPolicy, revision_row, submit_revision
 from stack.ledger.schema import answer_revisions, answers
 
 
@@ -154,8 +154,8 @@ def test_concurrent_submits_in_the_ledger_make_one_row(app_client: TestClient, l
     def submit(i: int) -> str:
         barrier.wait()
         try:
-            return submit_revision(ledger, RevisionPolicy(), attempt, "q2", 1, "C" if i % 2 else "D", "k",
-                                   f"node{i}").receipt_id
+            return submit_revision(ledger, RevisionPolicy(),
+                                   revision_row(attempt, "q2", 1, "C" if i % 2 else "D", "k", f"node{i}")).receipt_id
         except AnswerRejected as exc:
             return exc.reason
 
@@ -187,7 +187,7 @@ def test_losing_an_insert_race_rereads_and_classifies(app_client: TestClient, le
 
     token = token_for(app_client)
     attempt = start(app_client, token)
-    winner = module.submit_revision(ledger, module.RevisionPolicy(), attempt, "q1", 1, "B", "k", "other-node")
+    winner = module.submit_revision(ledger, module.RevisionPolicy(), module.revision_row(attempt, "q1", 1, "B", "k", "other-node"))
     real, calls = module.submit_in, []
 
     def lose_once(*args, **kwargs):  # type: ignore[no-untyped-def]
