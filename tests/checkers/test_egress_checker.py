@@ -147,3 +147,19 @@ def test_the_evidence_note_needs_an_undelivered_sms_and_either_an_alert_or_a_403
     alerts = {"table": "alerts", "rows": [{"lane": "sms", "kind": "egress_refused", "at": 106.0}]}
     delivered = check_egress(loss(105.0), ledgers(ATTEMPTS, GOOD, alerts=alerts), OPTIONS)
     assert delivered.valid is True and not any("evidence" in note for note in delivered.notes)
+
+
+def test_the_declared_recovery_is_the_liveness_ttl_plus_one_relay_pass() -> None:
+    from chaos.checkers.egress import declared_recovery
+
+    assert declared_recovery({"settings": {"liveness_ttl": 3.0, "relay_interval": 0.5}}) == 3.5
+    assert declared_recovery({"settings": {"liveness_ttl": 3.0}}) is None
+    assert declared_recovery({}) is None
+
+
+def test_a_duplicated_operations_lateness_is_its_first_message_whatever_the_ledgers_order() -> None:
+    """The duplicate is caught, and the bound judges the earliest delivery: a later copy listed
+    first must not make the SMS look late."""
+    copies = [*GOOD[:4], message(5, 107.0 + 9.0, effect_id=7), message(5, 107.4)]
+    result = check_egress(loss(105.0), ledgers(ATTEMPTS, copies), OPTIONS)
+    assert result.counts["duplicated"] == 1 and result.counts["late"] == 0, result.to_dict()

@@ -72,3 +72,45 @@ def test_lines_after_the_snapshot_are_counted_apart_not_as_produced() -> None:
 def test_without_canaries_it_is_not_applicable_and_without_the_exports_unknown() -> None:
     assert check_logship([], Ledgers(), LogshipOptions()).na is not None
     assert check_logship([], Ledgers(), OPTIONS).valid == UNKNOWN
+
+
+def test_options_round_trip_with_and_without_canaries() -> None:
+    """scenario.json carries the option as a list, or null for a run that ships nothing."""
+    assert LogshipOptions.from_dict({"log_canaries": ["CANARY-A"]}).log_canaries == ("CANARY-A",)
+    assert LogshipOptions.from_dict({"log_canaries": None}).log_canaries is None
+    assert LogshipOptions().to_dict() == {"log_canaries": None}
+    assert OPTIONS.to_dict() == {"log_canaries": ["CANARY-A", "CANARY-C"]}
+
+
+def test_exactly_one_line_lost_is_caught_and_at_most_five_are_named() -> None:
+    offsets = list(range(0, 100, 10))
+    one = check_logship([], exports(offsets, [line(o) for o in offsets[:-1]]), OPTIONS)
+    assert one.valid is False and one.examples["uncounted_loss"][0]["lines_neither_shipped_nor_counted"] == 1
+    many = check_logship([], exports(offsets, [line(o) for o in offsets[:3]]), OPTIONS)
+    assert many.examples["uncounted_loss"][0]["first_missing"] == [f"{FILE}@{o}" for o in offsets[3:8]]
+
+
+def test_a_counted_drop_of_a_line_written_after_the_snapshot_is_noted_never_a_loss() -> None:
+    over = check_logship([], exports([0, 10], [line(0), line(10)], dropped=1), OPTIONS)
+    assert over.valid is True and any("1 more drop(s) counted" in note for note in over.notes)
+    exact = check_logship([], exports([0, 10], [line(0)], dropped=1), OPTIONS)
+    assert exact.valid is True and not any("more drop(s) counted" in note for note in exact.notes)
+
+
+def test_without_counters_a_reconnect_buys_no_second_window() -> None:
+    """The reconnect count comes from the same impstats counters: without them none is assumed."""
+    offsets = list(range(0, 10 * (RELP_WINDOW + 2), 10))
+    lines = [line(o) for o in offsets] + [line(o) for o in offsets[: RELP_WINDOW + 1]]
+    result = check_logship([], exports(offsets, lines, counted=False, resumed=1), OPTIONS)
+    assert result.valid is False and result.examples["excess_duplicates"][0]["allowed"] == RELP_WINDOW
+
+
+def test_a_line_with_an_unreadable_time_is_skipped_and_the_later_ones_still_measured() -> None:
+    lines = [line(0, t="not a time"), line(10, received=1796169600.0 + 2.0)]
+    result = check_logship([], exports([0, 10], lines), OPTIONS)
+    assert result.details["delay"]["max"] == 2.0 and result.details["delay"]["count"] == 1
+
+
+def test_the_window_is_librelps_default() -> None:
+    """The allowance assumes the shipper's RELP window; rsyslog's omrelp leaves librelp's default, 128."""
+    assert RELP_WINDOW == 128
