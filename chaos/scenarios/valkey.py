@@ -13,6 +13,8 @@ the proxies in front of each node whose addresses the nodes announce."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from chaos.load.exam import WorkloadSpec
 from chaos.load.filler import FillerSpec, filler_generator
 from chaos.nemesis import FaultSpec
@@ -51,6 +53,20 @@ def _primary_cut(seed: int, scenario: Scenario) -> list[FaultSpec]:
 
 _OPTIONS = {"expect_ops": ["session", "start", "answer", "finish", "merit_card"]}
 
+_PARTITION = Scenario(
+    name="valkey_partition",
+    description="the Valkey primary cut off (everything it sends dropped, commands still arrive) via its node "
+                "link, then healed: the Sentinels promote the replica, the old primary is demoted and loses "
+                "what it applied alone; nothing acknowledged lost, nothing done twice",
+    workload=WorkloadSpec(arrival_rate=2.0, duration=14.0, questions=3),
+    valkey="sentinel",
+    links=tuple(NODE_LINKS),
+    prepare=slow_ai_calls,
+    faults=_primary_cut,
+    options=_OPTIONS,
+    derive_bounds=KILL_BOUNDS,
+)
+
 VALKEY_SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="valkey_failover",
@@ -74,32 +90,10 @@ VALKEY_SCENARIOS: tuple[Scenario, ...] = (
         options=_OPTIONS,
         expect_valid=False,
     ),
-    Scenario(
-        name="valkey_partition",
-        description="the Valkey primary cut off (everything it sends dropped, commands still arrive) via its node "
-                    "link, then healed: the Sentinels promote the replica, the old primary is demoted and loses "
-                    "what it applied alone; nothing acknowledged lost, nothing done twice",
-        workload=WorkloadSpec(arrival_rate=2.0, duration=14.0, questions=3),
-        valkey="sentinel",
-        links=tuple(NODE_LINKS),
-        prepare=slow_ai_calls,
-        faults=_primary_cut,
-        options=_OPTIONS,
-        derive_bounds=KILL_BOUNDS,
-    ),
-    Scenario(
-        name="valkey_partition_min_replicas",
-        description="valkey_partition with min-replicas-to-write 1 (max lag: the Sentinels' down-after) on both "
-                    "nodes: what the write guard costs, and what it refuses (docs/valkey.md)",
-        workload=WorkloadSpec(arrival_rate=2.0, duration=14.0, questions=3),
-        valkey="sentinel",
-        valkey_min_replicas=1,
-        links=tuple(NODE_LINKS),
-        prepare=slow_ai_calls,
-        faults=_primary_cut,
-        options=_OPTIONS,
-        derive_bounds=KILL_BOUNDS,
-    ),
+    _PARTITION,
+    replace(_PARTITION, name="valkey_partition_min_replicas", valkey_min_replicas=1,
+            description="valkey_partition with min-replicas-to-write 1 (max lag: the Sentinels' down-after) on both "
+                        "nodes: what the write guard costs, and what it refuses (docs/valkey.md)"),
     Scenario(
         name="valkey_memory_pressure",
         description="a filler (its own ACL user and keys) fills Valkey to maxmemory under noeviction mid-exam, holds "
