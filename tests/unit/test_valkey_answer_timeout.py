@@ -58,11 +58,13 @@ def _elapsed(conn: CountingConnection, *command: str) -> float:
 
 def test_a_plain_command_gives_up_at_the_cap_but_a_blocking_pop_keeps_the_socket_timeout(silent_node, monkeypatch):
     monkeypatch.setattr(valkey_client, "SOCKET_TIMEOUT", 0.2)
-    conn = CountingConnection(host="127.0.0.1", port=silent_node, socket_timeout=1.0, socket_connect_timeout=1.0,
+    # 0.2 s cap against a 3 s socket timeout: the two waits are told apart by the midpoint, far
+    # from either, so a slow machine's scheduling delay cannot blur them.
+    conn = CountingConnection(host="127.0.0.1", port=silent_node, socket_timeout=3.0, socket_connect_timeout=3.0,
                               protocol=2)
     try:
-        assert _elapsed(conn, "SET", "k", "v") < 0.7  # capped, not the raised 1 s
+        assert _elapsed(conn, "SET", "k", "v") < 1.5  # capped, not the raised 3 s
         conn.connect()
-        assert _elapsed(conn, "BLMOVE", "a", "b", "LEFT", "RIGHT", "5") >= 0.95  # the socket timeout stands
+        assert _elapsed(conn, "BLMOVE", "a", "b", "LEFT", "RIGHT", "5") >= 2.95  # the socket timeout stands
     finally:
         conn.disconnect()
