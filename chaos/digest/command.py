@@ -147,9 +147,10 @@ def _node_urls(manifest: dict) -> list[str]:
     return [url for name, url in sorted(manifest.get("urls", {}).items()) if re.fullmatch(r"web_\d+_admin", name)]
 
 
-def _metrics_token(manifest: dict | None, parser: CliParser) -> str:
-    """The run's admin token from its manifest, or (with --url) from $PROCTOR_ADMIN_TOKEN."""
-    token = str((manifest or {}).get("settings", {}).get(TOKEN_ENV) or os.environ.get(TOKEN_ENV, ""))
+def _metrics_token(admin: tuple[str, str] | None, parser: CliParser) -> str:
+    """The admin client's token (the run folder's, or with --admin-url the environment's); with
+    --url alone, $PROCTOR_ADMIN_TOKEN."""
+    token = admin[1] if admin else os.environ.get(TOKEN_ENV, "")
     if not token:
         parser.error(f"--url needs {TOKEN_ENV} in the environment: /metrics asks for the admin token")
     return token
@@ -188,8 +189,8 @@ def digest_main(argv: Sequence[str] | None = None) -> int:
     urls = args.url or (_node_urls(manifest) if manifest else [])
     if not urls:
         parser.error("name the nodes: a run folder with a manifest.json, or --url (repeatable)")
-    token = _metrics_token(manifest, parser)
     admin = _admin(args.run_dir, args.admin_url)
+    token = _metrics_token(admin, parser)
     before, cpu_before, at = None, None, time.monotonic()
     while True:
         now, cpu, taken = scrape(urls, token), component_cpu(manifest), time.monotonic()

@@ -74,7 +74,8 @@ def test_without_a_run_folder_it_reads_the_one_running_stack(tmp_path, monkeypat
     (run_dir / "manifest.json").write_text(json.dumps({
         "name": "stack", "origin": "cli", "status": "ready", "run_dir": str(run_dir),
         "supervisor_pid": me, "supervisor_start_ticks": identity(me)[1], "components": {},
-        "urls": {"web_1_admin": "http://127.0.0.1:9"}, "settings": {"PROCTOR_ADMIN_TOKEN": "t" * 32}}))
+        "urls": {"web_1_admin": "http://127.0.0.1:9", "admin": "http://127.0.0.1:9"},
+        "settings": {"PROCTOR_ADMIN_TOKEN": "t" * 32}}))
     assert digest_main([]) == 1  # it found the stack and scraped its node (nothing listens on port 9)
     assert "http://127.0.0.1:9" in capsys.readouterr().out
 

@@ -1,6 +1,7 @@
 """The ledger_lock nemesis really holds the ledger's write lock, and only for the fault."""
 
 import sqlite3
+from contextlib import closing
 import threading
 import time
 from types import SimpleNamespace
@@ -13,7 +14,7 @@ from chaos.nemesis.ledger import LedgerNemesis
 
 def _ledger(tmp_path):
     path = tmp_path / "ledger.db"
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("CREATE TABLE t (x INTEGER)")
     return path, SimpleNamespace(settings=SimpleNamespace(ledger_url=f"sqlite:///{path}"))
@@ -26,7 +27,7 @@ def _hold(duration: float = 1.0) -> FaultSpec:
 def _write(path, timeout: float) -> float:
     """Seconds one insert waited for the write lock (sqlite3's own busy wait, like the nodes')."""
     began = time.monotonic()
-    with sqlite3.connect(path, timeout=timeout) as conn:
+    with closing(sqlite3.connect(path, timeout=timeout)) as conn, conn:  # closed, not only committed
         conn.execute("INSERT INTO t VALUES (1)")
     return time.monotonic() - began
 
@@ -50,7 +51,7 @@ def test_readers_go_on_while_the_lock_is_held(tmp_path):
     path, stack = _ledger(tmp_path)
     nemesis = LedgerNemesis(stack)
     nemesis.start(_hold())
-    with sqlite3.connect(path, timeout=0.2) as conn:
+    with closing(sqlite3.connect(path, timeout=0.2)) as conn:
         assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
     assert "held_seconds" in nemesis.end(_hold())
 
