@@ -1,6 +1,10 @@
 # The two commands of the README. Both set up what they need first (idempotent).
 PY := .venv/bin/python
 PYTEST_ARGS ?=
+# The suite mostly waits (stacks starting, settle periods, time-scaled schedules): two pytest-xdist
+# workers overlap those waits. --dist loadfile keeps a file's tests on one worker, so a file's
+# shared (module-scoped) stack starts once. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup setup-python demo lint test test-compose-all test-fast clean-runs
 
@@ -23,7 +27,7 @@ COMPOSE_PARITY := chaos/test_worker_kill.py::test_worker_kills_lose_nothing_and_
 
 # --durations and the junit file say where the suite's wall time goes (issue #22 part 4), every CI run.
 test: setup lint
-	$(PY) -m pytest --durations=25 --junitxml=results/junit.xml $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 --junitxml=results/junit.xml $(PYTEST_ARGS)
 	$(PY) -m pytest --chaos-target compose --timeout 1500 --junitxml=results/junit-compose.xml $(COMPOSE_PARITY) $(PYTEST_ARGS)
 
 # ruff, configured in pyproject.toml ([tool.ruff]): seconds, before any test runs.

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from stack.deploy.ports import PORT_RANGE_ENV, port_slice
 
 # The chaos plugin (chaos/pytest_plugin.py) comes from the `pytest11` entry point in pyproject.toml,
 # as in a user's repo: not loaded here (that would register it twice).
@@ -26,3 +29,13 @@ def _starts_servers(item: pytest.Item) -> bool:
 def pytest_itemcollected(item: pytest.Item) -> None:
     if _starts_servers(item):
         item.add_marker(pytest.mark.integration)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # `make test` runs on pytest-xdist workers (gw0, gw1, ...): each draws its stacks' ports
+    # from a slice of its own, inherited by every process it starts, so two stacks never
+    # race for a port between its draw and its bind (stack/deploy/ports.py).
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if worker.startswith("gw") and worker[2:].isdigit() and count > 1:
+        os.environ[PORT_RANGE_ENV] = port_slice(int(worker[2:]), count)

@@ -6,23 +6,51 @@ one of the machine's own outgoing connections cannot take it between the draw an
 Another process can still grab it in between (a bind race), so we skip ports this process has
 already handed out and retry. A child that still loses the race fails its readiness check
 with "address in use" in its log. A crowded range falls back to a port the kernel chooses.
+
+Processes that start stacks side by side (pytest-xdist workers) draw from disjoint slices:
+``PROCTOR_PORT_RANGE=LOW-HIGH`` (the root conftest sets one per worker), so two stacks never
+race for the same port between its draw and its bind.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
 
-__all__ = ["HOST", "free_port", "free_ports", "port_is_free"]
+__all__ = ["HOST", "PORT_RANGE_ENV", "free_port", "free_ports", "listen_ports", "port_is_free", "port_slice"]
 
 HOST = "127.0.0.1"
 _ATTEMPTS = 50
 
+PORT_RANGE_ENV = "PROCTOR_PORT_RANGE"
 _LISTEN_PORTS = range(20000, 32768)
 _lock = threading.Lock()
 _handed_out: set[int] = set()
 _rng = random.Random()
+
+
+def listen_ports() -> range:
+    """The range ports are drawn from: PROCTOR_PORT_RANGE when set (inside the default), else the default."""
+    value = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not value:
+        return _LISTEN_PORTS
+    low, sep, high = value.partition("-")
+    if not (sep and low.isdigit() and high.isdigit()):
+        raise ValueError(f"{PORT_RANGE_ENV}={value!r}: expected LOW-HIGH, e.g. 20000-26383")
+    ports = range(int(low), int(high) + 1)
+    if len(ports) < 100 or ports.start < _LISTEN_PORTS.start or ports.stop > _LISTEN_PORTS.stop:
+        raise ValueError(f"{PORT_RANGE_ENV}={value!r}: expected at least 100 ports within "
+                         f"{_LISTEN_PORTS.start}-{_LISTEN_PORTS.stop - 1}")
+    return ports
+
+
+def port_slice(index: int, count: int) -> str:
+    """Slice ``index`` of ``count`` disjoint slices of the default range, as PROCTOR_PORT_RANGE spells it."""
+    size = len(_LISTEN_PORTS) // count
+    low = _LISTEN_PORTS.start + index * size
+    return f"{low}-{low + size - 1}"
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
@@ -42,9 +70,10 @@ def _kernel_port(host: str) -> int:
 
 def free_port(host: str = HOST) -> int:
     """A port that is free now and that this process has not handed out before."""
+    ports = listen_ports()
     with _lock:
         for _ in range(_ATTEMPTS):
-            port = _rng.choice(_LISTEN_PORTS)
+            port = _rng.choice(ports)
             if port not in _handed_out and port_is_free(port, host):
                 _handed_out.add(port)
                 return port
