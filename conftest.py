@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import suite_time
 from stack.deploy.ports import PORT_RANGE_ENV, port_slice
 
 # The chaos plugin (chaos/pytest_plugin.py) comes from the `pytest11` entry point in pyproject.toml,
@@ -39,3 +40,4 @@ def pytest_configure(config: pytest.Config) -> None:
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if worker.startswith("gw") and worker[2:].isdigit() and count > 1:
         os.environ[PORT_RANGE_ENV] = port_slice(int(worker[2:]), count)
+    suite_time.register(config)  # where the wall time goes, per file: results/suite-time.tsv
