@@ -29,9 +29,9 @@ def _cpu_seconds() -> float:
 
 
 class SuiteTime:
-    def __init__(self, folder: Path, worker: str) -> None:
+    def __init__(self, folder: Path, worker: str | None) -> None:
         self.folder = folder
-        self.worker = worker
+        self.worker = worker  # an xdist worker's name (gw0, ...); None in the controller or a plain run
         self.wall: dict[str, float] = defaultdict(float)
         self.cpu: dict[str, float] = defaultdict(float)
 
@@ -48,10 +48,10 @@ class SuiteTime:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         rows = [f"{path}\t{self.wall[path]:.2f}\t{self.cpu[path]:.2f}\n" for path in sorted(self.wall)]
-        (self.folder / f"{self.worker}.tsv").write_text("".join(rows))
+        (self.folder / f"{self.worker or 'main'}.tsv").write_text("".join(rows))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if os.environ.get("PYTEST_XDIST_WORKER"):
+        if self.worker:
             return  # the controller prints, after every worker wrote its file
         totals = _merge(self.folder)
         if not totals:
@@ -82,8 +82,8 @@ def _merge(folder: Path) -> dict[str, tuple[float, float]]:
 
 def register(config: pytest.Config) -> None:
     folder = config.rootpath / "results" / "suite-time"
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    worker = os.environ.get("PYTEST_XDIST_WORKER") or None
+    if worker is None:
         for stale in folder.glob("*.tsv"):  # a previous session's parts must not add up with this one's
             stale.unlink()
     config.pluginmanager.register(SuiteTime(folder, worker), "proctor-suite-time")
