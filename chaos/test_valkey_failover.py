@@ -17,6 +17,16 @@ import pytest
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
 
+def _kill_before_the_answer(run) -> dict:
+    """The kill struck after the AI provider recorded a narrative and before it answered."""
+    from chaos.scenarios.valkey import ANSWER_HELD_SECONDS
+
+    [start] = [f for f in run.faults() if f["kind"] == "failover"]
+    assert start["mid_job"] and start["after_effect"], start
+    assert 0 <= start["effect_age_at_kill"] < ANSWER_HELD_SECONDS, ("the kill came after the answer", start)
+    return start
+
+
 def _failover(run) -> dict:
     """The failover's measured timeline (its fault-end, as the report shows it)."""
     ends = run.verdict["failovers"]
@@ -26,6 +36,7 @@ def _failover(run) -> dict:
 
 def test_a_primary_failover_loses_nothing_and_every_client_follows(run_chaos):
     run = run_chaos("valkey_failover")
+    _kill_before_the_answer(run)  # so a job was certainly lost with the old primary
     failover = _failover(run)
     assert failover["switch_seconds"] is not None, failover  # the Sentinels promoted the replica
     assert failover["primary_after"] not in (None, failover["node"]), failover
@@ -45,8 +56,7 @@ def test_without_reconciler_the_job_lost_in_the_failover_is_reported(run_chaos):
     run = run_chaos("valkey_failover_no_reconciler")
     failover = _failover(run)
     assert failover["switch_seconds"] is not None, failover
-    starts = [f for f in run.faults() if f["kind"] == "failover"]
-    assert starts and starts[0]["mid_job"], "no job was in flight at the kill: this control proves nothing"
+    _kill_before_the_answer(run)  # else no job need be lost: this control would prove nothing
     assert run.valid is False, run.summary()
     assert run.checker("jobs")["counts"]["stuck"] >= 1, run.summary()
     assert run.recheck() == 1

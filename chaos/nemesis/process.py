@@ -16,10 +16,8 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from chaos.nemesis.base import FaultSpec, NemesisError
-from stack.headers import ADMIN_TOKEN_HEADER
+from chaos.nemesis.provider import effect_age, wait_new_effect
 
 if TYPE_CHECKING:
     from chaos.deployment import Deployment
@@ -58,9 +56,11 @@ class ProcessNemesis:
 
     def _kill(self, fault: FaultSpec) -> dict[str, Any]:
         detail: dict[str, Any] = {}
+        effect = None
         if "after_effect_at" in fault.params:
-            detail["after_effect"] = self._wait_new_effect(fault.params["after_effect_at"],
-                                                           float(fault.params.get("wait_busy", 5)))
+            effect = wait_new_effect(self.stack.urls[fault.params["after_effect_at"]], self.stack.settings.admin_token,
+                                     float(fault.params.get("wait_busy", 5)))
+            detail["after_effect"] = effect is not None
         detail["mid_job"] = self._wait_busy(fault.target, float(fault.params.get("wait_busy", 0)))
         self.stack.set_autorestart(fault.target, False)
         if fault.params.get("freeze_first"):
@@ -71,25 +71,10 @@ class ProcessNemesis:
         detail["pids"] = self.stack.pids(fault.target)
         self.stack.kill(fault.target, signal.SIGKILL)
         detail["killed_at"] = time.time()  # wall clock, as the ledgers' timestamps (chaos/bounds.py)
+        if effect is not None:
+            detail["effect_age_at_kill"] = effect_age(effect, detail["killed_at"])
         self._killed.add(fault.target)
         return detail
-
-    def _wait_new_effect(self, provider: str, timeout: float) -> bool:
-        """Wait until the provider's effect ledger grows: a side effect just committed whose
-        caller (the worker, held by the provider's delay_after_effect) has not heard yet."""
-        url = f"{self.stack.urls[provider]}/admin/ledger"
-        headers = {ADMIN_TOKEN_HEADER: self.stack.settings.admin_token}
-
-        def count() -> int:
-            return len(httpx.get(url, headers=headers, timeout=5).json()["effects"])
-
-        baseline = count()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if count() > baseline:
-                return True
-            time.sleep(0.02)
-        return False
 
     def _wait_busy(self, name: str, timeout: float) -> bool:
         """An RQ worker with a job running has a horse: more than one pid in its tree."""

@@ -10,6 +10,7 @@ the fault set, not what was left.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping
 
 import httpx
@@ -17,7 +18,7 @@ import httpx
 from chaos.nemesis.base import FaultSpec, NemesisError
 from stack.headers import ADMIN_TOKEN_HEADER
 
-__all__ = ["ProviderNemesis"]
+__all__ = ["ProviderNemesis", "effect_age", "wait_new_effect"]
 
 
 class ProviderNemesis:
@@ -55,3 +56,31 @@ class ProviderNemesis:
     def heal(self) -> None:
         for target in list(self._before):
             self._request("PUT", target, self._before.pop(target))
+
+
+def wait_new_effect(provider_url: str, admin_token: str, timeout: float) -> dict[str, Any] | None:
+    """Wait until the provider's effect ledger grows, and return the newest effect (its
+    ``created_at`` is the provider's wall clock): a side effect just committed whose caller,
+    held by the provider's ``delay_after_effect_seconds``, has not heard yet. None on timeout.
+
+    A fault timed by this lands between a job's side effect and its caller's next step,
+    which a worker's process tree cannot show: a horse seen alive may be past its commit."""
+    url = f"{provider_url}/admin/ledger"
+    headers = {ADMIN_TOKEN_HEADER: admin_token}
+
+    def effects() -> list[dict[str, Any]]:
+        return httpx.get(url, headers=headers, timeout=5).json()["effects"]
+
+    baseline = len(effects())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        current = effects()
+        if len(current) > baseline:
+            return max(current, key=lambda effect: effect["id"])
+        time.sleep(0.02)
+    return None
+
+
+def effect_age(effect: dict[str, Any] | None, at: float) -> float | None:
+    """Seconds from the effect's commit to ``at`` (wall clock), rounded for the fault record."""
+    return None if effect is None else round(at - float(effect["created_at"]), 4)

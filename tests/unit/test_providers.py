@@ -163,3 +163,33 @@ def test_ai_call_takes_scaled_case_time(tmp_path: Path) -> None:
         started = time.monotonic()
         LANES.post(f"{served.url}/v1/narratives", json=narrative())
         assert time.monotonic() - started >= 0.3
+
+
+def post(ai_url: str, op: str) -> None:
+    response = LANES.post(f"{ai_url}/v1/narratives", json=narrative(op), headers={"Idempotency-Key": op})
+    assert response.status_code == 201, response.text
+
+
+def test_wait_new_effect_returns_the_effect_whose_caller_has_not_heard_yet(ai_url: str) -> None:
+    """The failover and worker-kill nemeses strike on this: after a commit, before its answer."""
+    from chaos.nemesis.provider import effect_age, wait_new_effect
+
+    post(ai_url, "narrative-before")  # the baseline, not a new one
+    # The provider works 0.5 s before it records (the wait's baseline is read meanwhile), then holds the answer 1 s.
+    LANES.put(f"{ai_url}/admin/faults", json={"latency_seconds": 0.5, "delay_after_effect_seconds": 1.0}, headers=ADMIN)
+    caller = threading.Thread(target=post, args=(ai_url, "narrative-a1"))
+    caller.start()
+    effect = wait_new_effect(ai_url, ADMIN["X-Admin-Token"], timeout=5.0)
+    age = effect_age(effect, time.time())
+    answered = not caller.is_alive()
+    caller.join()
+    assert effect is not None and effect["operation_id"] == "narrative-a1", effect
+    assert not answered and 0 <= age < 1.0, age  # still held by the provider when the wait returned
+
+
+def test_wait_new_effect_is_none_when_nothing_new_is_recorded(ai_url: str) -> None:
+    from chaos.nemesis.provider import effect_age, wait_new_effect
+
+    post(ai_url, "narrative-a1")
+    assert wait_new_effect(ai_url, ADMIN["X-Admin-Token"], timeout=0.2) is None
+    assert effect_age(None, time.time()) is None
