@@ -8,7 +8,10 @@ node link, ``valkey_node_N``) puts a ``timeout`` toxic with no deadline on the d
 the primary's link: whatever the node sends (replies, the replication stream, answers to the
 Sentinels' pings) is dropped while commands still arrive and run. The node stays up and keeps
 what it applied; at the end the toxic is removed (which closes the link's connections) and
-the Sentinels demote it. A watcher thread measures, from outside the stack:
+the Sentinels demote it. ``after_effect_at`` (a provider) times the kill or cut just after
+that provider's next effect, while it holds the answer (chaos/nemesis/provider.py), so the
+job in flight still has its Valkey writes to make; the start records ``after_effect`` and
+``effect_age_at_kill``. A watcher thread measures, from outside the stack:
 
 - ``switch_at``: when most Sentinels first name another node (their ``+switch-master``);
 - ``first_success``: when each client component (web nodes, relay, workers) first holds a
@@ -41,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from chaos.nemesis.base import FaultSpec, NemesisError
-from chaos.nemesis.provider import effect_age, wait_new_effect
+from chaos.nemesis.provider import after_effect_timing, wait_after_effect
 from chaos.observe.valkey_stats import read_process_counters
 from stack.components import LIVENESS_PREFIX
 from stack.valkey_client import primary_port, valkey_client
@@ -97,7 +100,7 @@ class FailoverNemesis:
         if old_port not in by_port:
             raise NemesisError(f"the Sentinels name no node of this stack primary (port {old_port}; nodes {by_port})")
         victim = by_port[old_port]
-        effect = self._wait_effect(fault.params)
+        effect = wait_after_effect(self.stack, fault.params)
         mid_job = self._wait_busy(fault.params.get("wait_busy_worker"), float(fault.params.get("wait_busy", 0)))
         expected = tuple(c.name for c in self.stack.components() if c.role in CLIENT_ROLES)
         pids = self.stack.pids(victim)
@@ -114,8 +117,7 @@ class FailoverNemesis:
         watch.thread = threading.Thread(target=self._watch, args=(watch,), name=f"failover-{victim}", daemon=True)
         watch.thread.start()
         self._watches[fault.target] = watch
-        timing = {} if "after_effect_at" not in fault.params else {
-            "after_effect": effect is not None, "effect_age_at_kill": effect_age(effect, watch.killed_at)}
+        timing = after_effect_timing(fault.params, effect, watch.killed_at)
         return {"node": victim, "pids": pids, "killed_at": watch.killed_at, "mid_job": mid_job, **timing,
                 "primary_port_before": old_port, **({"link": self._cut[fault.target]} if fault.target in self._cut else {})}
 
@@ -136,16 +138,6 @@ class FailoverNemesis:
     @staticmethod
     def _toxic(link: str) -> FaultSpec:
         return FaultSpec(at=0.0, kind="toxic", target=link, duration=0.0, params=dict(PARTITION_TOXIC))
-
-    def _wait_effect(self, params: dict[str, Any]) -> dict[str, Any] | None:
-        """``after_effect_at``: strike just after that provider committed an effect, while it
-        holds the answer (its ``delay_after_effect_seconds``): the job's next Valkey write, and
-        its failure handling, then fall inside the outage (the Sentinels' down-after is its floor)."""
-        if "after_effect_at" not in params:
-            return None
-        provider = str(params["after_effect_at"])
-        return wait_new_effect(self.stack.urls[provider], self.stack.settings.admin_token,
-                               float(params.get("wait_busy", 5)))
 
     def _wait_busy(self, worker: Any, timeout: float) -> bool:
         """Kill while ``worker`` runs a job (its tree has a horse), so a job is in flight."""

@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from chaos.nemesis.base import FaultSpec, NemesisError
-from chaos.nemesis.provider import effect_age, wait_new_effect
+from chaos.nemesis.provider import after_effect_timing, wait_after_effect
 
 if TYPE_CHECKING:
     from chaos.deployment import Deployment
@@ -56,11 +56,7 @@ class ProcessNemesis:
 
     def _kill(self, fault: FaultSpec) -> dict[str, Any]:
         detail: dict[str, Any] = {}
-        effect = None
-        if "after_effect_at" in fault.params:
-            effect = wait_new_effect(self.stack.urls[fault.params["after_effect_at"]], self.stack.settings.admin_token,
-                                     float(fault.params.get("wait_busy", 5)))
-            detail["after_effect"] = effect is not None
+        effect = wait_after_effect(self.stack, fault.params)
         detail["mid_job"] = self._wait_busy(fault.target, float(fault.params.get("wait_busy", 0)))
         self.stack.set_autorestart(fault.target, False)
         if fault.params.get("freeze_first"):
@@ -71,8 +67,7 @@ class ProcessNemesis:
         detail["pids"] = self.stack.pids(fault.target)
         self.stack.kill(fault.target, signal.SIGKILL)
         detail["killed_at"] = time.time()  # wall clock, as the ledgers' timestamps (chaos/bounds.py)
-        if effect is not None:
-            detail["effect_age_at_kill"] = effect_age(effect, detail["killed_at"])
+        detail.update(after_effect_timing(fault.params, effect, detail["killed_at"]))
         self._killed.add(fault.target)
         return detail
 

@@ -18,7 +18,7 @@ import httpx
 from chaos.nemesis.base import FaultSpec, NemesisError
 from stack.headers import ADMIN_TOKEN_HEADER
 
-__all__ = ["ProviderNemesis", "effect_age", "wait_new_effect"]
+__all__ = ["ProviderNemesis", "after_effect_timing", "wait_after_effect", "wait_new_effect"]
 
 
 class ProviderNemesis:
@@ -81,6 +81,20 @@ def wait_new_effect(provider_url: str, admin_token: str, timeout: float) -> dict
     return None
 
 
-def effect_age(effect: dict[str, Any] | None, at: float) -> float | None:
-    """Seconds from the effect's commit to ``at`` (wall clock), rounded for the fault record."""
-    return None if effect is None else round(at - float(effect["created_at"]), 4)
+def wait_after_effect(stack: Any, params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A kill's ``after_effect_at`` (a provider's name): wait up to ``wait_busy`` seconds for
+    that provider's next effect (``chaos.deployment.Deployment`` ``stack``). None without it."""
+    if "after_effect_at" not in params:
+        return None
+    return wait_new_effect(stack.urls[str(params["after_effect_at"])], stack.settings.admin_token,
+                           float(params.get("wait_busy", 5)))
+
+
+def after_effect_timing(params: Mapping[str, Any], effect: dict[str, Any] | None, killed_at: float) -> dict[str, Any]:
+    """What a fault start records of it: whether an effect came (``after_effect``) and how long
+    after its commit the kill landed (``effect_age_at_kill``), which must stay below the
+    provider's hold for the kill to fall before the answer."""
+    if "after_effect_at" not in params:
+        return {}
+    age = None if effect is None else round(killed_at - float(effect["created_at"]), 4)
+    return {"after_effect": effect is not None, "effect_age_at_kill": age}

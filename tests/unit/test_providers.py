@@ -172,7 +172,7 @@ def post(ai_url: str, op: str) -> None:
 
 def test_wait_new_effect_returns_the_effect_whose_caller_has_not_heard_yet(ai_url: str) -> None:
     """The failover and worker-kill nemeses strike on this: after a commit, before its answer."""
-    from chaos.nemesis.provider import effect_age, wait_new_effect
+    from chaos.nemesis.provider import after_effect_timing, wait_new_effect
 
     post(ai_url, "narrative-before")  # the baseline, not a new one
     # The provider works 0.5 s before it records (the wait's baseline is read meanwhile), then holds the answer 1 s.
@@ -180,7 +180,7 @@ def test_wait_new_effect_returns_the_effect_whose_caller_has_not_heard_yet(ai_ur
     caller = threading.Thread(target=post, args=(ai_url, "narrative-a1"))
     caller.start()
     effect = wait_new_effect(ai_url, ADMIN["X-Admin-Token"], timeout=5.0)
-    age = effect_age(effect, time.time())
+    age = after_effect_timing({"after_effect_at": "ai_provider"}, effect, time.time())["effect_age_at_kill"]
     answered = not caller.is_alive()
     caller.join()
     assert effect is not None and effect["operation_id"] == "narrative-a1", effect
@@ -188,8 +188,10 @@ def test_wait_new_effect_returns_the_effect_whose_caller_has_not_heard_yet(ai_ur
 
 
 def test_wait_new_effect_is_none_when_nothing_new_is_recorded(ai_url: str) -> None:
-    from chaos.nemesis.provider import effect_age, wait_new_effect
+    from chaos.nemesis.provider import after_effect_timing, wait_new_effect
 
     post(ai_url, "narrative-a1")
     assert wait_new_effect(ai_url, ADMIN["X-Admin-Token"], timeout=0.2) is None
-    assert effect_age(None, time.time()) is None
+    timing = after_effect_timing({"after_effect_at": "ai_provider"}, None, time.time())
+    assert timing == {"after_effect": False, "effect_age_at_kill": None}
+    assert after_effect_timing({}, None, time.time()) == {}  # a kill not timed by an effect records nothing of it
