@@ -67,12 +67,15 @@ def _assert_verdict_comes_last(output: str, verdict: str) -> None:
     assert all(line.startswith(("ramp:", "  ", "report:")) for line in tail), tail
 
 
-def test_an_interrupted_ramp_says_so_stops_its_stack_and_exits_130():
-    """Ctrl-C as a terminal sends it: SIGINT to the whole process group, once the ramp runs."""
+@pytest.mark.parametrize(("name", "to_group", "code"), [("SIGINT", True, 130), ("SIGTERM", False, 143)],
+                         ids=["ctrl-c-to-the-group", "sigterm-to-the-command"])
+def test_an_interrupted_ramp_says_so_stops_its_stack_and_exits_128_plus_the_signal(name, to_group, code):
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group), or SIGTERM to the
+    command alone (a supervisor's stop), once the ramp runs: either stops the shape run."""
     import signal
     import time
 
-    run_dir = new_run_dir("ramp-interrupted")
+    run_dir = new_run_dir(f"ramp-interrupted-{name.lower()}")
     argv = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", "25,50", "--step-seconds", "120",
             "--questions", "5", "--run-dir", str(run_dir), *GENEROUS, "--", "--loglevel", "WARNING"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -82,16 +85,23 @@ def test_an_interrupted_ramp_says_so_stops_its_stack_and_exits_130():
         while time.monotonic() < deadline and not _ticks(run_dir, 3):
             time.sleep(0.5)
         assert _ticks(run_dir, 3), "the ramp never ticked"
-        os.killpg(proc.pid, signal.SIGINT)
-        output, _ = proc.communicate(timeout=180)
+        (os.killpg if to_group else os.kill)(proc.pid, getattr(signal, name))
+        ticks_at_signal = len((run_dir / "ramp_ticks.jsonl").read_text().splitlines())
+        try:
+            output, _ = proc.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            ticks = len((run_dir / "ramp_ticks.jsonl").read_text().splitlines())
+            pytest.fail(f"still running 180 s after {name} ({ticks_at_signal} -> {ticks} ticks):\n{output[-3000:]}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 130, output[-4000:]
-    assert json.loads((run_dir / "interrupted").read_text())["signal"] == "SIGINT"
+    assert proc.returncode == code, output[-4000:]
+    assert json.loads((run_dir / "interrupted").read_text())["signal"] == name
     report = json.loads((run_dir / "ramp.json").read_text())
-    assert report["verdict"].startswith("INTERRUPTED") and report["exit_code"] == 130
+    assert report["verdict"].startswith("INTERRUPTED") and report["exit_code"] == code
     assert "LOAD GATE FAILED" not in output
     _assert_verdict_comes_last(output, "ramp: INTERRUPTED")
     assert _stack_processes_alive(run_dir) == []

@@ -145,7 +145,7 @@ def _on_init(environment, **_kwargs) -> None:
         return
     options = environment.parsed_options
     _validate(options)
-    _remember_signals()
+    _remember_signals(environment)
     if isinstance(environment.runner, MasterRunner):
         _check_bind(options)
         _state["master"] = MasterSide(environment, _TOKEN, options.expect_workers)
@@ -173,19 +173,36 @@ def _announce_token(run_dir: Path) -> None:
     print(f"exam_ramp: workers started by hand need {TOKEN_ENV}=$(cat {path})", flush=True)
 
 
-def _remember_signals() -> None:
-    """Note which signal stops the ramp, for the interrupted marker; Locust still handles it."""
-    previous = signal.getsignal(signal.SIGINT)
+def _remember_signals(environment) -> None:
+    """Note which signal stops the ramp, for the interrupted marker, and make both stop it.
 
-    def on_sigint(signum, frame) -> None:
-        _state["signal"] = "SIGINT"
-        if callable(previous):
-            previous(signum, frame)
+    Locust stops a shape run on Ctrl-C only when the KeyboardInterrupt that Python raises,
+    in whichever greenlet happens to run, reaches its main greenlet (waiting on the shape).
+    Raised inside request code, it can be swallowed there: a fresh-clone CI rehearsal of
+    2 December (two test workers on 2 cores) lost one, and the ramp ticked on for 180 s after
+    SIGINT. So the handler only schedules the interrupt, thrown into the main greenlet from
+    the hub. SIGTERM takes the same way while a headless shape runs: Locust installs its own
+    SIGTERM watcher only after such a shape ends (locust/main.py, 2.47), so until then
+    SIGTERM did nothing. A SIGINT ignored by whoever started us (``cmd &`` in a script) stays ignored."""
+    import gevent  # Locust's own
 
-    signal.signal(signal.SIGINT, on_sigint)
-    import gevent  # Locust's own; its SIGTERM watcher runs beside this one
+    main = gevent.getcurrent()  # init fires from Locust's main greenlet
 
-    gevent.signal_handler(signal.SIGTERM, lambda: _state.setdefault("signal", "SIGTERM"))
+    def interrupt(name: str) -> None:
+        _state.setdefault("signal", name)
+        if not _state.get("interrupt_thrown") and not _state.get("quitting"):  # a stop already under way ends alone
+            _state["interrupt_thrown"] = True
+            gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt)
+
+    def headless_shape_running() -> bool:  # the web UI's shape runs with Locust's watcher installed
+        shape = getattr(environment.runner, "shape_greenlet", None)
+        return bool(environment.parsed_options.headless) and shape is not None and not shape.dead
+
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, lambda _signum, _frame: interrupt("SIGINT"))
+    # After the shape, Locust's own watcher runs its shutdown; this one only names the signal.
+    gevent.signal_handler(signal.SIGTERM, lambda: interrupt("SIGTERM") if headless_shape_running()
+                          else _state.setdefault("signal", "SIGTERM"))
 
 
 def _students_needed(options) -> int:
@@ -277,6 +294,7 @@ def _on_quitting(environment, **_kwargs) -> None:
         return
     if "run_dir" not in _state:
         return
+    _state["quitting"] = True  # a Ctrl-C from here on must not cut the final read or the stack's stop
     run_dir = Path(str(_state["run_dir"]))
     cut_short = not _state.get("plan_done") and not _state.get("roster_exhausted")  # that one has its own line
     if (run_dir / "ramp_ticks.jsonl").exists() and cut_short:
