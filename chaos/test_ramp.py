@@ -98,6 +98,7 @@ def test_an_interrupted_ramp_says_so_stops_its_stack_and_exits_128_plus_the_sign
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        proc.stdout.close()  # else a failed wait leaves the pipe to the GC, a warning in a later test
     assert proc.returncode == code, output[-4000:]
     assert json.loads((run_dir / "interrupted").read_text())["signal"] == name
     report = json.loads((run_dir / "ramp.json").read_text())
