@@ -1,11 +1,10 @@
 # The two commands of the README. Both set up what they need first (idempotent).
 PY := .venv/bin/python
 PYTEST_ARGS ?=
-# The suite mostly waits (stacks starting, settle periods, time-scaled schedules): TEST_WORKERS=2
-# overlaps those waits on two pytest-xdist workers (--dist loadfile keeps a file's tests, and its
-# module-scoped stack, on one worker). The default stays one process: in 1 of 3 two-worker runs a
-# negative control (valkey_failover_no_reconciler) lost no job and read valid (docs/harness.md).
-TEST_WORKERS ?= 0
+# The suite mostly waits (stacks starting, settle periods, time-scaled schedules): two pytest-xdist
+# workers overlap those waits (--dist loadfile keeps a file's tests, and its module-scoped stack,
+# on one worker). TEST_WORKERS=0 runs everything in one process (docs/harness.md).
+TEST_WORKERS ?= 2
 
 .PHONY: setup setup-python demo lint test test-compose-all test-fast clean-runs
 

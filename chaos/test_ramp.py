@@ -78,8 +78,11 @@ def test_an_interrupted_ramp_says_so_stops_its_stack_and_exits_128_plus_the_sign
     run_dir = new_run_dir(f"ramp-interrupted-{name.lower()}")
     argv = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", "25,50", "--step-seconds", "120",
             "--questions", "5", "--run-dir", str(run_dir), *GENEROUS, "--", "--loglevel", "WARNING"]
+    # As from a terminal's shell: SIGINT at its default. A runner started as a background job
+    # of a script ignores SIGINT, and every process it starts inherits that (a fresh-clone
+    # rehearsal of 2 December, three runs): Ctrl-C is then ignored, as it should be.
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not _ticks(run_dir, 3):

@@ -176,14 +176,12 @@ def _announce_token(run_dir: Path) -> None:
 def _remember_signals(environment) -> None:
     """Note which signal stops the ramp, for the interrupted marker, and make both stop it.
 
-    Locust stops a shape run on Ctrl-C only when the KeyboardInterrupt that Python raises,
-    in whichever greenlet happens to run, reaches its main greenlet (waiting on the shape).
-    Raised inside request code, it can be swallowed there: a fresh-clone CI rehearsal of
-    2 December (two test workers on 2 cores) lost one, and the ramp ticked on for 180 s after
-    SIGINT. So the handler only schedules the interrupt, thrown into the main greenlet from
-    the hub. SIGTERM takes the same way while a headless shape runs: Locust installs its own
-    SIGTERM watcher only after such a shape ends (locust/main.py, 2.47), so until then
-    SIGTERM did nothing. A SIGINT ignored by whoever started us (``cmd &`` in a script) stays ignored."""
+    In a headless run Locust installs its SIGTERM watcher only after the shape ends (locust/
+    main.py, 2.47), so SIGTERM did nothing until the plan was over; and it stops a shape on
+    Ctrl-C only by the KeyboardInterrupt that Python raises in whichever greenlet happens to
+    run. Both signals now take one way: the handler names the signal and schedules one
+    KeyboardInterrupt, thrown from the hub into Locust's main greenlet (waiting on the shape).
+    A SIGINT ignored by whoever started us (``cmd &`` in a script) stays ignored."""
     import gevent  # Locust's own
 
     main = gevent.getcurrent()  # init fires from Locust's main greenlet
