@@ -78,7 +78,7 @@ __all__ = [
     "client_name",
     "connection_policy",
     "credentials",
-    "primary_port",
+    "primary_address",
     "sentinel_addresses",
     "sentinel_clients",
     "tls_context",
@@ -408,17 +408,18 @@ def sentinel_clients(settings: Settings, timeout: float = 1.0) -> list[Redis]:
             for host, port in sentinel_addresses(settings.valkey_sentinels)]
 
 
-def primary_port(settings: Settings) -> int | None:
-    """The primary's port as most answering Sentinels name it (None: none answers)."""
-    ports = []
+def primary_address(settings: Settings) -> tuple[str, int] | None:
+    """The primary's ``(host, port)`` as most answering Sentinels name it (None: none answers)."""
+    addresses = []
     for client in sentinel_clients(settings, timeout=0.5):
         try:
-            ports.append(int(client.sentinel_get_master_addr_by_name(settings.valkey_service)[1]))
-        except (RedisConnectionError, RedisTimeoutError, OSError, TypeError, IndexError):
+            host, port = client.sentinel_get_master_addr_by_name(settings.valkey_service)
+            addresses.append((host.decode() if isinstance(host, bytes) else str(host), int(port)))
+        except (RedisConnectionError, RedisTimeoutError, OSError, TypeError, ValueError):
             continue
         finally:
             client.close()
-    return max(set(ports), key=ports.count) if ports else None
+    return max(set(addresses), key=addresses.count) if addresses else None
 
 
 def _primary_via_sentinels(settings: Settings, kwargs: dict[str, object],

@@ -84,6 +84,10 @@ class Deployment(Protocol):
     def links(self) -> dict[str, dict[str, str]]:
         """{link: {"listen": "host:port", "upstream": "host:port"}} of the proxied links."""
 
+    def valkey_nodes(self) -> dict[tuple[str, int], str]:
+        """Each Valkey data node by every address the Sentinels may name it by (and the harness
+        reaches it at): the failover nemesis's map from "the primary" to a component."""
+
     def export(self, dest: Path, allow_pending: frozenset[str] = frozenset(),
                quiet_timeout: float | None = None) -> FinalRead:
         """The final read: wait for the outbox to settle, as long as chaos/settle.py derives from

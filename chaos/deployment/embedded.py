@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EmbeddedDeployment"]
 
+HOST = "127.0.0.1"  # where the embedded runner's Valkey nodes listen and announce themselves
+
 
 class EmbeddedDeployment:
     """Wraps a ``StackSpec`` (a new stack) or an ``EmbeddedStack`` (already built, maybe running)."""
@@ -70,6 +72,15 @@ class EmbeddedDeployment:
 
     def links(self) -> dict[str, dict[str, str]]:
         return self.stack.links()
+
+    def valkey_nodes(self) -> dict[tuple[str, int], str]:
+        """By its own port, and by its node link's listen port (what it announces when it has one)."""
+        nodes = {(HOST, c.port): c.name for c in self.components() if c.role == "valkey" and c.port is not None}
+        for link in self.links().values():
+            upstream, listen = (int(link[k].rsplit(":", 1)[1]) for k in ("upstream", "listen"))
+            if (HOST, upstream) in nodes:
+                nodes[(HOST, listen)] = nodes[(HOST, upstream)]
+        return nodes
 
     def valkey_as(self, user: str) -> Any:
         """A Valkey client as one ACL user (the memory filler's own, chaos/load/filler.py); embedded only."""

@@ -47,7 +47,7 @@ from chaos.nemesis.base import FaultSpec, NemesisError
 from chaos.nemesis.provider import after_effect_timing, wait_after_effect
 from chaos.observe.valkey_stats import read_process_counters
 from stack.components import LIVENESS_PREFIX
-from stack.valkey_client import primary_port, valkey_client
+from stack.valkey_client import primary_address, valkey_client
 
 if TYPE_CHECKING:
     from chaos.deployment import Deployment
@@ -62,12 +62,12 @@ _POLL = 0.05
 @dataclass
 class _Watch:
     victim: str
-    old_port: int
+    old_address: tuple[str, int]
     killed_at: float
     expected: tuple[str, ...]
     deadline: float
     switch_at: float | None = None
-    new_port: int | None = None
+    new_address: tuple[str, int] | None = None
     first_success: dict[str, float] = field(default_factory=dict)
     serving: dict[str, float] = field(default_factory=dict)
     counters_before: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -95,31 +95,35 @@ class FailoverNemesis:
         settings = self.stack.settings
         if not settings.valkey_sentinels:
             raise NemesisError("a failover needs the Sentinel topology (StackSpec.valkey='sentinel')")
-        old_port = primary_port(settings)
-        by_port = self._nodes_by_port()
-        if old_port not in by_port:
-            raise NemesisError(f"the Sentinels name no node of this stack primary (port {old_port}; nodes {by_port})")
-        victim = by_port[old_port]
-        effect = wait_after_effect(self.stack, fault.params)
-        mid_job = self._wait_busy(fault.params.get("wait_busy_worker"), float(fault.params.get("wait_busy", 0)))
+        old_address = primary_address(settings)
+        nodes = self.stack.valkey_nodes()
+        if old_address not in nodes:
+            raise NemesisError(f"the Sentinels name no node of this stack primary ({old_address}; nodes {nodes})")
+        victim = nodes[old_address]
         expected = tuple(c.name for c in self.stack.components() if c.role in CLIENT_ROLES)
-        pids = self.stack.pids(victim)
+        pids = self.stack.pids(victim)  # before the effect: asking a container engine takes time
+        effect = wait_after_effect(self.stack, fault.params)
+        # A new effect whose answer the provider still holds proves a job in flight; without one,
+        # look for a horse (one more poll of the engine for each try on compose).
+        mid_job = effect is not None or self._wait_busy(fault.params.get("wait_busy_worker"),
+                                                        float(fault.params.get("wait_busy", 0)))
+        killed_at = time.time()  # the signal's moment (an engine's kill returns once the container stopped)
         if fault.kind == "partition":
-            link = self._link_of(old_port)
+            link = self._link_of(old_address[1])
             self._network_nemesis().start(self._toxic(link))
             self._cut[fault.target] = link
         else:
             self.stack.set_autorestart(victim, False)
             self.stack.kill(victim)
         before = read_process_counters(self.stack.run_dir)
-        watch = _Watch(victim, old_port, time.time(), expected, time.monotonic() + self.ready_timeout,
+        watch = _Watch(victim, old_address, killed_at, expected, time.monotonic() + self.ready_timeout,
                        counters_before=before)
         watch.thread = threading.Thread(target=self._watch, args=(watch,), name=f"failover-{victim}", daemon=True)
         watch.thread.start()
         self._watches[fault.target] = watch
         timing = after_effect_timing(fault.params, effect, watch.killed_at)
         return {"node": victim, "pids": pids, "killed_at": watch.killed_at, "mid_job": mid_job, **timing,
-                "primary_port_before": old_port, **({"link": self._cut[fault.target]} if fault.target in self._cut else {})}
+                "primary_before": f"{old_address[0]}:{old_address[1]}", **({"link": self._cut[fault.target]} if fault.target in self._cut else {})}
 
     def _link_of(self, port: int) -> str:
         """The node link whose proxy is the address the node announces (the Sentinels' view of it)."""
@@ -154,24 +158,23 @@ class FailoverNemesis:
     def _watch(self, watch: _Watch) -> None:
         try:
             self._wait_switch(watch)
-            if watch.new_port is not None:
+            if watch.new_address is not None:
                 self._wait_clients(watch)
         except Exception as exc:  # noqa: BLE001 - a broken watch is evidence in the fault-end, never a crash
             watch.errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
 
     def _wait_switch(self, watch: _Watch) -> None:
         while time.monotonic() < watch.deadline and not watch.stop.is_set():
-            port = primary_port(self.stack.settings)
-            if port is not None and port != watch.old_port:
-                watch.switch_at, watch.new_port = time.time(), port
+            address = primary_address(self.stack.settings)
+            if address is not None and address != watch.old_address:
+                watch.switch_at, watch.new_address = time.time(), address
                 return
             time.sleep(_POLL)
         watch.errors.append("the Sentinels never named a new primary")
 
     def _wait_clients(self, watch: _Watch) -> None:
-        settings = self.stack.settings.with_overrides(valkey_sentinels="",
-                                                      valkey_url=f"rediss://127.0.0.1:{watch.new_port}/0")
-        client = valkey_client(settings, "probe")  # the harness user, straight to the new primary
+        assert watch.new_address is not None
+        client = self._direct(*watch.new_address)  # the harness user, straight to the new primary
         workers = {name for name in watch.expected if name.startswith("worker_")}
         try:
             while time.monotonic() < watch.deadline and not watch.stop.is_set() and (
@@ -231,21 +234,17 @@ class FailoverNemesis:
             detail.update(ready=False, error=f"{type(exc).__name__}: {str(exc)[:200]}")
         return detail
 
-    def _nodes_by_port(self) -> dict[int | None, str]:
-        """Each node by its own port and by its node link's listen port (what the Sentinels name)."""
-        nodes = {c.port: c.name for c in self.stack.components() if c.role == "valkey"}
-        for link in self.stack.links().values():
-            upstream, listen = (int(link[k].rsplit(":", 1)[1]) for k in ("upstream", "listen"))
-            if upstream in nodes:
-                nodes[listen] = nodes[upstream]
-        return nodes
+    def _direct(self, host: str, port: int) -> Any:
+        """A probe of one node, as the harness user, at the address the Sentinels name it by."""
+        settings = self.stack.settings.with_overrides(valkey_sentinels="", valkey_url=f"rediss://{host}:{port}/0")
+        return valkey_client(settings, "probe")
 
     def _timeline(self, watch: _Watch) -> dict[str, Any]:
-        by_port = self._nodes_by_port()
+        nodes = self.stack.valkey_nodes()
         since = {name: round(at - watch.killed_at, 3) for name, at in sorted(watch.first_success.items())}
         return {"node": watch.victim, "killed_at": watch.killed_at, "switch_at": watch.switch_at,
                 "switch_seconds": round(watch.switch_at - watch.killed_at, 3) if watch.switch_at else None,
-                "primary_after": by_port.get(watch.new_port), "first_success": dict(watch.first_success),
+                "primary_after": nodes.get(watch.new_address) if watch.new_address else None, "first_success": dict(watch.first_success),
                 "first_success_seconds": since, "serving": dict(watch.serving),
                 "serving_seconds": {name: round(at - watch.killed_at, 3) for name, at in sorted(watch.serving.items())},
                 "never_back": sorted(set(watch.expected) - set(watch.first_success)),
@@ -254,9 +253,7 @@ class FailoverNemesis:
 
     def _wait_replica(self, watch: _Watch) -> bool:
         """The restarted node follows the new primary (the Sentinels reconfigured it)."""
-        port = next((c.port for c in self.stack.components() if c.name == watch.victim), None)
-        settings = self.stack.settings.with_overrides(valkey_sentinels="", valkey_url=f"rediss://127.0.0.1:{port}/0")
-        client = valkey_client(settings, "probe")
+        client = self._direct(*watch.old_address)
         deadline = time.monotonic() + self.ready_timeout
         try:
             while time.monotonic() < deadline:

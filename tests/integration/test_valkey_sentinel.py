@@ -20,7 +20,7 @@ from stack.embedded.sentinel import NODES, SENTINELS, SERVICE, node_lines, senti
 from stack.embedded.supervisor import ProcessSpec, Supervisor
 from stack.embedded.valkey import replication_ready, valkey_argv, valkey_url, write_valkey_config
 from stack.valkey_acl import draw_passwords
-from stack.valkey_client import primary_port, valkey_client
+from stack.valkey_client import primary_address, valkey_client
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,7 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
 
 def test_clients_find_the_primary_through_the_sentinels_and_writes_reach_the_replica(topology: Topology) -> None:
     settings = topology.settings("harness")
-    assert primary_port(settings) == topology.nodes[NODES[0]]
+    assert primary_address(settings) == ("127.0.0.1", topology.nodes[NODES[0]])
     client = valkey_client(settings, "queue")
     replica = topology.client(topology.nodes[NODES[1]], "harness")
     try:

@@ -95,6 +95,9 @@ class FakeDeployment:
     def links(self) -> dict[str, dict[str, str]]:
         return {}
 
+    def valkey_nodes(self) -> dict[tuple[str, int], str]:
+        return {("127.0.0.1", 6380): "valkey"}
+
     def export(self, dest: Path, allow_pending: frozenset[str] = frozenset(),
                quiet_timeout: float | None = None) -> FinalRead:
         return FinalRead(True, 0.0, 0, {})
