@@ -11,6 +11,13 @@ cd "$(dirname "$0")/.."
 
 STATE=.compose
 PROJECT=${PROCTOR_COMPOSE_PROJECT:-proctor}
+# PROCTOR_COMPOSE_VALKEY=sentinel: the Sentinel topology's overlay (docker-compose.sentinel.yml), unless
+# COMPOSE_FILE already names the files (the harness does).
+case "${PROCTOR_COMPOSE_VALKEY:-single}" in
+  single) ;;
+  sentinel) export COMPOSE_FILE=${COMPOSE_FILE:-docker-compose.yml:docker-compose.sentinel.yml} ;;
+  *) echo "$(basename "$0"): PROCTOR_COMPOSE_VALKEY must be single or sentinel, not ${PROCTOR_COMPOSE_VALKEY}" >&2; exit 2 ;;
+esac
 RUN=${PROCTOR_COMPOSE_RUN:-$STATE/run}  # this deployment's secrets and roster
 export PROCTOR_COMPOSE_RUN=$RUN
 

@@ -23,6 +23,13 @@ cd "$(dirname "$0")/.."
 STATE=.compose
 BASE_IMAGE_LOCAL=proctor-base:bookworm
 PROJECT=${PROCTOR_COMPOSE_PROJECT:-proctor}
+# PROCTOR_COMPOSE_VALKEY=sentinel: the Sentinel topology's overlay (docker-compose.sentinel.yml), unless
+# COMPOSE_FILE already names the files (the harness does).
+case "${PROCTOR_COMPOSE_VALKEY:-single}" in
+  single) ;;
+  sentinel) export COMPOSE_FILE=${COMPOSE_FILE:-docker-compose.yml:docker-compose.sentinel.yml} ;;
+  *) echo "$(basename "$0"): PROCTOR_COMPOSE_VALKEY must be single or sentinel, not ${PROCTOR_COMPOSE_VALKEY}" >&2; exit 2 ;;
+esac
 RUN=${PROCTOR_COMPOSE_RUN:-$STATE/run}  # this deployment's secrets and roster
 export PROCTOR_COMPOSE_RUN=$RUN
 PY=${PYTHON:-.venv/bin/python}
@@ -166,7 +173,8 @@ build_image() {
 }
 
 write_secrets() {
-  [ -s "$RUN/proctor.env" ] && [ -s "$RUN/valkey-users.acl" ] && return 0  # a complete set (older runs had no ACL file)
+  # a complete set (older runs had no ACL file, nor the Sentinels' credentials)
+  [ -s "$RUN/proctor.env" ] && [ -s "$RUN/valkey-users.acl" ] && [ -s "$RUN/valkey-sentinel.env" ] && return 0
   "$PY" -m stack.deploy.provision env-file "$RUN/proctor.env"
 }
 

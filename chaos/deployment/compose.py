@@ -44,10 +44,11 @@ from chaos.deployment.compose_links import (FAULTPROXY_SERVICE, UPSTREAMS, add_l
 from chaos.settle import SettleTerms
 from chaos.deployment.final_read import FinalRead, final_read, provider_urls
 from stack.components import POOLS, Component
-from stack.config import Settings, load_settings
+from stack.config import ENV_NAMES, Settings, load_settings
 from stack.deploy.links import UPSTREAM_OF
 from stack.deploy.ports import free_ports
 from stack.deploy.provision import FAULTPROXY_ENV
+from stack.deploy.valkey_conf import NODE_SERVICES, VALKEY_PORT, address, sentinel_addresses
 from stack.paths import update_latest_link
 
 __all__ = ["COMPOSE_SHAPE", "ComposeDeployment", "ComposeSpec", "ComposeUnsupported", "REPO"]
@@ -55,6 +56,9 @@ __all__ = ["COMPOSE_SHAPE", "ComposeDeployment", "ComposeSpec", "ComposeUnsuppor
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_SHAPE = {"web": 2, "merit": 2, "ai": 1, "sms": 1}
 """What docker-compose.yml runs: web nodes and workers per lane."""
+VALKEY_TOPOLOGIES = ("single", "sentinel")
+SENTINEL_OVERLAY = "docker-compose.sentinel.yml"
+"""The Sentinel topology's services, on top of docker-compose.yml (``ComposeSpec.valkey``)."""
 _NOT_SETTINGS = ("DATABASE_URL", "PROCTOR_VALKEY_URL", "PROCTOR_PG_PASSWORD")
 """Addresses inside the compose network, or holding passwords: not the harness's settings."""
 
@@ -71,11 +75,17 @@ class ComposeSpec:
     settings_overrides: dict[str, Any] = field(default_factory=dict)
     links: tuple[str, ...] = ()
     valkey_maxclients: int | None = None
+    valkey: str = "single"  # "sentinel": docker-compose.sentinel.yml on top (primary, replica, 3 Sentinels)
     project: str = ""  # default: proctor-<pid>-<time>; one project (fresh volumes, fresh ledger) per run
     net_prefix: str = ""  # default: $PROCTOR_COMPOSE_NET or 172.29.213 (wave 1's tests use .113, users .13)
 
     def unsupported(self) -> str | None:
         """Why this run cannot be a compose run, or None."""
+        if self.valkey not in VALKEY_TOPOLOGIES:
+            return f"valkey must be one of {list(VALKEY_TOPOLOGIES)}, not {self.valkey!r}"
+        if self.valkey == "sentinel" and self.links:
+            return ("the Sentinel topology's nodes announce their own addresses on compose: no node links (a "
+                    f"partition, tls_churn_sentinel) yet; the scenario wants links {sorted(self.links)}")
         if self.shape != COMPOSE_SHAPE:
             return (f"compose runs {COMPOSE_SHAPE} (docker-compose.yml names every node and worker); "
                     f"the scenario wants {self.shape}")
@@ -101,9 +111,14 @@ class ComposeDeployment:
         self._started = False
 
     # ------------------------------------------------------------ lifecycle
+    @property
+    def net(self) -> str:
+        return self.spec.net_prefix or os.environ.get("PROCTOR_COMPOSE_NET", "172.29.213")
+
     def _env(self) -> dict[str, str]:
-        net = self.spec.net_prefix or os.environ.get("PROCTOR_COMPOSE_NET", "172.29.213")
-        files = [str(self.repo / "docker-compose.yml"), str(self.compose_dir / "override.json")]
+        net = self.net
+        overlays = [str(self.repo / SENTINEL_OVERLAY)] if self.spec.valkey == "sentinel" else []
+        files = [str(self.repo / "docker-compose.yml"), *overlays, str(self.compose_dir / "override.json")]
         return {**os.environ,
                 "PROCTOR_COMPOSE_PROJECT": self.project, "PROCTOR_COMPOSE_RUN": str(self.compose_dir),
                 "PROCTOR_HTTP_PORT": str(self._ports["api"]), "PROCTOR_ADMIN_HTTP_PORT": str(self._ports["admin"]),
@@ -217,10 +232,21 @@ class ComposeDeployment:
         env.update(self._secrets("valkey-harness.env"))  # the harness's own Valkey ACL user
         ca = self.compose_dir / "ca.crt"  # copied out of the certs volume after `up`
         host = {"PROCTOR_RUN_DIR": str(self.spec.run_dir), **({"PROCTOR_VALKEY_CA": str(ca)} if ca.exists() else {})}
-        settings = load_settings({**env, **host, **settings_env(self.spec.settings_overrides)})
+        settings = load_settings({**env, **host, **self._sentinel_settings(), **settings_env(self.spec.settings_overrides)})
         if secrets and ca.exists():
             self._settings = settings
         return settings
+
+    def _sentinel_settings(self) -> dict[str, str]:
+        """With Sentinel, the harness asks the Sentinels at their fixed addresses, as the containers do."""
+        if self.spec.valkey != "sentinel":
+            return {}
+        return {ENV_NAMES["valkey_sentinels"]: sentinel_addresses(self.net)}
+
+    def valkey_nodes(self) -> dict[tuple[str, int], str]:
+        """Each data node at its fixed address (reached from the host through the project's bridge)."""
+        services = NODE_SERVICES if self.spec.valkey == "sentinel" else NODE_SERVICES[:1]
+        return {(address(self.net, service), VALKEY_PORT): service.replace("-", "_") for service in services}
 
     @property
     def urls(self) -> dict[str, str]:

@@ -58,7 +58,8 @@ CRASH_RESTART = "on-failure"
 The engine never restarts a container it was told to kill or stop, so a nemesis kill still
 keeps the component down until ``set_autorestart(True)`` or a restart."""
 _FORWARD_PORT = 9101  # the forward's listener inside the provider's network namespace
-_SINGLETON_ROLES = {"valkey": "valkey", "haproxy": "haproxy", "relay": "relay", "faultproxy": "faultproxy",
+_SINGLETON_ROLES = {"valkey": "valkey", "valkey-2": "valkey", "sentinel-1": "sentinel", "sentinel-2": "sentinel",
+                    "sentinel-3": "sentinel", "haproxy": "haproxy", "relay": "relay", "faultproxy": "faultproxy",
                     "ai-provider": "ai_provider", "sms-gateway": "sms_gateway"}
 
 

@@ -31,15 +31,15 @@ def _compose_spec(scenario: Scenario, settings: dict[str, Any], run_dir: Path) -
     shape = {"web": scenario.web, "merit": scenario.merit_workers, "ai": scenario.ai_workers,
              "sms": scenario.sms_workers}
     return ComposeSpec(name=scenario.name, run_dir=run_dir, shape=shape, settings_overrides=settings,
-                       links=scenario.links, valkey_maxclients=scenario.valkey_maxclients)
+                       links=scenario.links, valkey_maxclients=scenario.valkey_maxclients, valkey=scenario.valkey)
 
 
 def unsupported_on(target: str, scenario: Scenario) -> str | None:
     """Why ``scenario`` cannot run on ``target`` (a skip reason), or None."""
     if check_target(target) == "embedded":
         return None
-    if scenario.valkey != "single":
-        return f"Valkey topology {scenario.valkey!r} runs on the embedded target only so far (docs/valkey.md)"
+    if scenario.valkey_min_replicas:
+        return "min-replicas-to-write runs on the embedded target only so far (docs/valkey.md)"
     if scenario.valkey_maxmemory:
         return "the memory filler runs on the embedded target only so far (docs/valkey.md)"
     if scenario.component_settings:

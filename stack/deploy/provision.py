@@ -6,8 +6,9 @@ writes the per-run secrets as 0600 env files that docker-compose reads (``env_fi
 PostgreSQL's password and the URL carrying it; beside it, one ``valkey-<user>.env`` per Valkey
 ACL user (only the services of that component read it: web nodes, relay, workers; ``harness``
 for the Valkey container's health check and the harness on the host), ``valkey-users.acl``
-(the users with SHA-256 digests only, 0644 so the Valkey container's user can load it) and ``faultproxy.env``
-(the fault proxy's API credential). The committed compose file therefore holds no secret.
+(the users with SHA-256 digests only, 0644 so the Valkey container's user can load it), ``faultproxy.env``
+(the fault proxy's API credential), and for the Sentinel topology ``valkey-replica.env`` (the nodes'
+replication credential) and ``valkey-sentinel.env`` (the Sentinels'). The committed compose file therefore holds no secret.
 
 ``python -m stack.deploy.provision roster DIR`` (in the one-shot ``ledger-init`` container)
 creates the ledger (``init_ledger``), enrols ``PROCTOR_ROSTER_SIZE`` students per exam with
@@ -26,6 +27,7 @@ from typing import Mapping
 
 from stack.config import ENV_NAMES, SettingsError, load_settings
 from stack.deploy.secrets import ROSTER_NAME, roster_student_ids, run_secrets, write_private_json
+from stack.deploy.valkey_conf import PASSWORD_ENV
 from stack.valkey_acl import LIMITER_USER, acl_lines, draw_passwords
 
 __all__ = ["ACL_FILE", "FAULTPROXY_ENV", "compose_secrets", "env_file_text", "main", "valkey_user_env",
@@ -35,6 +37,9 @@ ACL_FILE = "valkey-users.acl"
 FAULTPROXY_ENV = "faultproxy.env"
 VALKEY_ENV_USERS = ("web", "relay", "worker", "harness")
 """Users whose credential a compose service (or the harness) holds; the limiter's rides with web."""
+
+SENTINEL_ENV_FILES = {"valkey-replica.env": ("replica",), "valkey-sentinel.env": ("sentinel", "peer", "discovery")}
+"""The data nodes' replication credential, and the Sentinels' own (stack/deploy/valkey_conf.py)."""
 
 VALKEY_HOST = "valkey:6380"
 POSTGRES_HOST = "postgres:5432"
@@ -57,7 +62,9 @@ def compose_secrets() -> dict[str, str]:
 
 def valkey_user_env(user: str, passwords: Mapping[str, str]) -> dict[str, str]:
     """The env file of the services that connect as ``user`` (web nodes also hold the limiter's)."""
-    env = {ENV_NAMES["valkey_user"]: user, ENV_NAMES["valkey_password"]: passwords[user]}
+    env = {ENV_NAMES["valkey_user"]: user, ENV_NAMES["valkey_password"]: passwords[user],
+           # read-only questions to the Sentinels (which node is primary), used with docker-compose.sentinel.yml
+           ENV_NAMES["valkey_sentinel_password"]: passwords["discovery"]}
     if user == "web":
         env[ENV_NAMES["valkey_limiter_password"]] = passwords[LIMITER_USER]
     return env
@@ -70,6 +77,8 @@ def write_compose_secrets(path: Path) -> Path:
     folder = path.parent
     for user in VALKEY_ENV_USERS:
         write_env_file(folder / f"valkey-{user}.env", valkey_user_env(user, passwords))
+    for name, users in SENTINEL_ENV_FILES.items():  # the Sentinel topology's (docker-compose.sentinel.yml)
+        write_env_file(folder / name, {PASSWORD_ENV[user]: passwords[user] for user in users})
     # Digests only, and read inside the Valkey container by its own user (a bind mount keeps the
     # host's owner): 0644 in the 0700 run folder, which no other local user can enter.
     _write_private_text(folder / ACL_FILE, "\n".join(acl_lines(passwords)) + "\n").chmod(0o644)

@@ -24,10 +24,12 @@ from redis.retry import Retry
 from stack.embedded.certs import CertPaths
 from stack.valkey_acl import sentinel_acl_lines
 
-__all__ = ["DOWN_AFTER_MS", "FAILOVER_TIMEOUT_MS", "MIN_REPLICAS_MAX_LAG", "NODES", "QUORUM", "SENTINELS", "SERVICE", "node_lines",
-           "sentinel_ready", "sentinel_status", "write_sentinel_config"]
+__all__ = ["DOWN_AFTER_MS", "FAILOVER_TIMEOUT_MS", "HOST", "MIN_REPLICAS_MAX_LAG", "NODES", "QUORUM", "SENTINELS", "SERVICE",
+           "node_lines", "sentinel_ready", "sentinel_status", "sentinel_text", "write_sentinel_config"]
 
 SERVICE = "proctor"
+HOST = "127.0.0.1"
+"""Where the embedded runner's nodes and Sentinels listen and announce themselves."""
 QUORUM = 2
 NODES = ("valkey", "valkey_2")
 """The data nodes: ``valkey`` starts as the primary (its name kept from the single topology)."""
@@ -44,23 +46,28 @@ taking writes about when the Sentinels start to replace it (a replica acknowledg
 
 
 def node_lines(announce_port: int, passwords: Mapping[str, str], replica_of: int | None,
-               min_replicas: int = 0) -> list[str]:
+               min_replicas: int = 0, announce_ip: str = HOST, primary_host: str = HOST) -> list[str]:
     """valkey.conf lines of a node: replication over TLS as the ``replica`` user, its announced
-    address, ``replicaof`` for the node that starts as a replica, and with ``min_replicas`` the
-    write guard (every node: any of them may be promoted)."""
-    lines = ["tls-replication yes", "replica-announce-ip 127.0.0.1", f"replica-announce-port {announce_port}",
+    address, ``replicaof`` (``primary_host:replica_of``) for the node that starts as a replica, and
+    with ``min_replicas`` the write guard (every node: any of them may be promoted). Both deployments
+    write them: the embedded runner on loopback ports, compose (stack/deploy/valkey_conf.py) on the
+    containers' fixed addresses."""
+    lines = ["tls-replication yes", f"replica-announce-ip {announce_ip}", f"replica-announce-port {announce_port}",
              "masteruser replica", f'masterauth "{passwords["replica"]}"', "replica-read-only yes",
              "repl-diskless-sync-delay 0"]  # the default 5 s wait for more replicas delays every start-up
     if replica_of is not None:
-        lines.append(f"replicaof 127.0.0.1 {replica_of}")
+        lines.append(f"replicaof {primary_host} {replica_of}")
     if min_replicas:
         lines += [f"min-replicas-to-write {min_replicas}", f"min-replicas-max-lag {MIN_REPLICAS_MAX_LAG}"]
     return lines
 
 
-def _sentinel_text(port: int, certs: CertPaths, folder: Path, primary_port: int, passwords: Mapping[str, str]) -> str:
+def sentinel_text(port: int, certs: CertPaths, folder: Path, primary_port: int, passwords: Mapping[str, str],
+                  bind: str = HOST, announce_ip: str = HOST, primary_host: str = HOST) -> str:
+    """A Sentinel's configuration: TLS everywhere, its announced address, the service it monitors
+    (the node that starts as primary), the credentials it uses and its own ACL."""
     lines = [
-        "bind 127.0.0.1",
+        f"bind {bind}",
         "port 0",
         f"tls-port {port}",
         f'tls-cert-file "{certs.server_cert.resolve()}"',
@@ -72,9 +79,9 @@ def _sentinel_text(port: int, certs: CertPaths, folder: Path, primary_port: int,
         'logfile ""',
         f'dir "{folder}"',
         "sentinel resolve-hostnames no",
-        "sentinel announce-ip 127.0.0.1",
+        f"sentinel announce-ip {announce_ip}",
         f"sentinel announce-port {port}",
-        f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {QUORUM}",
+        f"sentinel monitor {SERVICE} {primary_host} {primary_port} {QUORUM}",
         f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
         f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
         f"sentinel parallel-syncs {SERVICE} 1",
@@ -95,7 +102,7 @@ def write_sentinel_config(run_dir: Path, name: str, port: int, certs: CertPaths,
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "sentinel.conf"
     path.touch(mode=0o600)
-    path.write_text(_sentinel_text(port, certs, folder, primary_port, passwords))
+    path.write_text(sentinel_text(port, certs, folder, primary_port, passwords))
     return path
 
 

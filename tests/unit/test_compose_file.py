@@ -16,8 +16,10 @@ COMPOSE_FILE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 ONE_SHOTS = {"certs", "ledger-init"}
 SECRET_NAMES = {ENV_NAMES[n] for n in ("token_secret", "admin_token", "roster_key", "valkey_url", "database_url")} | {
     "PROCTOR_VALKEY_PASSWORD", "PROCTOR_PG_PASSWORD"}
-NOT_SETTINGS = {"PROCTOR_COMPONENT", "PROCTOR_READY_FILE", "PROCTOR_SMS_ALLOWLIST", "PROCTOR_ADMIN_PEER"}
-"""Environment the components read outside stack.config (the same names the embedded runner sets)."""
+NOT_SETTINGS = {"PROCTOR_COMPONENT", "PROCTOR_READY_FILE", "PROCTOR_SMS_ALLOWLIST", "PROCTOR_ADMIN_PEER",
+                "PROCTOR_COMPOSE_NET", "PROCTOR_VALKEY_NODE", "PROCTOR_SENTINEL_NAME"}
+"""Environment the components read outside stack.config (the same names the embedded runner sets), and
+what the certificate and the Sentinel topology's configuration scripts read (stack/deploy/valkey_conf.py)."""
 
 
 def load() -> dict[str, Any]:

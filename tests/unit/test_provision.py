@@ -36,14 +36,22 @@ def test_each_valkey_user_gets_its_own_private_env_file_and_valkey_only_digests(
     users = {user: _read_env(path.parent / f"valkey-{user}.env") for user in ("web", "relay", "worker", "harness")}
     passwords = [env["PROCTOR_VALKEY_PASSWORD"] for env in users.values()]
     assert len(set(passwords)) == 4 and all(env["PROCTOR_VALKEY_USER"] == user for user, env in users.items())
-    assert set(users["web"]) == {"PROCTOR_VALKEY_USER", "PROCTOR_VALKEY_PASSWORD", "PROCTOR_VALKEY_LIMITER_PASSWORD"}
+    assert set(users["web"]) == {"PROCTOR_VALKEY_USER", "PROCTOR_VALKEY_PASSWORD", "PROCTOR_VALKEY_LIMITER_PASSWORD",
+                                 "PROCTOR_VALKEY_SENTINEL_PASSWORD"}  # the Sentinels' read-only discovery user
+    replica = _read_env(path.parent / "valkey-replica.env")
+    sentinel = _read_env(path.parent / "valkey-sentinel.env")
+    assert set(replica) == {"PROCTOR_VALKEY_REPLICA_PASSWORD"}  # the data nodes': replication only
+    assert set(sentinel) == {"PROCTOR_SENTINEL_PASSWORD", "PROCTOR_SENTINEL_PEER_PASSWORD",
+                             "PROCTOR_SENTINEL_DISCOVERY_PASSWORD"}
+    assert sentinel["PROCTOR_SENTINEL_DISCOVERY_PASSWORD"] == users["web"]["PROCTOR_VALKEY_SENTINEL_PASSWORD"]
+    assert replica["PROCTOR_VALKEY_REPLICA_PASSWORD"] not in (*passwords, *sentinel.values())
     common = path.read_text()
     acl = (path.parent / "valkey-users.acl").read_text()
     assert "user default reset off" in acl and acl.count("\nuser ") >= 5
-    for secret in [*passwords, users["web"]["PROCTOR_VALKEY_LIMITER_PASSWORD"]]:
+    for secret in [*passwords, users["web"]["PROCTOR_VALKEY_LIMITER_PASSWORD"], *replica.values(), *sentinel.values()]:
         assert secret not in common and secret not in acl  # the common file and Valkey's file hold none
     assert stat.S_IMODE((path.parent / "valkey-users.acl").stat().st_mode) == 0o644  # digests, for the container's user
-    for name in ("faultproxy.env", "valkey-web.env", "valkey-harness.env"):
+    for name in ("faultproxy.env", "valkey-web.env", "valkey-harness.env", "valkey-replica.env", "valkey-sentinel.env"):
         assert stat.S_IMODE((path.parent / name).stat().st_mode) == 0o600, name
 
 
