@@ -25,6 +25,7 @@ from chaos.checkers.ailane import declared_time_scale
 from chaos.checkers.base import UNKNOWN, OptionsError, Result, compose
 from chaos.checkers.isolation import isolation_from_run
 from chaos.interrupt import MARKER, read_marker
+from chaos.observe.processes import process_lifetimes
 from chaos.history import HistoryFile, HistoryFormatError, Op, fault_windows, read_history
 from chaos.ledgers import Ledgers, load_ledgers
 from chaos.plots.run import plot_run
@@ -169,7 +170,7 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     history = read.ops if read is not None else None
     ledgers = load_ledgers(run_dir)  # once: the bounds, the checkers and the plots read the same tables
     # Bounds that follow from the fault schedule are derived from what this run measured.
-    bounds = derive_bounds(scenario, history or [], ledgers.outbox)
+    bounds = derive_bounds(scenario, history or [], ledgers.outbox, process_lifetimes(run_dir))
     options = CheckOptions.from_scenario({**scenario, "options": apply_bounds(scenario.get("options"), bounds)})
     result = _verdict(read, _history_problems(read, problem) + underivable_notes(bounds), run_dir, ledgers, options,
                       scenario)

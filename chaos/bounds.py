@@ -16,6 +16,19 @@ Terms, all real seconds (wall clock, as the ledgers record them):
   (``serving``: its queue connection there and a liveness beat written after the measured
   ``+switch-master``; this includes its restart when it exited on the lost Valkey); such a
   window counts as one kill of that worker (its job in flight is re-enqueued after a detection).
+- **link window** (a toxic on a Valkey link the job path runs through, ``LINK_STALLS_JOBS``:
+  the workers' link, the relay's, or a node's behind the Sentinels): from the toxic's
+  fault-start to its fault-end in the history (run time, placed on the wall clock by
+  ``history_origin``), one window of each lane taking down all its workers at once: no job of
+  any lane moves through a silenced or resetting link, and a job in flight may be orphaned
+  (one detection per window). A toxic on ``valkey_web`` is not one: the web's fast-path
+  enqueue then fails over to the relay's next pass, which ``relay_interval`` already covers.
+- **restart window** of a worker: a crash restart the nemesis did not cause (an RQ worker
+  may exit on a Valkey error, and its supervisor or engine brings it back, with backoff):
+  from the last counter line of its previous process to the first of its next
+  (``connections/<worker>.<pid>.jsonl``, chaos/observe/valkey_stats.py ``process_lifetimes``);
+  counted as one kill of that worker. A restart inside one of the nemesis's own kill or
+  failover windows of that worker is that window's, not a second one.
 - **all-down** time of a lane: the longest stretch in which every worker of the lane
   sat in a kill window (0 when a redundant worker always served).
 - **service** S of a lane: the median queue-to-done time (``done_at - enqueued_at``)
@@ -63,6 +76,8 @@ __all__ = [
     "derive_bounds",
     "failover_windows",
     "kill_windows",
+    "link_windows",
+    "restart_windows",
     "service_time",
     "underivable_notes",
 ]
@@ -74,12 +89,17 @@ FAILOVER_KINDS = ("failover", "partition")
 """chaos/nemesis/failover.py's faults: the primary killed, or cut off."""
 
 
+LINK_STALLS_JOBS = ("valkey_workers", "valkey_relay", "valkey_node_")
+"""Valkey links (or prefixes) whose toxic stalls every lane; see the module doc."""
+
+
 @dataclass(frozen=True)
 class KillWindow:
     target: str
     lane: str
     start: float  # wall clock: killed
     end: float | None  # wall clock: back ready; None = never ready again
+    lane_wide: bool = False  # every worker of the lane down at once (a link window)
 
 
 def kill_windows(history: Iterable[Op]) -> list[KillWindow]:
@@ -128,6 +148,42 @@ def failover_windows(end: Mapping[str, Any]) -> list[KillWindow]:
     return windows
 
 
+def link_windows(history: Iterable[Op], origin: float) -> list[KillWindow]:
+    """Toxics on the links of ``LINK_STALLS_JOBS``: per toxic, one lane-wide window of each lane,
+    from its fault-start to its fault-end (run time + ``origin``; never ended: end None)."""
+    starts: dict[Any, tuple[str, float]] = {}
+    spans: list[tuple[str, float, float | None]] = []
+    for op in history:
+        value = op.value if isinstance(op.value, dict) else {}
+        link = str(value.get("target", ""))
+        if op.process != NEMESIS or value.get("kind") != "toxic" or not link.startswith(LINK_STALLS_JOBS):
+            continue
+        if op.f == "fault-start":
+            starts[value.get("fault_id")] = (link, origin + op.time)
+        elif op.f == "fault-end" and value.get("fault_id") in starts:
+            link, start = starts.pop(value.get("fault_id"))
+            spans.append((link, start, origin + op.time))
+    spans += [(link, start, None) for link, start in starts.values()]
+    return sorted((KillWindow(link, lane, start, end, lane_wide=True) for link, start, end in spans for lane in LANES),
+                  key=lambda w: w.start)
+
+
+def restart_windows(lifetimes: Mapping[str, Sequence[tuple[float, float]]],
+                    nemesis_windows: Sequence[KillWindow]) -> list[KillWindow]:
+    """Each worker's crash restarts (a next process's first counter line after its previous
+    one's last), except those inside one of the nemesis's windows of that worker."""
+    windows = []
+    for name, spans in sorted(lifetimes.items()):
+        if not name.startswith("worker_"):
+            continue
+        lane = worker_from_name(name).lane
+        assert lane is not None
+        for (_, gone), (back, _) in zip(spans, spans[1:]):
+            if not any(w.target == name and w.start <= back and (w.end is None or gone <= w.end) for w in nemesis_windows):
+                windows.append(KillWindow(name, lane, gone, back))
+    return windows
+
+
 def _window(start: Mapping[str, Any], ready_at: Any) -> KillWindow:
     target = str(start["target"])
     lane = worker_from_name(target).lane
@@ -136,8 +192,11 @@ def _window(start: Mapping[str, Any], ready_at: Any) -> KillWindow:
                       float(ready_at) if isinstance(ready_at, (int, float)) else None)
 
 
-def derive_bounds(scenario: Mapping[str, Any], history: Sequence[Op], outbox: Sequence[OutboxRow] | None) -> dict[str, Any]:
-    """{name: {"value": seconds or None, "formula": str, "terms": {...}, "note": str}} for each bound asked for."""
+def derive_bounds(scenario: Mapping[str, Any], history: Sequence[Op], outbox: Sequence[OutboxRow] | None,
+                  lifetimes: Mapping[str, Sequence[tuple[float, float]]] | None = None) -> dict[str, Any]:
+    """{name: {"value": seconds or None, "formula": str, "terms": {...}, "note": str}} for each bound asked for.
+
+    ``lifetimes``: each component's processes (``process_lifetimes``), for the restart windows."""
     wanted = scenario.get("derive_bounds") or []
     unknown = [name for name in wanted if name not in DERIVABLE]
     if unknown:
@@ -148,10 +207,13 @@ def derive_bounds(scenario: Mapping[str, Any], history: Sequence[Op], outbox: Se
     ttl, relay = float(settings.get("liveness_ttl", 3.0)), float(settings.get("relay_interval", 0.5))
     detection = ttl + 2 * relay
     windows = kill_windows(history)
+    windows = sorted(windows + restart_windows(lifetimes or {}, windows) + _link_windows(scenario, history),
+                     key=lambda w: w.start)
     workers = {lane: int((scenario.get("stack") or {}).get(f"{lane}_workers", 1)) for lane in LANES}
     lanes = {lane: _lane_terms(lane, workers[lane], windows, outbox or [], detection) for lane in LANES}
     shared = {"liveness_ttl": ttl, "relay_interval": relay, "detection": detection,
-              "kills": [[w.target, w.start, w.end] for w in windows]}
+              "kills": [[w.target, w.start, w.end] for w in windows if not w.lane_wide],
+              "link_windows": sorted({(w.target, w.start, w.end) for w in windows if w.lane_wide}, key=lambda w: w[1])}
     derived: dict[str, Any] = {}
     if DEADLINE in wanted:
         derived[DEADLINE] = _deadline(lanes, relay, shared)
@@ -160,12 +222,21 @@ def derive_bounds(scenario: Mapping[str, Any], history: Sequence[Op], outbox: Se
     return derived
 
 
+def _link_windows(scenario: Mapping[str, Any], history: Sequence[Op]) -> list[KillWindow]:
+    origin = scenario.get("history_origin")
+    return link_windows(history, float(origin)) if isinstance(origin, (int, float)) else []
+
+
 def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: Sequence[OutboxRow],
                 detection: float) -> dict[str, Any]:
     mine = [w for w in windows if w.lane == lane]
     if any(w.end is None for w in mine):
-        return {"lane": lane, "error": f"a killed {lane} worker never came back ready"}
+        never = next(w for w in mine if w.end is None)
+        what = f"a toxic on {never.target} never ended" if never.lane_wide else f"a killed {lane} worker never came back ready"
+        return {"lane": lane, "error": what}
     spans = [(w.start, w.end) for w in mine if w.end is not None]  # all of them, after the check above
+    # a lane-wide window downs every worker at once: one span per worker for the all-down time
+    down = [(w.start, w.end) for w in mine for _ in range(workers if w.lane_wide else 1) if w.end is not None]
     rows = [r for r in outbox if LANE_OF_KIND.get(r.kind) == lane]
     if not rows:
         return {"lane": lane, "jobs": 0}  # nothing of this lane to bound
@@ -179,7 +250,7 @@ def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: 
     # kills or more jobs behind it can hold a job longer.
     worst = max(_clusters(spans, detection, created), default={"span": 0.0, "kills": 0, "backlog": 0},
                 key=lambda c: c["span"] + c["kills"] * detection + c["backlog"] * per_job)
-    return {"lane": lane, "workers": workers, "all_down": round(_all_down(spans, workers), 3),
+    return {"lane": lane, "workers": workers, "all_down": round(_all_down(down, workers), 3),
             "per_job": round(per_job, 4), "per_job_from": measured_from, "burst": arrivals,
             "queue_backlog": queue_backlog, "backlog": worst["backlog"],
             "cluster_span": worst["span"], "cluster_kills": worst["kills"]}
@@ -306,5 +377,5 @@ def bounds_markdown(derived: Mapping[str, Any] | None) -> list[str]:
         if "per_lane" in terms:
             lines.append(f"  - per lane: {terms['per_lane']}; detection {terms['detection']} s "
                          f"(liveness_ttl {terms['liveness_ttl']} + 2 x relay_interval {terms['relay_interval']}); "
-                         f"{len(terms['kills'])} worker kills")
+                         f"{len(terms['kills'])} worker kills or restarts, {len(terms.get('link_windows', []))} link toxics")
     return lines + [""]

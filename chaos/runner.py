@@ -14,7 +14,7 @@ import signal
 import time
 from contextlib import contextmanager
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator
 
@@ -28,7 +28,6 @@ from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderN
 from chaos.nemesis.ledger import LedgerNemesis
 from chaos.load.exam import WorkloadSpec, WorkloadStats, run_workload
 import stack.config as stack_config
-from stack.config import Settings
 from stack.deploy.secrets import read_roster
 from stack.paths import new_run_dir
 
@@ -64,10 +63,6 @@ class Scenario:
     valkey_maxmemory: str | None = None  # StackSpec.maxmemory (None: its default), small for memory pressure
     valkey_min_replicas: int = 0  # StackSpec.valkey_min_replicas: a Sentinel primary refuses writes without them
     background: dict[str, Background] = field(default_factory=dict)
-    # Real seconds within which every outcome must be final after its attempt finished,
-    # computed from the stack's settings and the fault schedule (checker option
-    # outcome_deadline_seconds); None leaves the option as `options` says.
-    outcome_bound: Callable[[Settings, list[FaultSpec]], float] | None = None
     # Bounds derived at analysis time from what the run measured (chaos/bounds.py:
     # "outcome_deadline_seconds", "slo.merit.oldest_age"); stored in scenario.json.
     derive_bounds: tuple[str, ...] = ()
@@ -162,9 +157,6 @@ def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Pr
     run_dir = stack.run_dir
     time_scale = stack.settings.time_scale
     faults = scenario.faults(seed, scenario)
-    if scenario.outcome_bound is not None:
-        scenario = replace(scenario, options={**scenario.options,
-                                              "outcome_deadline_seconds": round(scenario.outcome_bound(stack.settings, faults), 3)})
     reproduce = reproduce_command(scenario, seed, time_scale, target)
     meta = {**_scenario_meta(scenario, seed, stack, faults, reproduce), "target": target}
     _write_json(run_dir / "scenario.json", meta)

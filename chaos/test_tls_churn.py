@@ -25,6 +25,10 @@ def test_tls_churn_loses_nothing_and_counts_reconnects(run_chaos):
     assert {f["type"] for f in applied} == {"reset_peer", "timeout", "limit_data"}, applied
     assert {f["target"] for f in applied} == {"valkey_web", "valkey_workers", "valkey_relay"}, applied
     assert run.valid is True, run.summary()
+    # the deadline is derived from this run: every toxic on the job path is one of its windows
+    deadline = run.verdict["bounds"]["outcome_deadline_seconds"]
+    job_path = [f for f in applied if f["target"] != "valkey_web"]
+    assert deadline["value"] is not None and len(deadline["terms"]["link_windows"]) == len(job_path), deadline
     assert run.checker("answers")["counts"]["lost"] == 0
     effects = run.checker("effects")["counts"]
     assert effects["duplicated"] == 0 and effects["missing"] == 0, effects

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import random
 
+from chaos.bounds import DEADLINE
 from chaos.load.churn import ChurnSpec, churn_generator
 from chaos.load.exam import WorkloadSpec
 from chaos.nemesis import FaultSpec
 from chaos.observe.valkey_stats import valkey_sampler
 from chaos.runner import Scenario
-from stack.config import CASE_AI_CALL_SECONDS, Settings
 
-__all__ = ["FRESH_CHURN", "FRESH_MAXCLIENTS", "TLS_SCENARIOS", "TLS_TOXICS", "VALKEY_LINKS", "WORKER_RESTART_SECONDS",
-           "recovery_bound", "tls_churn_on"]
+__all__ = ["FRESH_CHURN", "FRESH_MAXCLIENTS", "TLS_SCENARIOS", "TLS_TOXICS", "VALKEY_LINKS", "tls_churn_on"]
 
 VALKEY_LINKS = ("valkey_web", "valkey_workers", "valkey_relay")
 
@@ -59,26 +58,6 @@ _TLS_OPTIONS = {
     "max_connects_per_process": 25,
 }
 
-WORKER_RESTART_SECONDS = 5.0
-"""Allowance for a component to come back after a fault, for scenarios whose faults are not
-process kills (tls_churn's toxics); kill scenarios derive their bounds from the measured
-restarts instead (chaos/bounds.py)."""
-
-
-def recovery_bound(settings: Settings, faults: list[FaultSpec]) -> float:
-    """How long a finished attempt may wait for its outcomes when Valkey links are faulted.
-
-    One outage is the longest fault plus a restart; the relay notices an orphaned job within
-    a liveness TTL (also the grace for a job held between dequeue and start) plus a relay
-    pass, and the slowest job is one AI call. Twice that covers back-to-back faults of one
-    lane and the backlog an outage leaves behind.
-    """
-    longest_fault = max((f.duration for f in faults), default=0.0)
-    outage = longest_fault + WORKER_RESTART_SECONDS
-    detection = settings.liveness_ttl + 2 * settings.relay_interval
-    return 2 * (outage + detection + settings.scaled(CASE_AI_CALL_SECONDS))
-
-
 def tls_churn_on(name: str, description: str, links: tuple[str, ...], valkey: str = "single") -> Scenario:
     """The TLS churn scenario on the given Valkey links (and topology)."""
     return Scenario(
@@ -90,7 +69,9 @@ def tls_churn_on(name: str, description: str, links: tuple[str, ...], valkey: st
         faults=_tls_toxics,
         background=_tls_background(ChurnSpec(rate=25.0, duration=14.0, max_ops=350, concurrency=8)),
         options=_TLS_OPTIONS,
-        outcome_bound=recovery_bound,
+        # derived from this run (chaos/bounds.py): the toxics on the job path as link windows,
+        # crash restarts they caused, each lane's measured service time and backlog
+        derive_bounds=(DEADLINE,),
     )
 
 

@@ -321,3 +321,83 @@ def test_module_exports_exactly_its_public_names():
     public = {name for name in vars(bounds_module) if not name.startswith("_") and callable(getattr(bounds_module, name))
               and getattr(getattr(bounds_module, name), "__module__", "") == "chaos.bounds"}
     assert public <= set(bounds_module.__all__)
+
+
+# ------------------------------------------------------------ link toxics and crash restarts
+LINKED = {**SCENARIO, "history_origin": T0}
+
+
+def toxic(ops: Ops, fault_id: int, link: str, start: float, end: float | None) -> None:
+    """A toxic on ``link`` from T0 + start to T0 + end (run time in the history; None: never ended)."""
+    value = {"fault_id": fault_id, "kind": "toxic", "target": link, "type": "reset_peer"}
+    ops.add("nemesis", "fault-start", value, start)
+    if end is not None:
+        ops.add("nemesis", "fault-end", {**value, "removed": True}, end)
+
+
+def test_a_toxic_on_the_job_path_is_one_lane_wide_window_of_every_lane():
+    ops = Ops()
+    toxic(ops, 0, "valkey_web", 0.5, 1.0)  # the web's fast path falls back to the relay: no window
+    toxic(ops, 1, "valkey_workers", 1.0, 2.0)
+    toxic(ops, 2, "valkey_node_2", 3.0, 3.5)
+    windows = bounds_module.link_windows(ops.ops, T0)
+    assert {(w.target, w.start, w.end, w.lane_wide) for w in windows} == {
+        ("valkey_workers", T0 + 1.0, T0 + 2.0, True), ("valkey_node_2", T0 + 3.0, T0 + 3.5, True)}
+    assert sorted(w.lane for w in windows if w.target == "valkey_workers") == ["ai", "merit", "sms"]
+
+
+def test_a_link_window_downs_both_merit_workers_and_costs_one_detection():
+    ops = Ops()
+    toxic(ops, 0, "valkey_relay", 1.0, 2.0)
+    derived = derive_bounds(LINKED, ops.ops, merit_rows())
+    terms = derived["slo.merit.oldest_age"]["terms"]
+    # both workers down for the toxic's second; 3 jobs created inside it (1001.0, 1001.5, 1002.0)
+    assert (terms["all_down"], terms["cluster_kills"], terms["cluster_span"], terms["backlog"]) == (1.0, 1, 1.0, 3)
+    # relay 0.5 + span 1.0 + 1 * detection 4.0 + (2 workers + 1 burst + 3 backlog) * 0.2
+    assert derived["outcome_deadline_seconds"]["value"] == pytest.approx(0.5 + 1.0 + 4.0 + 1.2)
+    assert derived["outcome_deadline_seconds"]["terms"]["link_windows"] == [("valkey_relay", T0 + 1.0, T0 + 2.0)]
+
+
+def test_a_toxic_that_never_ended_leaves_the_deadline_underivable_by_name():
+    ops = Ops()
+    toxic(ops, 0, "valkey_relay", 1.0, 2.0)
+    toxic(ops, 1, "valkey_workers", 3.0, None)  # after a valid toxic
+    deadline = derive_bounds(LINKED, ops.ops, merit_rows())["outcome_deadline_seconds"]
+    assert deadline["value"] is None and "a toxic on valkey_workers never ended" in deadline["note"]
+
+
+def test_without_the_history_origin_no_toxic_can_be_placed_and_none_is_counted():
+    ops = Ops()
+    toxic(ops, 0, "valkey_workers", 1.0, 2.0)
+    assert derive_bounds(SCENARIO, ops.ops, merit_rows())["outcome_deadline_seconds"]["terms"]["link_windows"] == []
+
+
+def test_a_crash_restart_is_a_kill_window_of_that_worker_from_gone_to_back():
+    lifetimes = {"worker_merit_1": [(T0, T0 + 1.0), (T0 + 2.5, T0 + 9.0)], "web_1": [(T0, T0 + 1.0), (T0 + 2.0, T0 + 9.0)],
+                 "worker_ai_1": [(T0, T0 + 9.0)]}
+    windows = bounds_module.restart_windows(lifetimes, [])
+    assert [(w.target, w.lane, w.start, w.end) for w in windows] == [("worker_merit_1", "merit", T0 + 1.0, T0 + 2.5)]
+    deadline = derive_bounds(SCENARIO, [], merit_rows(), lifetimes)["outcome_deadline_seconds"]
+    assert deadline["terms"]["kills"] == [["worker_merit_1", T0 + 1.0, T0 + 2.5]]
+    # relay 0.5 + span 1.5 + 1 * detection 4.0 + (2 + 1 + 4 created in [1001, 1002.5]) * 0.2
+    assert deadline["value"] == pytest.approx(0.5 + 1.5 + 4.0 + 1.4)
+
+
+def test_a_restart_the_nemesis_caused_is_its_kill_window_not_a_second_one():
+    lifetimes = {"worker_merit_1": [(T0, T0 + 0.99), (T0 + 2.8, T0 + 9.0)]}  # killed at 1001, back ready 1003
+    deadline = derive_bounds(SCENARIO, one_merit_kill().ops, merit_rows(), lifetimes)["outcome_deadline_seconds"]
+    assert deadline["terms"]["kills"] == [["worker_merit_1", T0 + 1.0, T0 + 3.0]]
+    assert deadline["value"] == pytest.approx(8.1)  # as with the kill alone
+
+
+def test_a_row_later_than_the_link_derived_deadline_is_caught():
+    ops = Ops()
+    toxic(ops, 0, "valkey_workers", 1.0, 2.0)
+    late = OutboxRow(operation_id="merit-late", attempt_id="late", kind="merit", status="done", attempts=2,
+                     created_at=T0 + 5.0, enqueued_at=T0 + 5.05, done_at=T0 + 5.0 + 30.0)
+    rows = merit_rows() + [late]  # the anomaly after ten valid rows
+    derived = derive_bounds(LINKED, ops.ops, rows)
+    assert derived["outcome_deadline_seconds"]["value"] < 30.0
+    result = check_jobs([], _ledgers(rows), CheckOptions.from_dict(apply_bounds({}, derived)))
+    assert result.valid is False
+    assert [e["operation_id"] for e in result.examples["deadline_exceeded"]] == ["merit-late"]

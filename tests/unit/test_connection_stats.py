@@ -13,6 +13,8 @@ from typing import Iterator
 import pytest
 
 import stack.connection_stats as connection_stats
+import chaos.observe.processes as processes
+from chaos.observe.processes import process_lifetimes
 from chaos.observe.valkey_stats import read_process_counters
 from stack.config import Settings
 from stack.connection_stats import STATS_DIR, ConnectionStats, process_stats, record_process_connections
@@ -65,6 +67,20 @@ def test_each_pid_counts_once_its_latest_line(tmp_path: Path) -> None:
     assert len(path.read_text().splitlines()) == 3  # three snapshots: 1, 2, 3 connects
     summed = read_process_counters(tmp_path)["web_1"]
     assert (summed["connects"], summed["pids"]) == (3, 1)
+
+
+def test_each_process_file_is_one_lifetime_in_start_order(tmp_path: Path) -> None:
+    folder = tmp_path / STATS_DIR
+    folder.mkdir()
+    (folder / "worker_sms_1.1200.jsonl").write_text('{"pid": 1200, "updated_at": 20.0}\n{"pid": 1201, "updated_at": 25.0}\n')
+    (folder / "worker_sms_1.50.jsonl").write_text('{"pid": 50, "updated_at": 10.0}\n{"pid": 50, "updated_at": 12.5}\n{"pid": 50')
+    # the restarted process (pid 1200, its horse 1201) comes second although its name sorts first
+    assert process_lifetimes(tmp_path) == {"worker_sms_1": [(10.0, 12.5), (20.0, 25.0)]}
+    assert process_lifetimes(tmp_path / "nowhere") == {}
+
+
+def test_the_offline_reader_names_the_folder_as_the_stack_writes_it() -> None:
+    assert (processes.STATS_DIR, processes.STATS_SUFFIX) == (STATS_DIR, connection_stats.STATS_SUFFIX)
 
 
 def test_the_entry_point_installs_a_file_only_under_the_runner(tmp_path: Path, restore_process_stats: None) -> None:
