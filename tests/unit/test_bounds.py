@@ -401,3 +401,22 @@ def test_a_row_later_than_the_link_derived_deadline_is_caught():
     result = check_jobs([], _ledgers(rows), CheckOptions.from_dict(apply_bounds({}, derived)))
     assert result.valid is False
     assert [e["operation_id"] for e in result.examples["deadline_exceeded"]] == ["merit-late"]
+
+
+def test_a_restart_outside_the_nemesis_windows_of_that_same_worker_is_still_counted():
+    kill_1 = bounds_module.KillWindow("worker_merit_1", "merit", T0 + 1.0, T0 + 3.0)
+    kill_2 = bounds_module.KillWindow("worker_merit_2", "merit", T0 + 5.0, T0 + 8.0)
+    never = bounds_module.KillWindow("worker_ai_1", "ai", T0 + 5.0, None)
+    lifetimes = {"worker_merit_1": [(T0, T0 + 0.9), (T0 + 2.9, T0 + 6.0), (T0 + 7.0, T0 + 9.0)],
+                 "worker_ai_1": [(T0, T0 + 6.0), (T0 + 7.0, T0 + 9.0)]}
+    windows = bounds_module.restart_windows(lifetimes, [kill_1, kill_2, never])
+    # merit_1's first restart is kill_1's; its second (6 -> 7) falls in merit_2's kill, not its own;
+    # ai_1's restart is inside its own window that never ended
+    assert [(w.target, w.start, w.end) for w in windows] == [("worker_merit_1", T0 + 6.0, T0 + 7.0)]
+
+
+def test_a_toxic_end_without_its_start_opens_no_window():
+    ops = Ops()
+    toxic(ops, 0, "valkey_workers", 1.0, 2.0)
+    ops.add("nemesis", "fault-end", {"fault_id": 7, "kind": "toxic", "target": "valkey_relay"}, 3.0)
+    assert {(w.target, w.end) for w in bounds_module.link_windows(ops.ops, T0)} == {("valkey_workers", T0 + 2.0)}

@@ -73,7 +73,7 @@ def test_each_process_file_is_one_lifetime_in_start_order(tmp_path: Path) -> Non
     folder = tmp_path / STATS_DIR
     folder.mkdir()
     (folder / "worker_sms_1.1200.jsonl").write_text('{"pid": 1200, "updated_at": 20.0}\n{"pid": 1201, "updated_at": 25.0}\n')
-    (folder / "worker_sms_1.50.jsonl").write_text('{"pid": 50, "updated_at": 10.0}\n{"pid": 50, "updated_at": 12.5}\n{"pid": 50')
+    (folder / "worker_sms_1.50.jsonl").write_text('{"pid": 50, "updated_at": 10.0}\n{"pid": 50}\n{"pid": 50, "updated_at": 12.5}\n{"pid": 50')
     # the restarted process (pid 1200, its horse 1201) comes second although its name sorts first
     assert process_lifetimes(tmp_path) == {"worker_sms_1": [(10.0, 12.5), (20.0, 25.0)]}
     assert process_lifetimes(tmp_path / "nowhere") == {}
