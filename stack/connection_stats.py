@@ -81,6 +81,9 @@ class ConnectionStats:
 
     def _reset(self, pid: int) -> None:
         self._pid = pid
+        # tells two processes apart that share a pid, hence a file: a restarted container's
+        # process is pid 1..8 again (chaos/observe/processes.py splits its lifetimes by it)
+        self._started_at = time.time()
         self._lock = threading.Lock()
         self._dump_lock = threading.Lock()  # snapshot and append together: lines stay in count order
         self.connects = 0
@@ -125,7 +128,7 @@ class ConnectionStats:
             return {"component": self.component, "pid": self._pid, "connects": self.connects,
                     "errors": dict(self.errors), "connect_errors": dict(self.connect_errors), "events": dict(self.events),
                     "timeouts": dict(self.timeouts), "timeout_total": sum(self.timeouts.values()),
-                    "error_total": sum(self.errors.values()), "updated_at": time.time()}
+                    "error_total": sum(self.errors.values()), "started_at": self._started_at, "updated_at": time.time()}
 
     def _maybe_dump(self) -> None:
         if self.path is None:

@@ -79,6 +79,26 @@ def test_each_process_file_is_one_lifetime_in_start_order(tmp_path: Path) -> Non
     assert process_lifetimes(tmp_path / "nowhere") == {}
 
 
+def test_a_restarted_process_with_the_same_pid_is_a_second_lifetime(tmp_path: Path) -> None:
+    folder = tmp_path / STATS_DIR
+    folder.mkdir()
+    lines = [{"pid": 8, "started_at": 1.0, "updated_at": 1.0}, {"pid": 31, "started_at": 4.0, "updated_at": 4.5},
+             {"pid": 8, "started_at": 1.0, "updated_at": 5.0},  # a container's worker and its horse
+             {"pid": 8, "started_at": 9.0, "updated_at": 9.0}, {"pid": 8, "started_at": 9.0, "updated_at": 12.0}]
+    (folder / "worker_ai_1.8.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    # the horse's own started_at (4.0) is no restart; the owner's second start (9.0) is
+    assert process_lifetimes(tmp_path) == {"worker_ai_1": [(1.0, 5.0), (9.0, 12.0)]}
+
+
+def test_every_line_says_when_its_process_started(tmp_path: Path) -> None:
+    path = tmp_path / STATS_DIR / "relay.5.jsonl"
+    stats = ConnectionStats("relay", path, min_interval=0.0)
+    stats.record_connect()
+    stats.record_connect()
+    first, second = (json.loads(line) for line in path.read_text().splitlines()[-2:])
+    assert first["started_at"] == second["started_at"] <= first["updated_at"] <= second["updated_at"]
+
+
 def test_the_offline_reader_names_the_folder_as_the_stack_writes_it() -> None:
     assert (processes.STATS_DIR, processes.STATS_SUFFIX) == (STATS_DIR, connection_stats.STATS_SUFFIX)
 
