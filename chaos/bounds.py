@@ -40,6 +40,16 @@ Terms, all real seconds (wall clock, as the ledgers record them):
   drained at S per job by (pessimistically) one worker. The deadline takes the cluster
   that costs a job most (span, kills and backlog together), the merit bound the
   largest backlog of clusters closer than a queue drain apart.
+- **queue ahead** Q: the most jobs still ahead of an arriving job when the lane is replayed
+  as one FIFO server at its measured pace S, from the jobs' creation times, serving nothing
+  during any of the lane's windows above, and paying a provider fault's declared slowdown
+  (``latency_seconds`` + ``delay_after_effect_seconds`` of a ``provider`` fault on the lane's
+  provider) for each job it starts inside that fault: a lane whose jobs arrive faster than it
+  drains queues up with no kill at all (``valkey_failover``'s slowed AI calls, 2 a second
+  against about 1.4; a CI run saw narratives wait 11.5 s behind 16 others). The backlog
+  term of both bounds is max(backlog, Q). The replay uses only the creation times, the
+  median pace and the fault schedule, so a stall the schedule does not explain (a frozen
+  worker, a frozen relay) still exceeds the bound.
 - **burst** B: the most jobs of the lane created within any S-long window: how many
   can arrive ahead of one another while a job is served.
 - **detection**: ``liveness_ttl + 2 * relay_interval``: a job the kill interrupted is
@@ -48,9 +58,9 @@ Terms, all real seconds (wall clock, as the ledgers record them):
 
 Bounds (each reported with its terms):
 
-- ``slo.merit.oldest_age`` = all-down + (1 + B + backlog) * S  (merit lane)
+- ``slo.merit.oldest_age`` = all-down + (1 + B + max(backlog, Q)) * S  (merit lane)
 - ``outcome_deadline_seconds`` = max over lanes of
-  relay_interval + cluster span + kills * detection + (1 + B + backlog) * S
+  relay_interval + cluster span + kills * detection + (1 + B + max(backlog, Q)) * S
 
 A scenario asks for them in scenario.json: ``"derive_bounds": ["outcome_deadline_seconds",
 "slo.merit.oldest_age"]``; a derived value replaces the option of that name.
@@ -70,6 +80,7 @@ from stack.components import LANES, worker_from_name
 __all__ = [
     "DERIVABLE",
     "KillWindow",
+    "SlowWindow",
     "apply_bounds",
     "bounds_markdown",
     "burst",
@@ -77,8 +88,10 @@ __all__ = [
     "failover_windows",
     "kill_windows",
     "link_windows",
+    "queue_ahead",
     "restart_windows",
     "service_time",
+    "slow_windows",
     "underivable_notes",
 ]
 
@@ -91,6 +104,21 @@ FAILOVER_KINDS = ("failover", "partition")
 
 LINK_STALLS_JOBS = ("valkey_workers", "valkey_relay", "valkey_node_")
 """Valkey links (or prefixes) whose toxic stalls every lane; see the module doc."""
+
+PROVIDER_LANES = {"ai_provider": "ai", "sms_gateway": "sms"}
+"""The fake provider each lane's jobs call: a ``provider`` fault on it slows that lane."""
+SLOWING_KNOBS = ("latency_seconds", "delay_after_effect_seconds")
+"""A provider fault's knobs that add to every call it answers (stack/providers/faults.py)."""
+
+
+@dataclass(frozen=True)
+class SlowWindow:
+    """A provider fault that adds ``extra`` seconds to each job of ``lane`` started inside it."""
+
+    lane: str
+    start: float  # wall clock
+    end: float
+    extra: float
 
 
 @dataclass(frozen=True)
@@ -168,6 +196,66 @@ def link_windows(history: Iterable[Op], origin: float) -> list[KillWindow]:
                   key=lambda w: w.start)
 
 
+def slow_windows(history: Iterable[Op], origin: float) -> list[SlowWindow]:
+    """``provider`` faults that slow their lane's calls (``SLOWING_KNOBS`` in the fault's params),
+    fault-start to fault-end (run time + ``origin``); one never ended lasts to the last op."""
+    starts: dict[Any, tuple[str, float, float]] = {}
+    windows: list[SlowWindow] = []
+    last = 0.0
+    for op in history:
+        last = max(last, op.time)
+        value = op.value if isinstance(op.value, dict) else {}
+        lane = PROVIDER_LANES.get(str(value.get("target", "")))
+        if op.process != NEMESIS or value.get("kind") != "provider" or lane is None:
+            continue
+        if op.f == "fault-start":
+            extra = sum(float(value.get(k) or 0.0) for k in SLOWING_KNOBS)
+            if extra > 0:
+                starts[value.get("fault_id")] = (lane, origin + op.time, extra)
+        elif op.f == "fault-end" and value.get("fault_id") in starts:
+            lane, start, extra = starts.pop(value.get("fault_id"))
+            windows.append(SlowWindow(lane, start, origin + op.time, extra))
+    windows += [SlowWindow(lane, start, origin + last, extra) for lane, start, extra in starts.values()]
+    return sorted(windows, key=lambda w: w.start)
+
+
+def queue_ahead(created: Sequence[float], per_job: float, down: Sequence[tuple[float, float]],
+                slow: Sequence[SlowWindow] = ()) -> int:
+    """Most jobs still ahead of an arriving one when the lane is replayed as one FIFO server:
+    each job costs ``per_job`` (plus the ``extra`` of a slow window it starts in), none is
+    served inside a ``down`` span, and a job a span interrupts starts again after it."""
+    spans = _merged(down)
+    finishes: list[float] = []
+    free, most, served = float("-inf"), 0, 0
+    for at in sorted(created):
+        while served < len(finishes) and finishes[served] <= at:
+            served += 1
+        most = max(most, len(finishes) - served)
+        start = _outside(max(at, free), spans)
+        finish = start + per_job + sum(w.extra for w in slow if w.start <= start < w.end)
+        while (hit := next((s for s in spans if start < s[0] < finish), None)) is not None:
+            start = hit[1]
+            finish = start + per_job + sum(w.extra for w in slow if w.start <= start < w.end)
+        free = finish
+        finishes.append(finish)
+    return most
+
+
+def _merged(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _outside(at: float, spans: Sequence[tuple[float, float]]) -> float:
+    """``at``, or the end of the (merged) span it falls in."""
+    return next((end for start, end in spans if start <= at < end), at)
+
+
 def restart_windows(lifetimes: Mapping[str, Sequence[tuple[float, float]]],
                     nemesis_windows: Sequence[KillWindow]) -> list[KillWindow]:
     """Each worker's crash restarts (a next process's first counter line after its previous
@@ -210,7 +298,8 @@ def derive_bounds(scenario: Mapping[str, Any], history: Sequence[Op], outbox: Se
     windows = sorted(windows + restart_windows(lifetimes or {}, windows) + _link_windows(scenario, history),
                      key=lambda w: w.start)
     workers = {lane: int((scenario.get("stack") or {}).get(f"{lane}_workers", 1)) for lane in LANES}
-    lanes = {lane: _lane_terms(lane, workers[lane], windows, outbox or [], detection) for lane in LANES}
+    slow = _slow_windows(scenario, history)
+    lanes = {lane: _lane_terms(lane, workers[lane], windows, outbox or [], detection, slow) for lane in LANES}
     shared = {"liveness_ttl": ttl, "relay_interval": relay, "detection": detection,
               "kills": [[w.target, w.start, w.end] for w in windows if not w.lane_wide],
               "link_windows": sorted({(w.target, w.start, w.end) for w in windows if w.lane_wide}, key=lambda w: w[1])}
@@ -227,8 +316,13 @@ def _link_windows(scenario: Mapping[str, Any], history: Sequence[Op]) -> list[Ki
     return link_windows(history, float(origin)) if isinstance(origin, (int, float)) else []
 
 
+def _slow_windows(scenario: Mapping[str, Any], history: Sequence[Op]) -> list[SlowWindow]:
+    origin = scenario.get("history_origin")
+    return slow_windows(history, float(origin)) if isinstance(origin, (int, float)) else []
+
+
 def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: Sequence[OutboxRow],
-                detection: float) -> dict[str, Any]:
+                detection: float, slow: Sequence[SlowWindow] = ()) -> dict[str, Any]:
     mine = [w for w in windows if w.lane == lane]
     if any(w.end is None for w in mine):
         never = next(w for w in mine if w.end is None)
@@ -250,9 +344,11 @@ def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: 
     # kills or more jobs behind it can hold a job longer.
     worst = max(_clusters(spans, detection, created), default={"span": 0.0, "kills": 0, "backlog": 0},
                 key=lambda c: c["span"] + c["kills"] * detection + c["backlog"] * per_job)
+    ahead = queue_ahead(created, per_job, spans, [w for w in slow if w.lane == lane])
     return {"lane": lane, "workers": workers, "all_down": round(_all_down(down, workers), 3),
             "per_job": round(per_job, 4), "per_job_from": measured_from, "burst": arrivals,
-            "queue_backlog": queue_backlog, "backlog": worst["backlog"],
+            "queue_backlog": max(queue_backlog, ahead), "backlog": max(worst["backlog"], ahead),
+            "cluster_backlog": worst["backlog"], "queue_ahead": ahead,
             "cluster_span": worst["span"], "cluster_kills": worst["kills"]}
 
 
@@ -312,7 +408,7 @@ def burst(created: Sequence[float], window: float) -> int:
 
 
 def _merit_oldest(merit: Mapping[str, Any]) -> dict[str, Any]:
-    formula = "all_down + (workers + burst + queue_backlog) * per_job"
+    formula = "all_down + (workers + burst + queue_backlog) * per_job; queue_backlog = max(clusters', queue_ahead)"
     if "per_job" not in merit:
         return {"value": None, "formula": formula, "terms": dict(merit), "note": merit.get("error", "no merit jobs")}
     value = merit["all_down"] + (merit["workers"] + merit["burst"] + merit["queue_backlog"]) * merit["per_job"]
@@ -321,7 +417,7 @@ def _merit_oldest(merit: Mapping[str, Any]) -> dict[str, Any]:
 
 def _deadline(lanes: Mapping[str, Mapping[str, Any]], relay: float, shared: Mapping[str, Any]) -> dict[str, Any]:
     formula = ("max over lanes: relay_interval + cluster_span + cluster_kills * detection"
-               " + (workers + burst + backlog) * per_job")
+               " + (workers + burst + backlog) * per_job; backlog = max(cluster_backlog, queue_ahead)")
     errors = [t["error"] for t in lanes.values() if "error" in t]
     per_lane = {}
     for lane, terms in lanes.items():

@@ -175,7 +175,8 @@ def test_a_run_without_kills_bounds_by_service_and_burst_alone():
     lanes = derived["outcome_deadline_seconds"]["terms"]["lanes"]
     assert lanes["merit"] == {"lane": "merit", "workers": 2, "all_down": 0.0, "per_job": pytest.approx(0.2),
                               "per_job_from": "median queue-to-done of 10 jobs", "burst": 1, "queue_backlog": 0,
-                              "backlog": 0, "cluster_span": 0.0, "cluster_kills": 0}
+                              "backlog": 0, "cluster_backlog": 0, "queue_ahead": 0, "cluster_span": 0.0,
+                              "cluster_kills": 0}
     assert lanes["ai"] == {"lane": "ai", "jobs": 0}
     # relay 0.5 + no cluster + (2 workers + 1 burst) * 0.2
     assert derived["outcome_deadline_seconds"]["value"] == pytest.approx(0.5 + 0.6)
@@ -420,3 +421,77 @@ def test_a_toxic_end_without_its_start_opens_no_window():
     toxic(ops, 0, "valkey_workers", 1.0, 2.0)
     ops.add("nemesis", "fault-end", {"fault_id": 7, "kind": "toxic", "target": "valkey_relay"}, 3.0)
     assert {(w.target, w.end) for w in bounds_module.link_windows(ops.ops, T0)} == {("valkey_workers", T0 + 2.0)}
+
+
+# ------------------------------------------------------------ a lane that queues with no kill
+def ai_rows(count: int, spacing: float, pace: float) -> list[OutboxRow]:
+    """AI jobs created every ``spacing`` s and served one after another, ``pace`` s each (a lane
+    slower than its arrivals queues up: each waits for the ones before it)."""
+    rows, free = [], T0
+    for i in range(count):
+        created = T0 + i * spacing
+        done = max(free, created + 0.05) + pace
+        rows.append(OutboxRow(operation_id=f"narrative-a{i}", attempt_id=f"a{i}", kind="narrative", status="done",
+                              attempts=1, created_at=created, enqueued_at=created + 0.05, done_at=done))
+        free = done
+    return rows
+
+
+def provider_fault(ops: Ops, fault_id: int, start: float, end: float, **knobs: float) -> None:
+    value = {"fault_id": fault_id, "kind": "provider", "target": "ai_provider", **knobs}
+    ops.add("nemesis", "fault-start", value, start)
+    ops.add("nemesis", "fault-end", value, end)
+
+
+def test_a_lane_slower_than_its_arrivals_counts_the_queue_ahead_of_its_last_job():
+    # 20 jobs every 0.5 s, 0.7 s each: job i starts at 0.7 i, so the last arrives (9.5 s) with
+    # the jobs still ahead that started after 9.5 - 0.7 (13 and on) or not yet: 6 of them
+    rows = ai_rows(20, 0.5, 0.7)
+    lanes = derive_bounds(SCENARIO, [], rows)["outcome_deadline_seconds"]["terms"]["lanes"]
+    assert lanes["ai"]["per_job"] == pytest.approx(0.7)
+    assert lanes["ai"]["cluster_backlog"] == 0 and lanes["ai"]["queue_ahead"] == 6
+    assert lanes["ai"]["backlog"] == 6
+    # the real last job waited behind those 6: it is inside the bound
+    deadline = derive_bounds(SCENARIO, [], rows)["outcome_deadline_seconds"]["value"]
+    assert max(r.done_at - r.created_at for r in rows) < deadline
+    assert deadline == pytest.approx(0.5 + (1 + lanes["ai"]["burst"] + 6) * 0.7)
+
+
+def test_queue_ahead_serves_nothing_while_the_lane_is_down_and_restarts_an_interrupted_job():
+    created = [0.0, 0.1, 0.2]
+    assert bounds_module.queue_ahead(created, 1.0, []) == 2
+    # down from 0.5 to 3.0: job 0 (0 to 1) is interrupted and starts again at 3.0
+    assert bounds_module.queue_ahead(created + [3.5], 1.0, [(0.5, 3.0)]) == 3
+    assert bounds_module.queue_ahead(created + [3.5], 1.0, []) == 2  # the most was at 0.2, the last sees none
+    # a job arriving inside a down span waits for its end
+    assert bounds_module.queue_ahead([1.0, 2.5], 1.0, [(0.5, 3.0)]) == 1
+
+
+def test_a_provider_faults_declared_slowdown_costs_each_job_it_starts_inside():
+    ops = Ops()
+    provider_fault(ops, 0, 1.0, 5.0, delay_after_effect_seconds=1.0)
+    provider_fault(ops, 1, 6.0, 7.0)  # a fault that slows nothing (a status, say) is no window
+    windows = bounds_module.slow_windows(ops.ops, T0)
+    assert windows == [bounds_module.SlowWindow("ai", T0 + 1.0, T0 + 5.0, 1.0)]
+    created = [T0 + i * 0.5 for i in range(12)]
+    fast = bounds_module.queue_ahead(created, 0.4, [])
+    slow = bounds_module.queue_ahead(created, 0.4, [], windows)
+    assert fast == 0 and slow > 3
+
+
+def test_a_provider_fault_never_ended_lasts_to_the_last_op_and_an_sms_fault_slows_the_sms_lane():
+    ops = Ops()
+    ops.add("nemesis", "fault-start", {"fault_id": 0, "kind": "provider", "target": "sms_gateway",
+                                       "latency_seconds": 0.5}, 2.0)
+    ops.add("client", "answer", {}, 9.0)
+    assert bounds_module.slow_windows(ops.ops, T0) == [bounds_module.SlowWindow("sms", T0 + 2.0, T0 + 9.0, 0.5)]
+
+
+def test_a_stall_beyond_the_queue_the_arrivals_explain_is_still_caught():
+    rows = ai_rows(20, 0.5, 0.7)
+    late = OutboxRow(operation_id="narrative-late", attempt_id="late", kind="narrative", status="done", attempts=1,
+                     created_at=T0 + 10.0, enqueued_at=T0 + 10.05, done_at=T0 + 10.0 + 20.0)  # after the valid ones
+    derived = derive_bounds(SCENARIO, [], rows + [late])
+    result = check_jobs([], _ledgers(rows + [late]), CheckOptions.from_dict(apply_bounds({}, derived)))
+    assert result.valid is False
+    assert [e["operation_id"] for e in result.examples["deadline_exceeded"]] == ["narrative-late"]
