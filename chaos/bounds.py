@@ -62,6 +62,11 @@ Bounds (each reported with its terms):
 - ``outcome_deadline_seconds`` = max over lanes of
   relay_interval + cluster span + kills * detection + (1 + B + max(backlog, Q)) * S
 
+The deadline is one value for every lane, the largest lane's: a lane with no window of its
+own has a bound of a few median service times and no slack for its tail (a CPU hog triples
+a job now and then), so a deadline per lane would need a measured tail term that a stall
+cannot excuse; the per-lane values are reported, not applied.
+
 A scenario asks for them in scenario.json: ``"derive_bounds": ["outcome_deadline_seconds",
 "slo.merit.oldest_age"]``; a derived value replaces the option of that name.
 """

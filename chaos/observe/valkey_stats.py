@@ -54,9 +54,13 @@ def component_of(client_name: str) -> str:
     return client_name.split("/", 1)[0].split(".", 1)[0]
 
 
-def _last_line_per_pid(folder: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    """Each process's latest snapshot: a file holds its process's lines and its horses'."""
-    latest: dict[tuple[str, int], dict[str, Any]] = {}
+def _last_line_per_pid(folder: Path) -> dict[tuple[str, int, float], dict[str, Any]]:
+    """Each process's latest snapshot: a file holds its process's lines and its horses'.
+
+    A process is its pid and its ``started_at``: a restarted container's process has the same
+    pid and writes to the same file, and its counts start again from 0, so keyed by pid alone
+    its lines would overwrite its predecessor's counts."""
+    latest: dict[tuple[str, int, float], dict[str, Any]] = {}
     for path in sorted(folder.glob(f"*{STATS_SUFFIX}")):
         try:
             lines = path.read_bytes().splitlines()
@@ -68,18 +72,18 @@ def _last_line_per_pid(folder: Path) -> dict[tuple[str, int], dict[str, Any]]:
             except ValueError:
                 continue  # a line being appended right now: the next sample reads it
             component = str(data.get("component") or path.name.split(".", 1)[0])
-            latest[(component, int(data.get("pid", 0)))] = data
+            latest[(component, int(data.get("pid", 0)), float(data.get("started_at") or 0.0))] = data
     return latest
 
 
 def read_process_counters(run_dir: Path) -> dict[str, dict[str, Any]]:
     """Per component: connects, errors, connection timeouts by phase and events (``EVENT_KINDS``: OOM refusals, limiter
-    fallbacks, failed relay passes) summed over its processes (pids, horses included)."""
+    fallbacks, failed relay passes) summed over its processes (pids, horses and restarted processes included)."""
     folder = Path(run_dir) / STATS_DIR
     out: dict[str, dict[str, Any]] = {}
     if not folder.is_dir():
         return out
-    for (component, _pid), data in sorted(_last_line_per_pid(folder).items()):
+    for (component, _pid, _started), data in sorted(_last_line_per_pid(folder).items()):
         entry = out.setdefault(component,
                                {"connects": 0, "errors": {}, "error_total": 0, "events": {}, "pids": 0,
                                 "max_process_connects": 0, "timeouts": {}, "timeout_total": 0})

@@ -495,3 +495,31 @@ def test_a_stall_beyond_the_queue_the_arrivals_explain_is_still_caught():
     result = check_jobs([], _ledgers(rows + [late]), CheckOptions.from_dict(apply_bounds({}, derived)))
     assert result.valid is False
     assert [e["operation_id"] for e in result.examples["deadline_exceeded"]] == ["narrative-late"]
+
+
+def test_only_the_nemesis_provider_faults_slow_a_lane_whatever_ops_come_before_them():
+    ops = Ops()
+    slowing = {"kind": "provider", "target": "ai_provider", "latency_seconds": 3.0}
+    ops.add("client", "fault-start", {"fault_id": 7, **slowing}, 0.5)  # not the nemesis's
+    ops.add("nemesis", "fault-start", {"fault_id": 8, **slowing, "kind": "toxic"}, 0.6)  # not a provider fault
+    ops.add("nemesis", "fault-start", {"fault_id": 9, **slowing, "target": "web_1"}, 0.7)  # no provider of a lane
+    provider_fault(ops, 0, 1.0, 5.0, latency_seconds=0.5)
+    assert bounds_module.slow_windows(ops.ops, T0) == [bounds_module.SlowWindow("ai", T0 + 1.0, T0 + 5.0, 0.5)]
+
+
+def test_queue_ahead_counts_a_job_served_by_an_arrivals_time_as_gone():
+    # each job ends the moment the next arrives: never one ahead
+    assert bounds_module.queue_ahead([T0, T0 + 1.0, T0 + 2.0], 1.0, []) == 0
+    # three at once, then two more at 1.5 s when one of the three is done: the last has three ahead
+    assert bounds_module.queue_ahead([T0, T0, T0, T0 + 1.5, T0 + 1.5], 1.0, []) == 3
+
+
+def test_a_job_interrupted_inside_a_slow_window_pays_the_slowdown_again_after_the_span():
+    slow = [bounds_module.SlowWindow("ai", T0, T0 + 10.0, 1.0)]
+    # starts at 1.5, cut at 2, restarts at 3 and takes 1 + 1 s: still running when the next arrives at 4.5
+    assert bounds_module.queue_ahead([T0 + 1.5, T0 + 4.5], 1.0, [(T0 + 2.0, T0 + 3.0)], slow) == 1
+
+
+def test_down_spans_that_touch_are_one_span_a_job_cannot_run_through():
+    # cut at 1 by the first span, it must not restart at 2 inside the second: it restarts at 3, done at 4
+    assert bounds_module.queue_ahead([T0 + 0.5, T0 + 3.5], 1.0, [(T0 + 1.0, T0 + 2.0), (T0 + 2.0, T0 + 3.0)]) == 1

@@ -90,6 +90,18 @@ def test_a_restarted_process_with_the_same_pid_is_a_second_lifetime(tmp_path: Pa
     assert process_lifetimes(tmp_path) == {"worker_ai_1": [(1.0, 5.0), (9.0, 12.0)]}
 
 
+def test_a_restarted_process_with_the_same_pid_keeps_its_predecessors_counts(tmp_path: Path) -> None:
+    folder = tmp_path / STATS_DIR
+    folder.mkdir()
+    lines = [{"pid": 8, "started_at": 1.0, "connects": 3, "errors": {"reset": 2}},
+             {"pid": 8, "started_at": 9.0, "connects": 1, "errors": {}},  # the container restarted: counts from 0
+             {"pid": 8, "started_at": 9.0, "connects": 2, "errors": {"refused": 1}}]
+    (folder / "relay.8.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    counters = read_process_counters(tmp_path)["relay"]
+    assert (counters["pids"], counters["connects"], counters["max_process_connects"]) == (2, 3 + 2, 3)
+    assert (counters["errors"], counters["error_total"]) == ({"reset": 2, "refused": 1}, 3)
+
+
 def test_every_line_says_when_its_process_started(tmp_path: Path) -> None:
     path = tmp_path / STATS_DIR / "relay.5.jsonl"
     stats = ConnectionStats("relay", path, min_interval=0.0)
