@@ -523,3 +523,20 @@ def test_a_job_interrupted_inside_a_slow_window_pays_the_slowdown_again_after_th
 def test_down_spans_that_touch_are_one_span_a_job_cannot_run_through():
     # cut at 1 by the first span, it must not restart at 2 inside the second: it restarts at 3, done at 4
     assert bounds_module.queue_ahead([T0 + 0.5, T0 + 3.5], 1.0, [(T0 + 1.0, T0 + 2.0), (T0 + 2.0, T0 + 3.0)]) == 1
+
+
+def test_a_slow_window_slows_a_job_starting_on_its_first_instant_not_on_its_end():
+    slow = [bounds_module.SlowWindow("ai", T0 + 1.0, T0 + 2.0, 5.0)]
+    assert bounds_module.queue_ahead([T0 + 1.0, T0 + 3.0], 1.0, [], slow) == 1  # 1.0 to 7.0: still ahead at 3
+    assert bounds_module.queue_ahead([T0 + 2.0, T0 + 3.0], 1.0, [], slow) == 0  # 2.0 to 3.0: done at 3
+    # a job a span interrupted restarts at the span's end, slowed by a window starting there, not by one ending there
+    down = [(T0 + 1.5, T0 + 3.0)]
+    starting = [bounds_module.SlowWindow("ai", T0 + 3.0, T0 + 4.0, 5.0)]
+    ending = [bounds_module.SlowWindow("ai", T0 + 2.0, T0 + 3.0, 5.0)]
+    assert bounds_module.queue_ahead([T0 + 1.0, T0 + 5.0], 1.0, down, starting) == 1  # 3.0 to 9.0
+    assert bounds_module.queue_ahead([T0 + 1.0, T0 + 4.0], 1.0, down, ending) == 0  # 3.0 to 4.0
+
+
+def test_a_span_starting_as_a_job_ends_does_not_interrupt_it_and_one_starting_at_an_arrival_holds_it():
+    assert bounds_module.queue_ahead([T0, T0 + 1.0], 1.0, [(T0 + 1.0, T0 + 2.0)]) == 0
+    assert bounds_module.queue_ahead([T0 + 1.0, T0 + 2.5], 1.0, [(T0 + 1.0, T0 + 2.0)]) == 1  # 2.0 to 3.0
