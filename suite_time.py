@@ -4,7 +4,8 @@ the CPU did not fill (issue #22 part 4).
 
 Each process (one per pytest-xdist worker) writes ``results/suite-time/<worker>.tsv`` when its
 session ends; the process that prints the summary merges them into
-``results/suite-time.tsv`` and prints the files that took the longest. CPU is counted when a
+``results/suite-time.tsv`` (``suite-time-compose.tsv`` for ``--chaos-target compose``) and prints
+the files that took the longest. CPU is counted when a
 child is reaped, so a session-scoped stack's CPU lands on the file that ran when it stopped.
 """
 
@@ -80,8 +81,15 @@ def _merge(folder: Path) -> dict[str, tuple[float, float]]:
     return totals
 
 
+def parts_folder(results: Path, target: str | None) -> Path:
+    """``results/suite-time`` for the embedded pass, ``results/suite-time-compose`` for the
+    compose one: `make test` runs the compose pass after the main one, in the same results
+    folder, and it must not overwrite the main pass's rows."""
+    return results / ("suite-time" if target in (None, "embedded") else f"suite-time-{target}")
+
+
 def register(config: pytest.Config) -> None:
-    folder = config.rootpath / "results" / "suite-time"
+    folder = parts_folder(config.rootpath / "results", config.getoption("--chaos-target", default=None))
     worker = os.environ.get("PYTEST_XDIST_WORKER") or None
     if worker is None:
         for stale in folder.glob("*.tsv"):  # a previous session's parts must not add up with this one's

@@ -17,3 +17,9 @@ def test_cpu_seconds_grow_with_work() -> None:
     before = suite_time._cpu_seconds()
     sum(i * i for i in range(2_000_000))
     assert suite_time._cpu_seconds() > before
+
+
+def test_the_compose_pass_keeps_its_rows_apart_from_the_main_pass(tmp_path: Path) -> None:
+    assert suite_time.parts_folder(tmp_path, None) == tmp_path / "suite-time"
+    assert suite_time.parts_folder(tmp_path, "embedded") == tmp_path / "suite-time"
+    assert suite_time.parts_folder(tmp_path, "compose") == tmp_path / "suite-time-compose"
