@@ -13,7 +13,8 @@ def test_every_line_is_shipped_or_counted_dropped_and_no_canary_reaches_the_stor
     assert run.valid is True, run.summary()
     counts = run.checker("logship")["counts"]
     assert counts["dropped"] >= 1, counts  # the outage reached the buffer's bound: drops happened, and were counted
-    assert counts["produced"] <= counts["shipped"] + counts["dropped"], counts
+    # lines the shipper's counters still hold at the final read are delayed, not lost (rsyslog #2646)
+    assert counts["produced"] <= counts["shipped"] + counts["dropped"] + counts["buffered"], counts
     assert counts["redacted"] >= 2, counts  # the canary lines arrived, redacted: the canary check was exercised
     assert counts["canary_leaked"] == 0
     assert run.recheck() == 0
