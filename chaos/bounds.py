@@ -237,13 +237,18 @@ def queue_ahead(created: Sequence[float], per_job: float, down: Sequence[tuple[f
             served += 1
         most = max(most, len(finishes) - served)
         start = _outside(max(at, free), spans)
-        finish = start + per_job + sum(w.extra for w in slow if w.start <= start < w.end)
+        finish = _served_by(start, per_job, slow)
         while (hit := next((s for s in spans if start < s[0] < finish), None)) is not None:
             start = hit[1]
-            finish = start + per_job + sum(w.extra for w in slow if w.start <= start < w.end)
+            finish = _served_by(start, per_job, slow)
         free = finish
         finishes.append(finish)
     return most
+
+
+def _served_by(start: float, per_job: float, slow: Sequence[SlowWindow]) -> float:
+    """When a job started at ``start`` is done: its pace plus the slowdown of a window it starts in."""
+    return start + per_job + sum(w.extra for w in slow if w.start <= start < w.end)
 
 
 def _merged(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -300,10 +305,11 @@ def derive_bounds(scenario: Mapping[str, Any], history: Sequence[Op], outbox: Se
     ttl, relay = float(settings.get("liveness_ttl", 3.0)), float(settings.get("relay_interval", 0.5))
     detection = ttl + 2 * relay
     windows = kill_windows(history)
-    windows = sorted(windows + restart_windows(lifetimes or {}, windows) + _link_windows(scenario, history),
-                     key=lambda w: w.start)
+    origin = _history_origin(scenario)
+    links = link_windows(history, origin) if origin is not None else []
+    windows = sorted(windows + restart_windows(lifetimes or {}, windows) + links, key=lambda w: w.start)
     workers = {lane: int((scenario.get("stack") or {}).get(f"{lane}_workers", 1)) for lane in LANES}
-    slow = _slow_windows(scenario, history)
+    slow = slow_windows(history, origin) if origin is not None else []
     lanes = {lane: _lane_terms(lane, workers[lane], windows, outbox or [], detection, slow) for lane in LANES}
     shared = {"liveness_ttl": ttl, "relay_interval": relay, "detection": detection,
               "kills": [[w.target, w.start, w.end] for w in windows if not w.lane_wide],
@@ -316,14 +322,10 @@ def derive_bounds(scenario: Mapping[str, Any], history: Sequence[Op], outbox: Se
     return derived
 
 
-def _link_windows(scenario: Mapping[str, Any], history: Sequence[Op]) -> list[KillWindow]:
+def _history_origin(scenario: Mapping[str, Any]) -> float | None:
+    """The wall clock of the history's time 0: without it no fault window can be placed (none is counted)."""
     origin = scenario.get("history_origin")
-    return link_windows(history, float(origin)) if isinstance(origin, (int, float)) else []
-
-
-def _slow_windows(scenario: Mapping[str, Any], history: Sequence[Op]) -> list[SlowWindow]:
-    origin = scenario.get("history_origin")
-    return slow_windows(history, float(origin)) if isinstance(origin, (int, float)) else []
+    return float(origin) if isinstance(origin, (int, float)) else None
 
 
 def _lane_terms(lane: str, workers: int, windows: Sequence[KillWindow], outbox: Sequence[OutboxRow],
