@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from chaos.nemesis.base import FaultSpec, NemesisError
@@ -47,10 +48,7 @@ class ProcessNemesis:
         if fault.kind == "kill":
             return self._kill(fault)
         if fault.kind == "pause":
-            pids = self.stack.pids(fault.target)
-            self.stack.pause(fault.target)
-            self._paused.add(fault.target)
-            return {"pids": pids}
+            return self._pause(fault)
         self.stack.restart(fault.target)
         return {}
 
@@ -71,11 +69,41 @@ class ProcessNemesis:
         self._killed.add(fault.target)
         return detail
 
+    def _pause(self, fault: FaultSpec) -> dict[str, Any]:
+        """``params``: ``wait_idle`` (seconds, default 0) freezes an RQ worker only between jobs.
+        A horse frozen mid-job can hold the ledger's write lock for the whole pause, which
+        stalls every writer (answers included) instead of the lane alone. The worker may fork
+        between the look and the SIGSTOP, so the tree is read again once frozen; a horse found
+        then is thawed and the pause tried again, until ``wait_idle`` runs out."""
+        timeout = float(fault.params.get("wait_idle", 0))
+        deadline = time.monotonic() + timeout
+        attempts = 0
+        while True:
+            attempts += 1
+            idle = self._wait_idle(fault.target, max(0.0, deadline - time.monotonic())) if timeout else None
+            self.stack.pause(fault.target)
+            pids = self.stack.pids(fault.target)
+            if not idle or len(pids) == 1 or time.monotonic() >= deadline:
+                break
+            self.stack.resume(fault.target)
+        self._paused.add(fault.target)
+        detail: dict[str, Any] = {"pids": pids}
+        if timeout:
+            detail.update(idle=len(pids) == 1, pause_attempts=attempts)
+        return detail
+
+    def _wait_idle(self, name: str, timeout: float) -> bool:
+        """An idle RQ worker is alone in its tree (no horse)."""
+        return self._wait_tree(name, timeout, lambda pids: len(pids) == 1)
+
     def _wait_busy(self, name: str, timeout: float) -> bool:
         """An RQ worker with a job running has a horse: more than one pid in its tree."""
+        return self._wait_tree(name, timeout, lambda pids: len(pids) > 1)
+
+    def _wait_tree(self, name: str, timeout: float, wanted: Callable[[list[int]], bool]) -> bool:
         deadline = time.monotonic() + timeout
         while True:
-            if len(self.stack.pids(name)) > 1:
+            if wanted(self.stack.pids(name)):
                 return True
             if time.monotonic() >= deadline:
                 return False

@@ -112,8 +112,12 @@ _WORKER_KILL = Scenario(
 
 def _stalls(seed: int, scenario: Scenario) -> list[FaultSpec]:
     """Both merit workers frozen (alive, ready, serving nobody), later the relay frozen:
-    stalls no kill explains, so the derived bounds must not excuse them."""
-    merit = [FaultSpec(at=2.0, kind="pause", target=f"worker_merit_{i}", duration=4.0) for i in (1, 2)]
+    stalls no kill explains, so the derived bounds must not excuse them. Each merit worker is
+    frozen between jobs: a horse frozen mid-job holds the ledger's write lock, which stalls the
+    answers too and leaves the merit queue empty (no attempt finishes), so the lane's own stall
+    would go unseen."""
+    merit = [FaultSpec(at=2.0, kind="pause", target=f"worker_merit_{i}", duration=4.0,
+                       params={"wait_idle": 1.0}) for i in (1, 2)]
     return merit + [FaultSpec(at=7.5, kind="pause", target="relay", duration=4.0)]
 
 

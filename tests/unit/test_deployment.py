@@ -162,6 +162,39 @@ def test_process_nemesis_kills_and_revives_through_the_interface() -> None:
         nemesis.start(FaultSpec(at=0, kind="kill", target="worker_merit_2", duration=1))
 
 
+class ForkingWorker(FakeDeployment):
+    """A merit worker whose tree reads, in turn: busy, idle, and a horse forked just before the freeze."""
+
+    def __init__(self, trees: list[list[int]]) -> None:
+        super().__init__({"merit": 1})
+        self.trees = trees
+        self.calls.clear()
+
+    def pids(self, component: str) -> list[int]:
+        return self.trees.pop(0) if len(self.trees) > 1 else self.trees[0]
+
+
+def test_a_pause_waiting_for_idle_thaws_a_horse_forked_under_it_and_freezes_again() -> None:
+    busy, idle = [1000, 1001], [1000]
+    fake = ForkingWorker([busy, idle, busy, idle, idle])
+    pause = FaultSpec(at=0, kind="pause", target="worker_merit_1", duration=1, params={"wait_idle": 5.0})
+    detail = ProcessNemesis(fake).start(pause)
+    assert detail == {"pids": idle, "idle": True, "pause_attempts": 2}
+    assert fake.calls == [("pause", "worker_merit_1"), ("resume", "worker_merit_1"), ("pause", "worker_merit_1")]
+
+
+def test_a_pause_without_wait_idle_freezes_a_busy_worker_at_once() -> None:
+    fake = ForkingWorker([[1000, 1001]])
+    detail = ProcessNemesis(fake).start(FaultSpec(at=0, kind="pause", target="worker_merit_1", duration=1))
+    assert detail == {"pids": [1000, 1001]} and fake.calls == [("pause", "worker_merit_1")]
+
+
+def test_a_pause_that_never_sees_idle_freezes_the_busy_worker_and_says_so() -> None:
+    fake = ForkingWorker([[1000, 1001]])
+    pause = FaultSpec(at=0, kind="pause", target="worker_merit_1", duration=1, params={"wait_idle": 0.05})
+    assert ProcessNemesis(fake).start(pause) == {"pids": [1000, 1001], "idle": False, "pause_attempts": 1}
+
+
 def test_the_harness_side_imports_no_stack_dependency() -> None:
     heavy = ("fastapi", "rq", "sqlalchemy", "redis", "stack.embedded.stack")
     probe = ("import sys, chaos.deployment, chaos.deployment.embedded\n"
