@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,9 +79,12 @@ __all__ = [
     "client_name",
     "connection_policy",
     "credentials",
+    "majority",
     "primary_address",
+    "primary_line",
     "sentinel_addresses",
     "sentinel_clients",
+    "sentinel_votes",
     "tls_context",
     "valkey_client",
     "warm_tls",
@@ -408,18 +412,38 @@ def sentinel_clients(settings: Settings, timeout: float = 1.0) -> list[Redis]:
             for host, port in sentinel_addresses(settings.valkey_sentinels)]
 
 
-def primary_address(settings: Settings) -> tuple[str, int] | None:
-    """The primary's ``(host, port)`` as most answering Sentinels name it (None: none answers)."""
-    addresses = []
+def sentinel_votes(settings: Settings) -> list[tuple[str, int] | None]:
+    """Each Sentinel's primary ``(host, port)``, in the settings' order; None where one does not answer."""
+    votes: list[tuple[str, int] | None] = []
     for client in sentinel_clients(settings, timeout=0.5):
         try:
             host, port = client.sentinel_get_master_addr_by_name(settings.valkey_service)
-            addresses.append((host.decode() if isinstance(host, bytes) else str(host), int(port)))
+            votes.append((host.decode() if isinstance(host, bytes) else str(host), int(port)))
         except (RedisConnectionError, RedisTimeoutError, OSError, TypeError, ValueError):
-            continue
+            votes.append(None)
         finally:
             client.close()
-    return max(set(addresses), key=addresses.count) if addresses else None
+    return votes
+
+
+def majority(votes: Sequence[tuple[str, int] | None]) -> tuple[str, int] | None:
+    """The address most answering Sentinels name (None: none answers)."""
+    named = [vote for vote in votes if vote is not None]
+    return max(set(named), key=named.count) if named else None
+
+
+def primary_address(settings: Settings) -> tuple[str, int] | None:
+    """The primary's ``(host, port)`` as most answering Sentinels name it (None: none answers)."""
+    return majority(sentinel_votes(settings))
+
+
+def primary_line(votes: Sequence[tuple[str, int] | None], names: Mapping[tuple[str, int], str]) -> str:
+    """`proctor status`'s line: the node most Sentinels name primary, and how many agree."""
+    address = majority(votes)
+    if address is None:
+        return "primary  unknown: no Sentinel answers"
+    return (f"primary  {names.get(address, '?')} ({address[0]}:{address[1]}; "
+            f"{votes.count(address)} of {len(votes)} Sentinels agree)")
 
 
 def _primary_via_sentinels(settings: Settings, kwargs: dict[str, object],

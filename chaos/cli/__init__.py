@@ -13,7 +13,7 @@ __all__ = ["main"]
 
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "up": ("stack.embedded.cli", "up", "start the embedded stack (returns when ready; --foreground stays)"),
-    "status": ("stack.embedded.cli", "status", "list every running stack and each one's components and health"),
+    "status": ("chaos.cli.status", "main", "every running stack's components, health and Valkey primary (--target compose)"),
     "down": ("stack.embedded.cli", "down", "stop a running stack (or --all), leaving no process behind"),
     "scale": ("stack.admin_cli", "scale_main", "resize web nodes or a lane's workers via the admin API (drains)"),
     "lock": ("stack.admin_cli", "lock_main", "store or show an exam's window and minimum capacity (the exam lock)"),

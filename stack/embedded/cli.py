@@ -294,21 +294,16 @@ def _status_one(run_dir: Path) -> int:
 def _primary_line(manifest: dict[str, Any]) -> str | None:
     """Which node the Sentinels name primary (None for one Valkey), and how many of them agree."""
     from stack.embedded.sentinel import sentinel_status
-    from stack.valkey_client import sentinel_addresses
+    from stack.valkey_client import primary_line, sentinel_addresses
 
     settings = manifest.get("settings") or {}
     if not settings.get("PROCTOR_VALKEY_SENTINELS"):
         return None
-    names = {port: name for name, port in (manifest.get("ports") or {}).items()}
+    names = {("127.0.0.1", port): name for name, port in (manifest.get("ports") or {}).items()}
     answers = [sentinel_status(port, settings.get("PROCTOR_VALKEY_CA", ""),
                                settings.get("PROCTOR_VALKEY_SENTINEL_PASSWORD", ""))
                for _host, port in sentinel_addresses(settings["PROCTOR_VALKEY_SENTINELS"])]
-    ports = [int(a["port"]) for a in answers if a]
-    if not ports:
-        return "primary  unknown: no Sentinel answers"
-    port = max(set(ports), key=ports.count)
-    return (f"primary  {names.get(port, '?')} (127.0.0.1:{port}; "
-            f"{ports.count(port)} of {len(answers)} Sentinels agree)")
+    return primary_line([(str(a["ip"]), int(a["port"])) if a else None for a in answers], names)
 
 
 def down(argv: Sequence[str] | None = None) -> int:
