@@ -416,6 +416,23 @@ def test_a_restart_outside_the_nemesis_windows_of_that_same_worker_is_still_coun
     assert [(w.target, w.start, w.end) for w in windows] == [("worker_merit_1", T0 + 6.0, T0 + 7.0)]
 
 
+def test_a_successor_that_wrote_before_its_predecessors_last_line_is_no_restart_window():
+    # measured under a partition (valkey_partition seed 20261014): the exiting AI worker's horse
+    # wrote its last line 0.5 s after the restarted worker's first; the reversed window that gave
+    # hung queue_ahead's restart-after-a-span loop
+    lifetimes = {"worker_ai_1": [(T0, T0 + 8.61), (T0 + 8.1, T0 + 37.0)],
+                 "worker_merit_1": [(T0, T0 + 1.0), (T0 + 2.5, T0 + 9.0)]}
+    windows = bounds_module.restart_windows(lifetimes, [])
+    assert [(w.target, w.start, w.end) for w in windows] == [("worker_merit_1", T0 + 1.0, T0 + 2.5)]
+
+
+@pytest.mark.timeout(10)
+def test_queue_ahead_ignores_an_empty_or_reversed_span_and_always_ends():
+    created = [0.0, 0.1, 0.2, 3.5]
+    assert bounds_module.queue_ahead(created, 1.0, [(0.5, 3.0), (8.6, 8.1)]) == 3  # as with (0.5, 3.0) alone
+    assert bounds_module.queue_ahead([0.0, 0.1], 0.73, [(0.3, 0.3), (0.5, 0.4)]) == 1  # nothing down at all
+
+
 def test_a_toxic_end_without_its_start_opens_no_window():
     ops = Ops()
     toxic(ops, 0, "valkey_workers", 1.0, 2.0)
