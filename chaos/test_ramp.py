@@ -129,6 +129,10 @@ def test_short_ramp_keeps_every_invariant_and_stops_its_stack():
     answers = json.loads((run_dir / "report.json").read_text())["checkers"]["answers"]["counts"]
     assert answers["acknowledged"] > 0 and answers["lost"] == 0 and answers["duplicated"] == 0, answers
     assert len(report["steps"]) == 3 and all(step["completed"] > 0 for step in report["steps"]), report["steps"]
+    web = report["valkey"]["web_1"]  # each component's own counters, connection timeouts included (none here)
+    assert web["connects"] > 0 and web["timeout_total"] == 0, report["valkey"]
+    assert "| the seed's load test (seed figure, not measured here) | - | - | - | - | 2,854 | - |" in (
+        run_dir / "ramp.md").read_text()
     assert _stack_processes_alive(run_dir) == []
     assert subprocess.run([sys.executable, "-m", "chaos.cli", "check", str(run_dir), "--no-plots"], cwd=ROOT,
                           capture_output=True, check=False).returncode == EXIT_VALID

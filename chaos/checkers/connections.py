@@ -45,7 +45,7 @@ from chaos.history import CHURN_SAMPLE, MONITOR, VALKEY_SAMPLE, Op
 from chaos.ledgers import Ledgers
 
 __all__ = ["ConnectionsOptions", "NAME", "SEED_CONNECTION_TIMEOUTS", "check_connections", "counter_increase",
-           "render_details"]
+           "render_details", "timeout_rule"]
 
 NAME = "connections"
 HARNESS_CLIENTS = {"proctor-monitor", "proctor-churn"}
@@ -172,13 +172,21 @@ def _timeout_group(names: Sequence[str], counted: Mapping[str, dict[str, Any]]) 
 def _timeout_rules(options: "ConnectionsOptions", counted: Mapping[str, dict[str, Any]]
                    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any], list[str]]:
     """(violations by category, the groups' figures and the rule's derivation, reasons it is unknown)."""
-    ratio = options.min_fresh_timeout_ratio
-    if ratio is None:
+    if options.min_fresh_timeout_ratio is None:
         return {}, {}, []
-    fresh = _timeout_group(options.fresh_components, counted)
-    pooled = _timeout_group(options.pooled_components, counted)
-    missing = [n for n in (*options.fresh_components, *options.pooled_components) if n not in counted]
-    if not options.fresh_components or not options.pooled_components:
+    return timeout_rule(options.fresh_components, options.pooled_components, options.min_fresh_timeout_ratio, counted)
+
+
+def timeout_rule(fresh_components: Sequence[str], pooled_components: Sequence[str], ratio: float,
+                 counted: Mapping[str, dict[str, Any]]
+                 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any], list[str]]:
+    """The fresh-against-pooled rule on each component's counters (``connects``, ``timeouts`` by phase,
+    ``timeout_total``), as the checker's history samples or a run folder's stats files give them
+    (chaos/observe/valkey_stats.py): a load test outside the chaos runner judges by the same rule."""
+    fresh = _timeout_group(fresh_components, counted)
+    pooled = _timeout_group(pooled_components, counted)
+    missing = [n for n in (*fresh_components, *pooled_components) if n not in counted]
+    if not fresh_components or not pooled_components:
         return {}, {}, [f"min_fresh_timeout_ratio={ratio:g} needs both fresh_components and pooled_components"]
     if missing:
         return {}, {}, [f"min_fresh_timeout_ratio={ratio:g}: no connection counters from {missing}"]
@@ -186,7 +194,7 @@ def _timeout_rules(options: "ConnectionsOptions", counted: Mapping[str, dict[str
     derivation = (f"fresh {fresh['timeouts']} >= {ratio:g} x max(1, pooled {pooled['timeouts']}) = {needed:g}: "
                   f"{'held' if fresh['timeouts'] >= needed else 'failed'}")
     over = [{"component": name, "timeouts": counted[name]["timeout_total"], "connects": counted[name]["connects"]}
-            for name in options.pooled_components if counted[name]["timeout_total"] > counted[name]["connects"]]
+            for name in pooled_components if counted[name]["timeout_total"] > counted[name]["connects"]]
     under = [] if fresh["timeouts"] >= needed else [{"fresh_timeouts": fresh["timeouts"],
                                                      "pooled_timeouts": pooled["timeouts"], "needed": needed}]
     groups = {"fresh": fresh, "pooled": pooled, "ratio": ratio, "derivation": derivation,

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from chaos.checkers.connections import SEED_CONNECTION_TIMEOUTS
 from chaos.settle import settle_markdown
 
 __all__ = ["SEED_LINE", "plot_ramp", "write_ramp_report"]
@@ -57,9 +58,12 @@ def _markdown(report: dict[str, Any]) -> str:
               "", "HAProxy's own counters (stats socket, since the stack started): "
               f"`{json.dumps(report['haproxy'])}`", "",
               "## Valkey connections per component (the stack's own counters)", "",
-              "| component | processes | connects | errors | by kind |", "|---|---|---|---|---|"]
-    lines += [f"| {name} | {c['pids']} | {c['connects']} | {c['error_total']} | {json.dumps(c['errors'])} |"
+              "| component | processes | connects | errors | by kind | connection timeouts | by phase |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {name} | {c['pids']} | {c['connects']} | {c['error_total']} | {json.dumps(c['errors'])} | "
+              f"{c.get('timeout_total', 0)} | {json.dumps(c.get('timeouts') or {})} |"
               for name, c in sorted(report["valkey"].items())]
+    lines += [f"| the seed's load test (seed figure, not measured here) | - | - | - | - | {SEED_CONNECTION_TIMEOUTS:,} | - |"]
     lines += ["", f"Latency: `{json.dumps(report['latency'])}`", f"Plot: {report.get('plot') or '(none)'}",
               f"Invariants: report.md (re-check: `proctor check {report['run_dir']}`)"]
     if report["notes"]:

@@ -15,9 +15,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
-from stack.components import STOP_STAGES, HealthProbe
+from stack.components import LANES, STOP_STAGES, HealthProbe
 from stack.embedded import StackError
 from stack import paths
 from stack.embedded.manifest import MANIFEST_NAME, read_manifest
@@ -66,6 +66,10 @@ def _up_parser() -> argparse.ArgumentParser:
     p.add_argument("--link", action="append", default=[], metavar="NAME",
                    help="put a link behind the fault proxy (repeatable): valkey_web, valkey_workers, valkey_relay, "
                         "ai_provider, sms_gateway, web_N, web_*; with --valkey sentinel valkey_node_1, valkey_node_2")
+    p.add_argument("--set", action="append", default=[], type=_assignment, metavar="[COMPONENT:]VARIABLE=VALUE",
+                   dest="settings",
+                   help="a setting for every component, or for one (repeatable), e.g. PROCTOR_VALKEY_CONNECT_TIMEOUT=0.5 "
+                        "or web_1:PROCTOR_VALKEY_FRESH_CONNECTIONS=on (docs/architecture.md, \"Settings\", lists them)")
     p.add_argument("--valkey", choices=("single", "sentinel"), default="single",
                    help="one Valkey, or primary + replica + 3 Sentinels that every client asks for the primary "
                         "(default %(default)s; docs/valkey.md)")
@@ -77,17 +81,65 @@ def _up_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Assignment(NamedTuple):
+    text: str  # as given: the detached child gets it again
+    component: str  # "" for every component
+    field: str
+    value: Any
+
+
+def _assignment(text: str) -> Assignment:
+    """``[COMPONENT:]VARIABLE=VALUE``; the variable's own parser checks the value, so a bad one is
+    refused before anything starts."""
+    from stack.config import Controls, Settings
+    from stack.settings_schema import SettingsError, declared
+
+    target, equals, raw = text.partition("=")
+    component, _, variable = target.rpartition(":")
+    known = {item.env: item for cls in (Settings, Controls) for item in declared(cls)}
+    if not equals or variable not in known:
+        hint = f"unknown variable {variable!r}" if equals else "no '='"
+        raise argparse.ArgumentTypeError(f"{hint} in {text!r}: give [COMPONENT:]VARIABLE=VALUE, "
+                                         "VARIABLE a PROCTOR_* setting (docs/architecture.md, \"Settings\")")
+    item = known[variable]
+    try:
+        value = item.parse(variable, raw) if item.parse else raw
+    except SettingsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return Assignment(text, component, item.name, value)
+
+
+def _component_names(args: argparse.Namespace) -> list[str]:
+    """The components a per-component setting may name: every Python process of the stack."""
+    from stack.embedded.spec import PROVIDER_KINDS
+
+    workers = [f"worker_{lane}_{i}" for lane in LANES for i in range(1, getattr(args, f"{lane}_workers") + 1)]
+    return [*(f"web_{i}" for i in range(1, args.web + 1)), "relay", *workers, *PROVIDER_KINDS]
+
+
+def _settings_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """``--set``: the settings of every component, and each named component's own on top."""
+    everyone: dict[str, Any] = {}
+    own: dict[str, dict[str, Any]] = {}
+    names = _component_names(args)
+    for _text, component, name, value in args.settings:
+        if component and component not in names:
+            raise StackError(f"--set {component}:...: no component {component!r} in this stack; one of {names}")
+        (own.setdefault(component, {}) if component else everyone)[name] = value
+    return everyone, own
+
+
 def _spec_from_args(args: argparse.Namespace) -> Any:
     from stack.embedded.stack import StackSpec
 
-    overrides: dict[str, Any] = {}
+    overrides, component_settings = _settings_from_args(args)
     if args.time_scale is not None:
         overrides["time_scale"] = args.time_scale
     commands = json.loads(args.components.read_text()) if args.components else {}
     return StackSpec(name=args.name or DEFAULT_NAME, origin=args.origin, web=args.web, merit_workers=args.merit_workers, ai_workers=args.ai_workers,
                      sms_workers=args.sms_workers, settings_overrides=overrides, run_dir=args.run_dir,
                      commands=commands, ready_timeout=min(args.ready_timeout, 30.0), links=tuple(args.link),
-                     valkey=args.valkey)
+                     valkey=args.valkey, component_settings=component_settings)
 
 
 def _print_ready(manifest: dict[str, Any]) -> None:
@@ -139,6 +191,8 @@ def _child_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
         argv += ["--components", str(args.components.resolve())]
     for link in args.link:
         argv += ["--link", link]
+    for assignment in args.settings:
+        argv += ["--set", assignment.text]
     return argv
 
 

@@ -135,7 +135,7 @@ EXPORTS = {
     ],
     "chaos.checkers.options": ["CheckOptions"],
     "chaos.checkers.connections": ["ConnectionsOptions", "NAME", "SEED_CONNECTION_TIMEOUTS", "check_connections",
-                                   "counter_increase", "render_details"],
+                                   "counter_increase", "render_details", "timeout_rule"],
     "chaos.checkers.acknowledged": ["acknowledged_finishes", "attempt_students"],
     "chaos.checkers.faults": ["DeclaredFault", "FaultsOptions", "NAME", "check_faults", "declared_faults"],
     "chaos.checkers.payloads": ["NAME", "check_payloads", "score_of", "sms_body"],
