@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,7 +47,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "loadtests")]
 from chaos.checkers.connections import SEED_CONNECTION_TIMEOUTS, timeout_rule  # noqa: E402
 from chaos.observe.valkey_stats import read_process_counters  # noqa: E402
 from ramp_student import students_needed  # noqa: E402
-from stack.cli_args import CliParser, csv_positive_floats, positive_float  # noqa: E402
+from stack.cli_args import CliParser, csv_positive_floats, non_negative_int, positive_float, positive_int  # noqa: E402
 
 LINK = "valkey_web"
 FRESH, POOLED = "web_1", "web_2"
@@ -61,8 +62,8 @@ def _parser() -> CliParser:
     p.add_argument("--steps", type=csv_positive_floats, default=(25.0, 50.0, 100.0), help="offered req/s per step")
     p.add_argument("--step-seconds", type=positive_float, default=10.0, help="seconds per step")
     p.add_argument("--warmup", type=positive_float, default=5.0, help="seconds of ramp before the toxic")
-    p.add_argument("--delay-ms", type=positive_float, default=450.0, help="slow_open delay (ms)")
-    p.add_argument("--jitter-ms", type=float, default=250.0, help="slow_open jitter (ms)")
+    p.add_argument("--delay-ms", type=positive_int, default=450, help="slow_open delay (ms)")
+    p.add_argument("--jitter-ms", type=non_negative_int, default=250, help="slow_open jitter (ms)")
     p.add_argument("--connect-timeout", type=positive_float, default=0.5,
                    help="every component's PROCTOR_VALKEY_CONNECT_TIMEOUT (real seconds)")
     p.add_argument("--run-dir", type=Path, default=None, help="default results/runs/<UTC>-ramp-timeouts")
@@ -96,8 +97,12 @@ def _api(url: str, method: str, path: str, body: dict[str, Any] | None = None) -
     if parts.username:
         token = base64.b64encode(f"{parts.username}:{parts.password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+    except urllib.error.HTTPError as exc:
+        raise SystemExit(f"ramp_connect_timeouts: the fault proxy refused {method} {path}: {exc.code} "
+                         f"{exc.read().decode(errors='replace')[:200]}") from None
 
 
 def _stack_env(args: argparse.Namespace) -> dict[str, str]:

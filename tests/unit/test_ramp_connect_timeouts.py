@@ -33,9 +33,9 @@ def test_the_stack_puts_web_1_fresh_and_web_2_pooled_behind_the_one_slow_link(sc
 
 
 def test_the_toxic_slows_only_the_first_bytes_of_each_new_connection_upstream(script) -> None:
-    toxic = script.toxic(Namespace(delay_ms=450.0, jitter_ms=250.0))
+    toxic = script.toxic(Namespace(delay_ms=450, jitter_ms=250))
     assert toxic["type"] == "slow_open" and toxic["stream"] == "upstream"
-    assert toxic["attributes"] == {"delay": 450.0, "jitter": 250.0}
+    assert toxic["attributes"] == {"delay": 450, "jitter": 250}  # whole ms: the API refuses a fraction
 
 
 def test_fresh_timeouts_ten_times_the_pooled_hold(script) -> None:
