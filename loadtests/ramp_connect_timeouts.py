@@ -36,7 +36,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,6 +47,7 @@ from chaos.checkers.connections import SEED_CONNECTION_TIMEOUTS, timeout_rule  #
 from chaos.observe.valkey_stats import read_process_counters  # noqa: E402
 from ramp_student import students_needed  # noqa: E402
 from stack.cli_args import CliParser, csv_positive_floats, non_negative_int, positive_float, positive_int  # noqa: E402
+from stack.paths import new_run_dir  # noqa: E402
 
 LINK = "valkey_web"
 FRESH, POOLED = "web_1", "web_2"
@@ -191,8 +191,7 @@ def _stop(process: subprocess.Popen[bytes] | None, timeout: float = 60.0) -> Non
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    run_dir = (args.run_dir or ROOT / "results" / "runs" / f"{stamp}-ramp-timeouts").resolve()
+    run_dir = (args.run_dir or new_run_dir("ramp-timeouts")).resolve()
     stack_dir, ramp_dir = run_dir / "stack", run_dir / "ramp"
     run_dir.mkdir(parents=True, exist_ok=True)
     stack = ramp = None
