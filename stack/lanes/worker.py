@@ -148,10 +148,34 @@ class LaneWorker(Worker):
     whether a stop was asked for, to choose the exit status."""
 
     stop_signalled = False
+    early_stop: threading.Event | None = None
+    """Set by a SIGTERM that came before ``work`` put RQ's handlers in (see ``main``)."""
 
     def request_stop(self, signum: Any, frame: Any) -> None:
         self.stop_signalled = True
         super().request_stop(signum, frame)
+
+    def unsubscribe(self) -> None:
+        """RQ's, in an order that cannot hang. RQ sends UNSUBSCRIBE, then stops the pubsub
+        thread; when the thread reads the reply first it waits ``sleep_time`` (60 s) for a
+        subscription, and redis-py 8.2's ``stop()`` joins it unbounded: a warm shutdown took
+        up to a minute. Flag first, then UNSUBSCRIBE: its reply wakes the thread, which sees
+        the flag and ends."""
+        thread = self.pubsub_thread
+        if not thread:
+            return
+        self.log.info("Worker %s: unsubscribing from channel %s", self.name, self.pubsub_channel_name)
+        thread.stop(timeout=0)
+        self.pubsub.unsubscribe()
+        thread.join(timeout=1)  # RQ's bound; the thread is a daemon either way
+        self.pubsub.close()
+
+    def _install_signal_handlers(self) -> None:
+        super()._install_signal_handlers()
+        # A stop asked for during start-up is kept: the loop's first check ends the work
+        # cleanly (death registered), as a stop while idle would.
+        if self.early_stop is not None and self.early_stop.is_set():
+            self.stop_signalled = self._stop_requested = True
 
     def execute_job(self, job: Any, queue: Queue) -> None:
         reason = refusal(job)  # in this parent, before a horse is forked or the function imported
@@ -184,17 +208,21 @@ def build_worker(settings: Settings, lane: str, component: str) -> LaneWorker:
     )
 
 
-def _standby_until_lane(settings: Settings) -> bool:
+def _remember_early_stop() -> threading.Event:
+    """SIGTERM from here until ``work`` installs RQ's handlers sets the returned event.
+    Without it a stop sent just after the ready file appeared (a supervisor's restart, a
+    scale-in) was lost in the standby check, or killed the worker by the default action."""
+    early_stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: early_stop.set())
+    return early_stop
+
+
+def _standby_until_lane(settings: Settings, stop: threading.Event) -> bool:
     """An SMS standby (stack/lanes/egress.py) takes no job until the deployment hands it the lane;
-    SIGTERM while it waits is a clean stop (RQ's own handlers come with ``work``)."""
+    False when a stop came first, while it waited or before."""
     from stack.lanes.egress import wait_for_lane
 
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
-    try:
-        return wait_for_lane(settings, stop)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return not stop.is_set() and wait_for_lane(settings, stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -224,11 +252,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.kill(os.getpid(), signal.SIGTERM)
 
     beat = LivenessBeat(valkey_client(settings, "probe"), worker.name, settings.liveness_ttl, lost)
+    worker.early_stop = _remember_early_stop()  # before the key and the ready file say we are up
     try:
         beat.beat()  # before the first dequeue, so a job never starts without a key
         beat.start()
         mark_ready(settings.ready_file)
-        if not _standby_until_lane(settings):
+        if not _standby_until_lane(settings, worker.early_stop):
             return 0  # stopped while a standby
         worker.work(burst=args.burst, logging_level="INFO")
     except RedisError as exc:

@@ -29,7 +29,7 @@ from netsupport import REPO, free_port
 from stack.config import Settings
 from stack.valkey_client import valkey_client
 from stack.ledger.answer_keys import exam_key
-from stack.lanes.worker import liveness_key
+from stack.lanes.worker import build_worker, liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.schema import answers, attempts, audit_log, students
@@ -144,6 +144,17 @@ def start_worker(settings: Settings, lane: str, *args: str) -> subprocess.Popen[
 
 def worker_log(settings: Settings, lane: str) -> str:
     return (settings.run_dir / f"worker_{lane}.log").read_text()
+
+
+def sigterm_exit_status(worker: subprocess.Popen[bytes], settings: Settings, lane: str) -> int:
+    """SIGTERM, then the exit status; a worker that ignores it is killed (no orphan) and fails the test."""
+    worker.send_signal(signal.SIGTERM)
+    try:
+        return worker.wait(timeout=15)  # a hang guard: a clean stop takes well under a second
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+        raise AssertionError(f"the {lane} worker ignored SIGTERM:\n{worker_log(settings, lane)}") from None
 
 
 def job_field(valkey: Redis, jid: str, name: str) -> str | None:
@@ -326,9 +337,38 @@ def test_worker_keeps_a_liveness_key_and_stops_cleanly_on_sigterm(settings: Sett
         time.sleep(1.2)  # longer than the TTL: only refreshing keeps it
         assert valkey.exists(key)
     finally:
-        worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=15) == 0, worker_log(settings, "sms")
+        status = sigterm_exit_status(worker, settings, "sms")
+    assert status == 0, worker_log(settings, "sms")
     assert not valkey.exists(key)
+
+
+@pytest.mark.parametrize("lane", ["sms", "merit"])
+def test_a_sigterm_as_soon_as_the_worker_is_ready_is_a_clean_stop(settings: Settings, valkey: Redis, lane: str) -> None:
+    # What a supervisor does when it stops a worker it has just restarted: the signal lands
+    # between the ready file and RQ's own handlers (it was lost there, and the worker ran on).
+    ready = settings.run_dir / f"{lane}.ready"
+    worker = start_worker(settings.with_overrides(ready_file=str(ready)), lane)
+    try:
+        wait_for(ready.exists, "the worker never wrote its ready file")
+    finally:
+        status = sigterm_exit_status(worker, settings, lane)
+    assert status == 0, worker_log(settings, lane)
+    assert valkey.keys(liveness_key("*")) == []
+
+
+def test_a_stop_asked_for_before_rq_took_the_signals_ends_the_work_before_any_job(settings: Settings, valkey: Redis) -> None:
+    relay(settings, valkey).run_once()
+    worker = build_worker(settings, "merit", "worker_merit_1")
+    worker.early_stop = threading.Event()
+    worker.early_stop.set()  # what main's handler does with a SIGTERM during start-up
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        worker.work(burst=True)  # burst: without the stop it takes the job, runs it and returns
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert worker.stop_signalled
+    assert Queue("merit", connection=valkey).job_ids == ["merit-a1-1"]
 
 
 def test_worker_exits_non_zero_without_valkey(settings: Settings) -> None:
