@@ -22,6 +22,17 @@ def _held_through_the_kill(run) -> bool:
     return hold["held_from"] < kill["killed_at"] < hold["held_from"] + hold["duration"]
 
 
+def _answers_acknowledged_before_the_kill(run) -> int:
+    """Answers acknowledged inside the hold before the kill: what the negative control can lose."""
+    from chaos.history import FAULT_START, NEMESIS, read_history
+
+    hold, kill = _fault(run, "ledger_lock"), _fault(run, "kill")
+    ops = read_history(run.run_dir / "history.jsonl").ops
+    started = {op.value["fault_id"]: op.time for op in ops if op.process == NEMESIS and op.f == FAULT_START}
+    return sum(1 for op in ops if op.f == "answer" and op.type == "ok"
+               and started[hold["fault_id"]] < op.time < started[kill["fault_id"]])
+
+
 def test_group_commit_keeps_every_acknowledged_answer_through_a_stall_and_a_kill(run_chaos):
     run = run_chaos("ledger_stall_node_kill")
     assert _held_through_the_kill(run), run.faults()
@@ -35,6 +46,7 @@ def test_group_commit_keeps_every_acknowledged_answer_through_a_stall_and_a_kill
 def test_acknowledging_at_enqueue_loses_the_killed_nodes_answers(run_chaos):
     run = run_chaos("ledger_stall_node_kill_ack_at_enqueue")
     assert _held_through_the_kill(run), run.faults()
+    assert _answers_acknowledged_before_the_kill(run) >= 1, "no answer was sent inside the hold: nothing to lose"
     assert run.valid is False, run.summary()
     assert run.checker("answers")["counts"]["lost"] >= 1, run.summary()
     assert run.recheck() == 1

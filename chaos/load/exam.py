@@ -40,12 +40,15 @@ class WorkloadSpec:
     poll_interval: float = 0.25
     poll_deadline: float = 20.0  # seconds a student waits for a merit card
     max_tries: int = 6
+    think_time: float = 0.0  # seconds a student reads each question before answering it
     revisions: RevisionSpec | None = None  # answers as autosaved revisions (chaos/load/revisions.py)
 
     def __post_init__(self) -> None:
         for name in ("arrival_rate", "duration", "request_timeout", "poll_interval", "poll_deadline"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"workload option {name} must be > 0, got {getattr(self, name)!r}")
+        if not self.think_time >= 0:
+            raise ValueError(f"workload option think_time must be >= 0, got {self.think_time!r}")
         for name in ("questions", "exam_questions", "max_in_flight", "max_tries"):
             if getattr(self, name) < 1:
                 raise ValueError(f"workload option {name} must be >= 1, got {getattr(self, name)!r}")
@@ -113,7 +116,7 @@ async def student_flow(
     if spec.revisions is not None:
         answered = await revise_answers(client, spec.revisions, rng, auth, attempt_id, questions)
     else:
-        answered_on = await _answer_all(client, process, auth, attempt_id, questions, rng)
+        answered_on = await _answer_all(client, process, auth, attempt_id, questions, rng, spec.think_time)
         answered = answered_on is not None
         process = process if answered_on is None else answered_on
     if not answered:
@@ -131,10 +134,14 @@ async def student_flow(
 
 
 async def _answer_all(
-    client: ExamClient, process: int, auth: dict[str, str], attempt_id: str, questions: list[str], rng: random.Random
+    client: ExamClient, process: int, auth: dict[str, str], attempt_id: str, questions: list[str], rng: random.Random,
+    think_time: float = 0.0,
 ) -> int | None:
-    """One answer per question, in order; the process to continue on, or None to give up."""
+    """One answer per question, in order, each after ``think_time``; the process to continue on,
+    or None to give up."""
     for question in questions:
+        if think_time:
+            await asyncio.sleep(think_time)
         next_process = await _answer(client, process, auth, attempt_id, question, rng.choice(OPTIONS))
         if next_process is None:
             return None

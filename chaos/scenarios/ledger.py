@@ -19,6 +19,11 @@ __all__ = ["LEDGER_SCENARIOS"]
 _HOLD_AT, _HOLD_SECONDS = 2.0, 2.0
 _KILL_INTO_HOLD = 1.0
 """The kill lands 1 s into the 2 s hold: answers sent to the node in that second are waiting."""
+_THINK_TIME = 0.25
+"""A student's five answers span 1.25 s, so students who started before the hold (a start
+waits for the lock too) are still answering inside it; without a pause every student
+finished answering within ~70 ms of starting, and a seed could leave the hold with no answer
+sent before the kill, so the negative control was not caught."""
 
 
 def _hold_and_kill(seed: int, scenario: Scenario) -> list[FaultSpec]:
@@ -39,7 +44,7 @@ def _stall(name: str, sink: str, description: str, expect_valid: bool) -> Scenar
     return Scenario(
         name=name,
         description=description,
-        workload=WorkloadSpec(arrival_rate=4.0, duration=6.0, questions=5),
+        workload=WorkloadSpec(arrival_rate=4.0, duration=6.0, questions=5, think_time=_THINK_TIME),
         settings={"answer_sink": sink},
         faults=_hold_and_kill,
         options=_OPTIONS,
