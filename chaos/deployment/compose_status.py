@@ -51,8 +51,12 @@ def sentinel_settings(env: list[str], ca_path: Path) -> Settings | None:
 
 
 def _address(info: dict[str, Any]) -> str:
-    networks = info["NetworkSettings"].get("Networks") or {}
-    return next((n["IPAddress"] for n in networks.values() if n.get("IPAddress")), "")
+    """The container's address; a stopped one has none, so its fixed one from the compose
+    file (the Sentinels name the dead primary by it until they switch)."""
+    networks = (info["NetworkSettings"].get("Networks") or {}).values()
+    live = [n["IPAddress"] for n in networks if n.get("IPAddress")]
+    fixed = [(n.get("IPAMConfig") or {}).get("IPv4Address") for n in networks]
+    return next(iter(live + [a for a in fixed if a]), "")
 
 
 def primary_of(engine: Engine) -> str | None:

@@ -82,6 +82,15 @@ def test_the_sentinels_are_asked_with_the_project_clients_own_settings(monkeypat
     assert engine.read == [("valkey", "/certs/ca.crt")]
 
 
+def test_a_killed_primary_is_still_named_by_its_fixed_address_until_the_switch(monkeypatch) -> None:
+    monkeypatch.setattr(compose_status, "sentinel_votes", lambda settings: [OLD, OLD, OLD])
+    engine = _sentinel_project()
+    engine.containers["valkey"] = _container(status="exited", health="unhealthy", exit_code=137)
+    engine.containers["valkey"]["NetworkSettings"]["Networks"]["proctor_default"]["IPAMConfig"] = {
+        "IPv4Address": "172.29.13.11"}  # what docker inspect keeps of a stopped container's address
+    assert compose_status.primary_of(engine) == "primary  valkey (172.29.13.11:6380; 3 of 3 Sentinels agree)"
+
+
 def test_one_valkey_prints_no_primary_line_and_asks_no_sentinel(monkeypatch) -> None:
     monkeypatch.setattr(compose_status, "sentinel_votes", lambda settings: pytest.fail("asked a Sentinel"))
     engine = FakeEngine({"valkey": _container(), "relay": _container(health=None, env=["PATH=/usr/bin"])})
