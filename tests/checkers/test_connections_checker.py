@@ -370,3 +370,71 @@ def test_a_group_without_counters_makes_the_ratio_unknown() -> None:
 def test_the_ratio_must_be_at_least_one() -> None:
     with pytest.raises(OptionsError, match="min_fresh_timeout_ratio"):
         CheckOptions.from_dict({"min_fresh_timeout_ratio": 0.5})
+
+
+@pytest.mark.parametrize("ratio", [1, 1.5, 10])
+def test_a_ratio_of_one_or_more_is_accepted(ratio: float) -> None:
+    assert CheckOptions.from_dict({"min_fresh_timeout_ratio": ratio}).min_fresh_timeout_ratio == ratio
+
+
+@pytest.mark.parametrize("ratio", [True, "10", 0.99])
+def test_a_ratio_that_is_not_a_number_of_at_least_one_is_refused(ratio: Any) -> None:
+    with pytest.raises(OptionsError, match="min_fresh_timeout_ratio"):
+        CheckOptions.from_dict({"min_fresh_timeout_ratio": ratio})
+
+
+def test_fresh_timeouts_exactly_at_the_ratio_hold() -> None:
+    h = timeout_history({"web_1": timed(80, handshake=30), "web_2": timed(4, handshake=3)})  # 30 = 10 x 3
+    result = check_connections(h.ops, Ledgers(), TIMEOUTS)
+    assert result.valid is True, result
+    assert "fresh 30 >= 10 x max(1, pooled 3) = 30: held" in result.notes
+
+
+def test_a_pool_with_as_many_timeouts_as_connections_it_opened_passes() -> None:
+    # "at most as many timeouts as connections the pool opened": equal is allowed
+    h = timeout_history({"web_1": timed(200, handshake=90), "web_2": timed(4, handshake=4)})
+    result = check_connections(h.ops, Ledgers(), CheckOptions(fresh_components=["web_1"], pooled_components=["web_2"],
+                                                              min_fresh_timeout_ratio=10))
+    assert result.valid is True, result
+    assert result.counts["pooled_timeouts_over_connects"] == 0
+
+
+@pytest.mark.parametrize("fresh, pooled", [([], ["web_2"]), (["web_1"], [])])
+def test_a_ratio_with_only_one_group_named_is_unknown_not_a_verdict(fresh: list[str], pooled: list[str]) -> None:
+    options = CheckOptions(fresh_components=fresh, pooled_components=pooled, min_fresh_timeout_ratio=10)
+    result = check_connections(timeout_history().ops, Ledgers(), options)
+    assert result.valid == UNKNOWN
+    assert any("needs both fresh_components and pooled_components" in n for n in result.notes)
+
+
+def test_counters_without_a_timeout_total_count_no_timeouts() -> None:
+    h = healthy_history()
+    valkey_sample(h, 4.0, received=80, clients={"web_1": [3]}, processes={"web_1": proc(2)})  # no timeout fields
+    web_1 = check_connections(h.ops, Ledgers(), STRICT).details["components"]["web_1"]
+    assert (web_1["timeout_total"], web_1["timeouts"]) == (0, {})
+
+
+def test_a_component_without_a_connects_count_adds_none_to_its_group() -> None:
+    from chaos.checkers.connections import timeout_rule
+
+    counted = {"web_1": {"timeouts": {"handshake": 30}, "timeout_total": 30},  # a stats file without connects
+               "web_2": {"connects": 4, "timeouts": {"handshake": 2}, "timeout_total": 2}}
+    _bad, groups, unknown = timeout_rule(["web_1"], ["web_2"], 10, counted)
+    assert unknown == [] and groups["fresh"]["connects"] == 0 and groups["pooled"]["connects"] == 4
+
+
+def test_nothing_measured_is_not_applicable_and_anything_measured_is_judged() -> None:
+    empty = check_connections(HistoryBuilder().ops, Ledgers(), CheckOptions())
+    assert empty.valid is True and empty.na and "nothing to check" in empty.na
+    measured = check_connections(healthy_history().ops, Ledgers(), STRICT)  # samples and counters
+    assert measured.valid is True and measured.na is None
+    h = HistoryBuilder()  # counters reach the checker only through samples, so one that failed carries them
+    valkey_sample(h, 1.0, received=0, ok=False, processes={"web_1": proc(1)})
+    counted_only = check_connections(h.ops, Ledgers(), CheckOptions())
+    assert counted_only.na is None
+
+
+def test_a_components_timeouts_are_shown_with_their_total_and_phases() -> None:
+    lines = render_details({"components": {"web_1": {"timeouts": {"connect": 2, "handshake": 3}, "timeout_total": 5}}})
+    assert "| 5 (connect 2, handshake 3) |" in lines[-1]
+    assert "| 0 (connect 1) |" in render_details({"components": {"web_1": {"timeouts": {"connect": 1}}}})[-1]
