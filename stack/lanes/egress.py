@@ -41,7 +41,9 @@ def holds_lane(settings: Settings) -> bool:
 
 def wait_for_lane(settings: Settings, stop: threading.Event) -> bool:
     """A standby blocks here (alive, ready, taking no job) until the deployment hands it the
-    lane; False when ``stop`` was set first."""
+    lane; False when ``stop`` was set first (before the call too: a SIGTERM during start-up)."""
+    if stop.is_set():
+        return False
     if holds_lane(settings):
         return True
     log.info("%s: standby on %s, waiting for the SMS lane", settings.component, settings.egress_host or "(any)")

@@ -222,7 +222,7 @@ def _standby_until_lane(settings: Settings, stop: threading.Event) -> bool:
     False when a stop came first, while it waited or before."""
     from stack.lanes.egress import wait_for_lane
 
-    return not stop.is_set() and wait_for_lane(settings, stop)
+    return wait_for_lane(settings, stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

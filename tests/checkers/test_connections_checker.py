@@ -393,8 +393,7 @@ def test_fresh_timeouts_exactly_at_the_ratio_hold() -> None:
 def test_a_pool_with_as_many_timeouts_as_connections_it_opened_passes() -> None:
     # "at most as many timeouts as connections the pool opened": equal is allowed
     h = timeout_history({"web_1": timed(200, handshake=90), "web_2": timed(4, handshake=4)})
-    result = check_connections(h.ops, Ledgers(), CheckOptions(fresh_components=["web_1"], pooled_components=["web_2"],
-                                                              min_fresh_timeout_ratio=10))
+    result = check_connections(h.ops, Ledgers(), TIMEOUTS)
     assert result.valid is True, result
     assert result.counts["pooled_timeouts_over_connects"] == 0
 

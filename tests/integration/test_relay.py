@@ -149,12 +149,17 @@ def worker_log(settings: Settings, lane: str) -> str:
 def sigterm_exit_status(worker: subprocess.Popen[bytes], settings: Settings, lane: str) -> int:
     """SIGTERM, then the exit status; a worker that ignores it is killed (no orphan) and fails the test."""
     worker.send_signal(signal.SIGTERM)
+    return exit_status(worker, 15, lambda: f"the {lane} worker ignored SIGTERM:\n{worker_log(settings, lane)}")
+
+
+def exit_status(process: subprocess.Popen[bytes], timeout: float, describe: Callable[[], str]) -> int:
+    """The exit status within ``timeout`` (a hang guard); past it the process is killed, no orphan."""
     try:
-        return worker.wait(timeout=15)  # a hang guard: a clean stop takes well under a second
+        return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait()
-        raise AssertionError(f"the {lane} worker ignored SIGTERM:\n{worker_log(settings, lane)}") from None
+        process.kill()
+        process.wait()
+        raise AssertionError(describe()) from None
 
 
 def job_field(valkey: Redis, jid: str, name: str) -> str | None:
@@ -373,7 +378,7 @@ def test_a_stop_asked_for_before_rq_took_the_signals_ends_the_work_before_any_jo
 
 def test_worker_exits_non_zero_without_valkey(settings: Settings) -> None:
     worker = start_worker(settings.with_overrides(valkey_url=f"redis://127.0.0.1:{free_port()}/0"), "merit")
-    assert worker.wait(timeout=30) == 1
+    assert exit_status(worker, 30, lambda: "a worker without Valkey ran on") == 1
 
 
 def take_like_a_worker_that_dies(valkey: Redis, lane: str) -> str:

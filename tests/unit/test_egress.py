@@ -107,6 +107,8 @@ def test_a_standby_waits_until_it_holds_the_lane_or_is_stopped(tmp_path: Path) -
     stop = threading.Event()
     threading.Timer(0.2, stop.set).start()
     assert lane_egress.wait_for_lane(settings, stop) is False
+    holder = Settings(run_dir=tmp_path, component="worker_sms_1", egress_attachment=str(path))
+    assert lane_egress.wait_for_lane(holder, stop) is False  # a stop already asked for wins over the lane
     threading.Timer(0.2, lambda: write_attachment(path, new_attachment("worker_sms_2", None, "lane only"))).start()
     assert lane_egress.wait_for_lane(settings, threading.Event()) is True
 
