@@ -258,7 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         beat.start()
         mark_ready(settings.ready_file)
         if not _standby_until_lane(settings, worker.early_stop):
-            return 0  # stopped while a standby
+            # Stopped while a standby: by request (0), or by its own lost() (1), so that the
+            # supervisor restarts it rather than taking a lost Valkey for a requested stop.
+            return 1 if valkey_lost.is_set() else 0
         worker.work(burst=args.burst, logging_level="INFO")
     except RedisError as exc:
         log.error("worker %s: Valkey error: %s", worker.name, exc)

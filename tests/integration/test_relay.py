@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -27,6 +28,7 @@ from sqlalchemy import select
 
 from netsupport import REPO, free_port
 from stack.config import Settings
+from stack.deploy.egress import ATTACHMENT_NAME, SMS_RESERVED_ADDRESS, Attachment, write_attachment
 from stack.valkey_client import valkey_client
 from stack.ledger.answer_keys import exam_key
 from stack.lanes.worker import build_worker, liveness_key
@@ -39,10 +41,10 @@ OPS = ("merit-a1", "narrative-a1", "sms-a1")
 
 
 
-@pytest.fixture(scope="module")
-def valkey_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+@contextmanager
+def valkey_server(workdir: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """A throw-away valkey-server (port, process), stopped on the way out if still running."""
     port = free_port()
-    workdir = tmp_path_factory.mktemp("valkey")
     server = subprocess.Popen(
         ["valkey-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
         stdout=subprocess.DEVNULL,
@@ -50,11 +52,18 @@ def valkey_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     client = Redis(host="127.0.0.1", port=port)
     try:
         wait_for(lambda: ping(client), "valkey-server did not start")
-        yield port
+        yield port, server
     finally:
         client.close()
-        os.kill(server.pid, signal.SIGTERM)
+        if server.poll() is None:
+            os.kill(server.pid, signal.SIGTERM)
         server.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def valkey_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    with valkey_server(tmp_path_factory.mktemp("valkey")) as (port, _server):
+        yield port
 
 
 def ping(client: Redis) -> bool:
@@ -379,6 +388,26 @@ def test_a_stop_asked_for_before_rq_took_the_signals_ends_the_work_before_any_jo
 def test_worker_exits_non_zero_without_valkey(settings: Settings) -> None:
     worker = start_worker(settings.with_overrides(valkey_url=f"redis://127.0.0.1:{free_port()}/0"), "merit")
     assert exit_status(worker, 30, lambda: "a worker without Valkey ran on") == 1
+
+
+def test_a_standby_that_loses_valkey_exits_non_zero(settings: Settings, tmp_path: Path) -> None:
+    # A standby SMS worker whose Valkey goes silent stops itself (lost(): SIGTERM to itself);
+    # exit 0 would tell the supervisor the stop was requested, and it would not restart it.
+    attachment = tmp_path / ATTACHMENT_NAME
+    write_attachment(attachment, Attachment("worker_sms_2", "worker_sms_2", SMS_RESERVED_ADDRESS, time.time()))
+    ready = tmp_path / "standby.ready"
+    with valkey_server(tmp_path) as (port, server):
+        standby = settings.with_overrides(
+            valkey_url=f"redis://127.0.0.1:{port}/0", egress_attachment=str(attachment), ready_file=str(ready)
+        )
+        worker = start_worker(standby, "sms")  # PROCTOR_COMPONENT worker_sms_1: not the lane holder
+        try:
+            wait_for(lambda: "standby on" in worker_log(settings, "sms"), "the worker never stood by")
+        finally:
+            server.kill()  # Valkey gone: the liveness beat gives up after one TTL (1 s here)
+            status = exit_status(worker, 30, lambda: f"a standby without Valkey ran on:\n{worker_log(settings, 'sms')}")
+    assert "Valkey unreachable" in worker_log(settings, "sms")
+    assert status == 1
 
 
 def take_like_a_worker_that_dies(valkey: Redis, lane: str) -> str:
