@@ -15,6 +15,7 @@
   ``--before`` and from this tree, each on its own fresh ledger; ``--answers`` new answers sent
   by ``--clients`` keep-alive clients per round. CPU ms per request is the node process's
   utime + stime (``/proc``) over the answers it served.
+  ``--tree NAME=DIR`` adds a tree (this one with a change undone, say) to the same rounds.
 - **json**: microseconds to encode one answer reply with the stdlib (what ``JSONResponse``
   does) and with orjson, when it is importable.
 
@@ -258,13 +259,15 @@ def _drive(node: _Node, answers: int, clients: int) -> dict[str, float]:
             "not_201": float(sum(1 for s in statuses if s != 201))}
 
 
-def bench_node(workdir: Path, answers: int, rounds: int, clients: int, rev: str) -> dict[str, Any]:
-    trees = {"before": _tree_of(rev, workdir), "after": REPO}
+def bench_node(workdir: Path, answers: int, rounds: int, clients: int, rev: str,
+               extra: dict[str, Path]) -> dict[str, Any]:
+    trees = {"before": _tree_of(rev, workdir), **extra, "after": REPO}
     valkey, valkey_port = _start_valkey(workdir)
     per_round: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     try:
         for round_no in range(rounds):
-            for name in (list(trees) if round_no % 2 == 0 else list(reversed(trees))):
+            names = list(trees)
+            for name in names[round_no % len(names):] + names[:round_no % len(names)]:
                 node = _Node(trees[name], workdir / f"node-{name}-{round_no}", valkey_port)
                 try:
                     _drive(node, QUESTIONS * 2, clients)  # warm-up: imports, pools, first statements
@@ -305,15 +308,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="concurrent keep-alive clients in the node section")
     parser.add_argument("--before", default="2000210", help="the commit measured as 'before'")
     parser.add_argument("--sections", default="ledger,node,json", help="which sections to run")
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
+                        help="another tree (a directory holding stack/) measured in the node section, e.g. "
+                             "this tree with one change undone, to see what that change bought")
     args = parser.parse_args(argv)
     if args.answers < 1 or args.rounds < 1 or args.clients < 1:
         print("bench_answer_path: --answers, --rounds and --clients must be at least 1", file=sys.stderr)
+        return 2
+    extra = dict(tree.partition("=")[::2] for tree in args.tree)
+    bad = [name for name, path in extra.items() if not name or not (Path(path) / "stack").is_dir()]
+    if bad:
+        print(f"bench_answer_path: --tree {bad[0]!r}: expected NAME=DIR, DIR holding stack/", file=sys.stderr)
         return 2
     sections = set(args.sections.split(","))
     results: dict[str, Any] = {"before": args.before, "answers": args.answers, "rounds": args.rounds}
     with tempfile.TemporaryDirectory(prefix="bench-answer-") as tmp:
         for name, run in (("ledger", lambda: bench_ledger(Path(tmp), args.answers, args.rounds, args.before)),
-                          ("node", lambda: bench_node(Path(tmp), args.answers, args.rounds, args.clients, args.before)),
+                          ("node", lambda: bench_node(Path(tmp), args.answers, args.rounds, args.clients, args.before,
+                                                      {name: Path(path) for name, path in extra.items()})),
                           ("json", bench_json)):
             if name in sections:
                 load = os.getloadavg()[0]
