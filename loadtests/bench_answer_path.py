@@ -13,9 +13,12 @@
 - **node**: one web node over HTTP (``python -m stack.web.serve``, uvicorn with uvloop and
   httptools, a plaintext ``valkey-server`` for the request limiter), from the tree of commit
   ``--before`` and from this tree, each on its own fresh ledger; ``--answers`` new answers sent
-  by ``--clients`` keep-alive clients per round. CPU ms per request is the node process's
-  utime + stime (``/proc``) over the answers it served.
+  by ``--clients`` keep-alive clients per round. CPU ms per request is the node's process
+  group's utime + stime (``/proc``, loadtests/proc_cpu.py) over the answers it served.
   ``--tree NAME=DIR`` adds a tree (this one with a change undone, say) to the same rounds.
+- **servers** (only when asked: ``--sections servers``): this tree's public app under uvicorn
+  (``stack.web.serve``) and under granian (``pip install granian``; one worker, uvloop), CPU ms
+  per answer of each server's process group.
 - **json**: microseconds to encode one answer reply with the stdlib (what ``JSONResponse``
   does) and with orjson, when it is importable.
 
@@ -27,6 +30,7 @@ go to ``<results>/bench/answer_path.json`` (``stack.paths.bench_dir``).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -56,6 +60,7 @@ from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.prepared import Prepared
 from stack.paths import bench_dir
 from stack.web.auth import issue_token
+from proc_cpu import read_table
 
 REPO = Path(__file__).resolve().parents[1]
 EXAM, QUESTIONS = "BENCH-1", 20
@@ -208,10 +213,13 @@ class _Node:
                "PROCTOR_EXAMS": f"{EXAM}:{QUESTIONS}", "PROCTOR_NODE_NAME": "web_bench",
                "PROCTOR_ADMIN_PORT": str(admin_port), "PROCTOR_MAX_ATTEMPTS": "10000",
                "PROCTOR_VALKEY_URL": f"redis://127.0.0.1:{valkey_port}/0"}
-        self.process = subprocess.Popen([sys.executable, "-m", "stack.web.serve", "--port", str(self.port)],
-                                        env=env, cwd=tree, stdout=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(self.command(), env=env, cwd=tree, stdout=subprocess.DEVNULL,
+                                        start_new_session=True)
         self.url = f"http://127.0.0.1:{self.port}"
         self._wait_ready()
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "stack.web.serve", "--port", str(self.port)]
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 60
@@ -224,8 +232,9 @@ class _Node:
         raise RuntimeError(f"node on {self.url} did not start")
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """utime + stime of the server's process group (granian runs a worker beside its main process)."""
+        table = read_table()
+        return table.cpu(table.group(self.process.pid))
 
     def stop(self) -> None:
         os.killpg(self.process.pid, signal.SIGTERM)
@@ -262,13 +271,21 @@ def _drive(node: _Node, answers: int, clients: int) -> dict[str, float]:
 def bench_node(workdir: Path, answers: int, rounds: int, clients: int, rev: str,
                extra: dict[str, Path]) -> dict[str, Any]:
     trees = {"before": _tree_of(rev, workdir), **extra, "after": REPO}
+    return _node_rounds(workdir, {name: functools.partial(_Node, tree) for name, tree in trees.items()},
+                        answers, rounds, clients)
+
+
+def _node_rounds(workdir: Path, nodes: dict[str, Callable[[Path, int], _Node]], answers: int, rounds: int,
+                 clients: int) -> dict[str, Any]:
+    """Each node started fresh per round (``nodes[name](run_dir, valkey_port)``), warmed up, then
+    driven; the order rotates per round; the medians over the rounds."""
     valkey, valkey_port = _start_valkey(workdir)
-    per_round: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    per_round: dict[str, list[dict[str, float]]] = {name: [] for name in nodes}
     try:
         for round_no in range(rounds):
-            names = list(trees)
+            names = list(nodes)
             for name in names[round_no % len(names):] + names[:round_no % len(names)]:
-                node = _Node(trees[name], workdir / f"node-{name}-{round_no}", valkey_port)
+                node = nodes[name](workdir / f"node-{name}-{round_no}", valkey_port)
                 try:
                     _drive(node, QUESTIONS * 2, clients)  # warm-up: imports, pools, first statements
                     per_round[name].append(_drive(node, answers, clients))
@@ -278,6 +295,23 @@ def bench_node(workdir: Path, answers: int, rounds: int, clients: int, rev: str,
         valkey.terminate()
         valkey.wait(timeout=10)
     return {name: _medians(results) for name, results in per_round.items()}
+
+
+class _GranianNode(_Node):
+    """The same public app under granian (one worker, uvloop); no admin listener, none is used here."""
+
+    def command(self) -> list[str]:
+        return [str(Path(sys.executable).with_name("granian")), "--interface", "asgi", "--host", "127.0.0.1",
+                "--port", str(self.port), "--loop", "uvloop", "--workers", "1", "--no-ws", "--log-level", "warning",
+                "--factory", "stack.web.app:create_app"]
+
+
+def bench_servers(workdir: Path, answers: int, rounds: int, clients: int) -> dict[str, Any]:
+    """uvicorn (uvloop + httptools, what stack.web.serve runs) against granian, this tree on both."""
+    if not Path(sys.executable).with_name("granian").exists():
+        return {"granian": {"skipped": "not installed (pip install granian)"}}
+    servers = {"uvicorn": functools.partial(_Node, REPO), "granian": functools.partial(_GranianNode, REPO)}
+    return _node_rounds(workdir, servers, answers, rounds, clients)  # type: ignore[arg-type]
 
 
 # --- JSON encoders -------------------------------------------------------------------------
@@ -326,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, run in (("ledger", lambda: bench_ledger(Path(tmp), args.answers, args.rounds, args.before)),
                           ("node", lambda: bench_node(Path(tmp), args.answers, args.rounds, args.clients, args.before,
                                                       {name: Path(path) for name, path in extra.items()})),
+                          ("servers", lambda: bench_servers(Path(tmp), args.answers, args.rounds, args.clients)),
                           ("json", bench_json)):
             if name in sections:
                 load = os.getloadavg()[0]
