@@ -29,11 +29,13 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, delete, select, update
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, and_, bindparam, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from stack.ledger.attempts import get_attempt
-from stack.ledger.schema import answer_revisions, answers
+from stack.ledger.prepared import Prepared
+from stack.ledger.schema import answer_revisions, answers, attempts
 
 __all__ = [
     "AnswerRejected",
@@ -147,49 +149,63 @@ class RevisionReceipt:
         }
 
 
-def _current_revision(conn: Connection, attempt_id: str, question: str) -> int | None:
-    return conn.execute(select(answers.c.revision).where(
-        answers.c.attempt_id == attempt_id, answers.c.question == question,
-    )).scalar()
+# The answer transaction in four statements for a new answer (it was six, plus the ownership
+# read): the attempt with the question's current revision, every earlier revision this request
+# could collide with (its key, or its question and revision under another key), the log row,
+# and the current value. Each is compiled once (stack/ledger/prepared.py).
+_ATTEMPT_AND_CURRENT = Prepared(
+    select(attempts.c.status, select(answers.c.revision).where(
+        answers.c.attempt_id == bindparam("attempt_id"), answers.c.question == bindparam("question"),
+    ).scalar_subquery().label("current_revision"))
+    .where(attempts.c.id == bindparam("attempt_id"))
+    # serialises writers of one attempt on PostgreSQL (answers against finish); SQLite already
+    # holds the write lock from BEGIN IMMEDIATE and compiles no FOR UPDATE
+    .with_for_update(of=attempts)
+)
+_COLLIDING_REVISIONS = Prepared(
+    select(answer_revisions.c.receipt_id, answer_revisions.c.question, answer_revisions.c.revision,
+           answer_revisions.c.body_sha256, answer_revisions.c.idempotency_key)
+    .where(answer_revisions.c.attempt_id == bindparam("attempt_id"),
+           or_(answer_revisions.c.idempotency_key == bindparam("idempotency_key"),
+               and_(answer_revisions.c.question == bindparam("question"),
+                    answer_revisions.c.revision == bindparam("revision"))))
+)
+_LOG_REVISION = Prepared(answer_revisions.insert().values(
+    {column.name: bindparam(column.name) for column in answer_revisions.c}))
+_CURRENT_VALUES = ("receipt_id", "content", "idempotency_key", "body_sha256", "node", "created_at", "revision")
+_INSERT_CURRENT = Prepared(answers.insert().values(
+    {name: bindparam(name) for name in ("attempt_id", "question", *_CURRENT_VALUES)}))
+_UPDATE_CURRENT = Prepared(
+    update(answers).where(answers.c.attempt_id == bindparam("attempt_id"), answers.c.question == bindparam("question"))
+    .values({name: bindparam(f"new_{name}") for name in _CURRENT_VALUES})  # SET names must differ from columns
+)
 
 
-def _replay(conn: Connection, attempt_id: str, question: str, revision: int, digest: str, key: str) -> RevisionReceipt | None:
-    """The receipt of an earlier request under ``key``, or None if the key is new."""
-    row = conn.execute(select(answer_revisions).where(
-        answer_revisions.c.attempt_id == attempt_id, answer_revisions.c.idempotency_key == key,
-    )).first()
-    if row is None:
+def _replay(earlier: list[Row[Any]], row: dict, current: int | None) -> RevisionReceipt | None:
+    """The receipt of an earlier request under this row's key, or None if the key is new."""
+    same_key = next((e for e in earlier if e.idempotency_key == row["idempotency_key"]), None)
+    if same_key is None:
         return None
-    if row.question != question:
+    if same_key.question != row["question"]:
         raise AnswerRejected(AnswerRejected.KEY_OTHER_QUESTION)
-    if row.body_sha256 != digest or row.revision != revision:
+    if same_key.body_sha256 != row["body_sha256"] or same_key.revision != row["revision"]:
         raise AnswerRejected(AnswerRejected.KEY_OTHER_BODY)
-    current = _current_revision(conn, attempt_id, question)
-    return RevisionReceipt(row.receipt_id, attempt_id, question, revision, current or revision, replayed=True)
+    return RevisionReceipt(same_key.receipt_id, row["attempt_id"], row["question"], row["revision"],
+                           current or row["revision"], replayed=True)
 
 
 def _make_current(conn: Connection, row: dict, exists: bool) -> None:
-    values = {name: row[name] for name in
-              ("receipt_id", "content", "idempotency_key", "body_sha256", "node", "created_at", "revision")}
     if exists:
-        conn.execute(update(answers).where(
-            answers.c.attempt_id == row["attempt_id"], answers.c.question == row["question"],
-        ).values(**values))
+        _UPDATE_CURRENT.run(conn, {"attempt_id": row["attempt_id"], "question": row["question"],
+                                   **{f"new_{name}": row[name] for name in _CURRENT_VALUES}})
     else:
-        conn.execute(answers.insert().values(attempt_id=row["attempt_id"], question=row["question"], **values))
+        _INSERT_CURRENT.run(conn, row)
 
 
-def _accept(conn: Connection, policy: RevisionPolicy, row: dict) -> RevisionReceipt:
+def _accept(conn: Connection, policy: RevisionPolicy, row: dict, current: int | None) -> RevisionReceipt:
     attempt_id, question, revision = row["attempt_id"], row["question"], row["revision"]
-    taken = conn.execute(select(answer_revisions.c.receipt_id).where(
-        answer_revisions.c.attempt_id == attempt_id, answer_revisions.c.question == question,
-        answer_revisions.c.revision == revision,
-    )).first()
-    if taken is not None:
-        raise AnswerRejected(REVISION_TAKEN)
-    current = _current_revision(conn, attempt_id, question)
     wins = policy.becomes_current(current, revision)
-    conn.execute(answer_revisions.insert().values(**row, superseded=int(not wins)))
+    _LOG_REVISION.run(conn, {**row, "superseded": int(not wins)})
     if wins:
         _make_current(conn, row, exists=current is not None)
         policy.after_current(conn, attempt_id, question, revision)
@@ -200,16 +216,19 @@ def _accept(conn: Connection, policy: RevisionPolicy, row: dict) -> RevisionRece
 def submit_in(conn: Connection, policy: RevisionPolicy, row: dict) -> RevisionReceipt:
     """Log the revision ``row`` (from ``revision_row``) inside the caller's write transaction;
     raises AnswerRejected before it writes anything. Nothing is durable until the caller commits."""
-    attempt = get_attempt(conn, row["attempt_id"], for_update=True)  # serialises writers of one attempt
+    attempt = _ATTEMPT_AND_CURRENT.run(conn, row).first()
     if attempt is None:
         raise AnswerRejected(AnswerRejected.UNKNOWN_ATTEMPT)
+    earlier = _COLLIDING_REVISIONS.run(conn, row).all()
     # A replay is told what happened to its revision, even after the finish: it was accepted.
-    replay = _replay(conn, row["attempt_id"], row["question"], row["revision"], row["body_sha256"], row["idempotency_key"])
+    replay = _replay(earlier, row, attempt.current_revision)
     if replay is not None:
         return replay
     if attempt.status != "open":
         raise AnswerRejected(AnswerRejected.FINISHED)
-    return _accept(conn, policy, row)
+    if earlier:  # not this key's (that was a replay): the question's revision under another key
+        raise AnswerRejected(REVISION_TAKEN)
+    return _accept(conn, policy, row, attempt.current_revision)
 
 
 def revision_row(attempt_id: str, question: str, revision: int, content: str, key: str, node: str,

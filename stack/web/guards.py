@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel
 
-from stack.web.auth import bearer_principal
-from stack.web.ratelimit import ACCOUNT_ROUTE, too_many
+from stack.web.auth import Principal, bearer_principal
+from stack.web.ratelimit import ACCOUNT_ROUTE, Limiter, too_many
 
 __all__ = [
     "BUSY_RETRY_AFTER",
@@ -26,6 +26,8 @@ __all__ = [
     "documented",
     "is_ledger_busy",
     "ledger_busy_handler",
+    "limit_account",
+    "route_of",
     "unparsable_body_handler",
 ]
 
@@ -81,10 +83,18 @@ def client_address(request: Request) -> str:
 
 def account_limit(request: Request) -> None:
     """Dependency of every authenticated route: one counter per (account, route template)."""
-    principal = bearer_principal(request)
-    route = getattr(request.scope.get("route"), "path", request.url.path)
-    limiter = request.app.state.proctor.limiter
-    verdict = limiter.hit(ACCOUNT_ROUTE, principal.exam_code, principal.student_id, request.method, route)
+    limit_account(request.app.state.proctor.limiter, bearer_principal(request), request.method, route_of(request))
+
+
+def route_of(request: Request) -> str:
+    """The route template the request matched (the limiter's key), never the raw path."""
+    return getattr(request.scope.get("route"), "path", request.url.path)  # type: ignore[no-any-return]
+
+
+def limit_account(limiter: Limiter, principal: Principal, method: str, route: str) -> None:
+    """Count one request of the account on the route; 429 once over ``ACCOUNT_ROUTE``. The answer
+    path calls it inside its one threadpool hop (stack/web/routes/answers.py)."""
+    verdict = limiter.hit(ACCOUNT_ROUTE, principal.exam_code, principal.student_id, method, route)
     if not verdict.allowed:
         raise too_many(verdict)
 

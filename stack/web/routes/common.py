@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy import Engine
+from sqlalchemy import Engine, bindparam, select
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -21,6 +21,8 @@ from stack import admin_auth
 from stack.config import Settings
 from stack.ledger.attempts import Attempt, get_attempt, question_count
 from stack.ledger.exam_rules import RuleCache
+from stack.ledger.prepared import Prepared
+from stack.ledger.schema import attempts
 from stack.web.answer_sink import AnswerSink
 from stack.web.auth import Principal, bearer_principal
 from stack.web.capacity_lock import CapacityLock
@@ -30,6 +32,7 @@ from stack.web.ratelimit import Limiter, NoLimits
 
 __all__ = [
     "AttemptDep",
+    "AttemptOwners",
     "NODE_HEADER",
     "PrincipalDep",
     "RequestGuard",
@@ -48,6 +51,47 @@ log = logging.getLogger(__name__)
 NODE_HEADER = "X-Proctor-Node"
 
 
+_OWNER = Prepared(select(attempts.c.student_id, attempts.c.exam_code).where(attempts.c.id == bindparam("id")))
+
+OWNERS_KEPT = 200_000
+"""Attempts whose owner a node remembers (about 200 bytes each); past it the oldest are forgotten."""
+
+
+class AttemptOwners:
+    """The (student, exam) of each attempt this node has seen, read once per attempt.
+
+    No route, job or admin action changes an attempt's student or exam, and ids are never
+    reused, so a remembered owner stays true: an answer checks ownership with no query after
+    its attempt's first one. Everything that does change (open or finished) is read in the
+    answer's own transaction. Unknown ids are not remembered; a forgotten one is read again."""
+
+    def __init__(self, engine: Engine, kept: int = OWNERS_KEPT) -> None:
+        self._engine, self._kept = engine, kept
+        self._owners: dict[str, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+        self.reads = 0  # ledger reads made, for tests and the benchmark
+
+    def owner_of(self, attempt_id: str) -> tuple[str, str] | None:
+        """(student_id, exam_code) of the attempt, or None if the ledger has no such attempt."""
+        owner = self._owners.get(attempt_id)
+        if owner is None:
+            owner = self._read(attempt_id)
+        return owner
+
+    def _read(self, attempt_id: str) -> tuple[str, str] | None:
+        self.reads += 1
+        with self._engine.connect() as conn:
+            row = _OWNER.run(conn, {"id": attempt_id}).first()
+        if row is None:
+            return None
+        owner = (row.student_id, row.exam_code)
+        with self._lock:
+            if len(self._owners) >= self._kept:
+                del self._owners[next(iter(self._owners))]  # the oldest remembered
+            self._owners[attempt_id] = owner
+        return owner
+
+
 @dataclass
 class WebState:
     settings: Settings
@@ -61,10 +105,12 @@ class WebState:
     limiter: Limiter = field(default_factory=NoLimits)  # the node's is chosen once in app.py
     capacity_lock: CapacityLock | None = None  # held by POST /admin/scale and PUT .../window (routes_scale)
     rules: RuleCache = field(init=False)  # the exams' windows and policies (stack/ledger/exam_rules.py)
+    owners: AttemptOwners = field(init=False)  # who owns each attempt seen (the answer path's check)
     _exams: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rules = RuleCache(self.read_engine)
+        self.owners = AttemptOwners(self.read_engine)
 
     def question_count(self, exam_code: str) -> int | None:
         """Questions of an exam, or None if unknown. Cached: exam rows are written once by
