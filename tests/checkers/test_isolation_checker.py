@@ -163,3 +163,60 @@ def test_pickups_go_past_a_merit_job_not_started_and_one_still_running() -> None
     running = merit(91, 9.0, 9.5, None, worker="worker_merit_1.1")
     bound = merit_wait_bound([waiting, running, *[j for j in isolated() if j.kind == "merit"]], 2)
     assert bound["terms"]["measured_jobs"] == 10 and bound["terms"]["pickup"] == 0.01
+
+
+# ---------------------------------------------------------------- second run's survivors (#22 part 5)
+def test_a_pickup_counts_from_the_workers_previous_end_even_at_the_exact_start() -> None:
+    """The second merit job queued behind the first on one worker: its pickup starts at the
+    first one's end, which is the very instant it started (0, not the 0.375 s it was queued)."""
+    first = merit(1, 10.0, 10.0, 10.5, worker="w1")
+    second = merit(2, 10.125, 10.5, 11.0, worker="w1")
+    assert merit_wait_bound([first, second], 1)["terms"]["pickup"] == 0.0
+
+
+def test_the_burst_counts_merit_arrivals_within_one_per_job_times_workers() -> None:
+    """One more merit job 0.01 s after another (window 2 * 0.02 s): a burst of 2, in the bound."""
+    close = merit(11, 10.21, 10.23, 10.24)
+    bound = merit_wait_bound([*isolated(), close], workers=2)
+    assert bound["terms"]["burst"] == 2
+    assert bound["value"] == pytest.approx((2 + 2) * 0.02)
+
+
+def _dyadic_lane(*extra: LaneJob) -> list[LaneJob]:
+    """Three merit jobs, each 0.125 s to pick up and 0.125 s to run (exact in binary), an AI job
+    beside them on its own lane: with one worker the bound is (1 + 1) * 0.25 = 0.5 s exactly."""
+    jobs = [merit(n, 16.0 + n, 16.125 + n, 16.25 + n, worker="w") for n in range(3)]
+    return jobs + [ai(1, 16.1, 16.2, worker="w-ai"), *extra]
+
+
+def test_a_wait_exactly_at_the_bound_is_within_it() -> None:
+    at_bound = merit(3, 19.0, 19.5, 19.625, worker="w2")  # waited 0.5 s; medians stay 0.125 s
+    result = check_isolation(_dyadic_lane(at_bound), observed_at=30.0, merit_workers=1)
+    assert result.details["bound"]["value"] == 0.5 and result.details["merit_wait"]["max"] == 0.5
+    assert result.valid is True and result.counts["wait_over_bound"] == 0, result.to_dict()
+
+
+def test_the_report_rounds_the_bound_its_terms_and_the_waits_to_a_tenth_of_a_millisecond() -> None:
+    """Microsecond times: execution 0.05678 s, pickup 0.01234 s; a merit job that waited
+    1.234567 s while an AI job took its queue is behind AI and over the bound."""
+    jobs = [merit(n, 10.0 + n, 10.01234 + n, 10.06912 + n, worker="w") for n in range(3)]
+    late = merit(9, 20.0, 21.234567, 21.29, worker="w")
+    taker = ai(9, 20.5, 21.0, worker="w-x", queue="merit")
+    result = check_isolation([*jobs, late, taker], observed_at=30.0, merit_workers=1)
+    bound = result.details["bound"]
+    assert {key: bound["terms"][key] for key in ("execution", "pickup", "per_job")} == \
+        {"execution": 0.0568, "pickup": 0.0123, "per_job": 0.0691}
+    assert bound["value"] == 0.1382  # (1 + 1) * 0.06912
+    assert result.examples["waited_behind_ai"][0]["waited"] == 1.2346
+    assert result.examples["wait_over_bound"][0]["waited"] == 1.2346
+
+
+def test_ai_jobs_overlapping_merit_are_counted_exactly_with_touching_edges_included() -> None:
+    """Merit queued at 10 and done at 11. AI jobs: one starting at 11.0 and one ending at 10.0
+    (touching: counted), one after and one before (not), one never started (not)."""
+    jobs = [merit(1, 10.0, 10.5, 11.0, worker="w-m"),
+            ai(1, 11.0, 11.5), ai(2, 9.0, 10.0), ai(3, 12.0, 12.5), ai(4, 5.0, 6.0),
+            LaneJob("narrative-b5-1", "narrative", "ai", None, 0.0, None, None)]
+    result = check_isolation(jobs, observed_at=20.0, merit_workers=1)
+    assert result.details["ai_jobs_overlapping_merit"] == 2
+    assert result.valid is True, result.to_dict()

@@ -93,6 +93,14 @@ def test_refusals_without_a_retry_after_leave_nothing_to_check() -> None:
     assert result.valid is True and any("nothing to check" in note for note in result.notes)
 
 
+def test_only_a_429_that_carries_a_retry_after_counts_as_one() -> None:
+    """A 503 that names a wait and a 429 that names none: neither is a 429 with Retry-After."""
+    refusals = [export("a", 10.0, status=503, retry_after=2.0), export("b", 10.0, retry_after=None)]
+    result = check_retry_after([], ledgers(refusals, []), None)
+    assert result.counts["ai_refusals"] == 2 and result.counts["ai_with_retry_after"] == 0
+    assert any("nothing to check" in note for note in result.notes)
+
+
 def test_a_missing_refusal_list_of_either_provider_is_unknown() -> None:
     for ai, sms in (([], None), (None, [])):
         result = check_retry_after([], ledgers(ai, sms), None)
