@@ -46,8 +46,9 @@ __all__ = [
 ]
 
 PYTHON_SERVICES = ("ai-provider", "sms-gateway", "web-1", "web-2", "relay", "worker-merit-1", "worker-merit-2",
-                   "worker-ai-1", "worker-sms-1")
-"""The services that read ``stack.config`` settings: a scenario's overrides go to each."""
+                   "worker-ai-1", "worker-sms-1", "worker-sms-2")
+"""The services that read ``stack.config`` settings: a scenario's overrides go to each (``worker-sms-2``,
+the SMS standby, runs only with its profile: chaos/deployment/compose_egress.py)."""
 
 PROVIDER_FORWARDS = {"ai-provider": 8101, "sms-gateway": 8102}
 """Provider service -> the port its admin API listens on inside its container."""
@@ -132,7 +133,7 @@ def write_override(compose_dir: Path, run_dir: Path, env: Mapping[str, str], pro
                    gateway: str, valkey: Mapping[str, Any] | None = None,
                    extend: Callable[[dict[str, Any]], None] | None = None) -> Path:
     """Write the forwards' configs and the override file into ``compose_dir``; return its path.
-    ``extend`` may add to the services before the file is written (the fault proxy's links)."""
+    ``extend`` may add to the document before it is written (the fault proxy's links, SMS egress)."""
     connections = run_dir / "connections"
     connections.mkdir(parents=True, exist_ok=True)
     connections.chmod(0o777)  # the components run as uid 10001 and write their counters here
@@ -142,7 +143,7 @@ def write_override(compose_dir: Path, run_dir: Path, env: Mapping[str, str], pro
         config.chmod(0o644)
     document = override_document(env, provider_ports, compose_dir, connections.resolve(), valkey)
     if extend is not None:
-        extend(document["services"])
+        extend(document)
     path = compose_dir / "override.json"
     path.write_text(json.dumps(document, indent=2))
     return path
