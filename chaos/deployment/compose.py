@@ -160,11 +160,10 @@ class ComposeDeployment:
         self._write_secrets()
         self._script(["scripts/compose-setup.sh"], "compose-setup.log")  # engine, base, image: up to minutes
         self._ports = self._draw_ports()  # a port drawn before a long build was once taken by then
-        env = self._env()
         providers = {service: self._ports[service.replace("-", "_")] for service in PROVIDER_FORWARDS}
         valkey = valkey_entry(self._ports["valkey"], self.spec.valkey_maxclients)
         write_override(self.compose_dir, self.spec.run_dir, settings_env(self.spec.settings_overrides), providers,
-                       f"{env['PROCTOR_COMPOSE_NET']}.1", valkey, self._extend_override)
+                       self._host_gateways(), valkey, self._extend_override)
         self._attach_egress_first()
         self._started = True  # from here on stop() has something to take down
         self._script(["scripts/compose-setup.sh", "--up"], "compose-up.log")  # the set-up steps are cached now
@@ -193,6 +192,11 @@ class ComposeDeployment:
         lines = env_file.read_text().splitlines() if env_file.exists() else []
         return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
 
+    def _host_gateways(self) -> list[str]:
+        """The host's address on each project network: where a published port's connections come from."""
+        egress = [self.egress_addresses.host_gateway] if self.spec.sms_egress is not None else []
+        return [f"{self.net}.1", *egress]
+
     def _extend_override(self, document: dict[str, Any]) -> None:
         self._add_links(document["services"])
         if self.spec.sms_egress is not None:
@@ -212,7 +216,7 @@ class ComposeDeployment:
             return
         self._egress = FailoverController(self.spec.run_dir, FAILOVER_POLICIES[self.spec.sms_egress](),
                                           self._egress_alive, lambda: sorted(self.egress_addresses.hosts()),
-                                          owner=CONTAINER_UID)
+                                          owner=CONTAINER_UID, reserved=self.egress_addresses.reserved)
         self._egress.attach_first("worker_sms_1")
 
     def _start_egress_controller(self) -> None:

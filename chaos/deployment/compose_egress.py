@@ -16,7 +16,10 @@ written, so a worker never binds an address its container lacks. Valkey and the 
 on the project network: the move touches only the SMS path.
 
 The gateway allows exactly ``<reserved>/32`` and the workers send to its egress address, so
-the source it records (its effect ledger) is the worker's egress address: the proof.
+the source it records (its effect ledger) is the worker's egress address: the proof. The
+gateway's admin forward admits the host's address on both networks: the engine publishes a
+port of a container on two networks through either one (the first run's final read was
+refused by a forward that admitted the project network's only).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class EgressAddresses:
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
+        self.host_gateway = f"{prefix}.1"  # the host's side of the network's bridge
         self.gateway = f"{prefix}.5"
         self.reserved = f"{prefix}.10"
 
@@ -54,7 +58,7 @@ class EgressAddresses:
 
     def network(self) -> dict[str, Any]:
         """Fixed addresses below .128; the engine hands out dynamic ones only above."""
-        return {"ipam": {"config": [{"subnet": f"{self.prefix}.0/24", "gateway": f"{self.prefix}.1",
+        return {"ipam": {"config": [{"subnet": f"{self.prefix}.0/24", "gateway": self.host_gateway,
                                      "ip_range": f"{self.prefix}.128/25"}]}}
 
 

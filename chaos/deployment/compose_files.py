@@ -24,7 +24,7 @@ forwards) are not offered to the nemesis.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +88,14 @@ def settings_env(overrides: Mapping[str, Any]) -> dict[str, str]:
     return env
 
 
-def forward_config(peer: str, port: int) -> str:
-    """HAProxy in TCP mode: the published port -> the provider's loopback admin API, host only."""
+def forward_config(peers: Sequence[str], port: int) -> str:
+    """HAProxy in TCP mode: the published port -> the provider's loopback admin API, host only.
+    ``peers``: the host's address on each network the provider is on (a port published on the
+    host's 127.0.0.1 arrives from the gateway of whichever network the engine picked)."""
     return "\n".join([
         "global", "    maxconn 64", "defaults", "    mode tcp", "    timeout connect 1s",
         "    timeout client 60s", "    timeout server 60s", "frontend admin", f"    bind :{_FORWARD_PORT}",
-        f"    tcp-request connection reject unless {{ src {peer} }}", "    default_backend provider",
+        f"    tcp-request connection reject unless {{ src {' '.join(peers)} }}", "    default_backend provider",
         "backend provider", f"    server provider 127.0.0.1:{port}", "",
     ])
 
@@ -130,7 +132,7 @@ def override_document(env: Mapping[str, str], provider_ports: Mapping[str, int],
 
 
 def write_override(compose_dir: Path, run_dir: Path, env: Mapping[str, str], provider_ports: Mapping[str, int],
-                   gateway: str, valkey: Mapping[str, Any] | None = None,
+                   gateways: Sequence[str], valkey: Mapping[str, Any] | None = None,
                    extend: Callable[[dict[str, Any]], None] | None = None) -> Path:
     """Write the forwards' configs and the override file into ``compose_dir``; return its path.
     ``extend`` may add to the document before it is written (the fault proxy's links, SMS egress)."""
@@ -139,7 +141,7 @@ def write_override(compose_dir: Path, run_dir: Path, env: Mapping[str, str], pro
     connections.chmod(0o777)  # the components run as uid 10001 and write their counters here
     for service, port in PROVIDER_FORWARDS.items():
         config = compose_dir / f"{service}-forward.cfg"
-        config.write_text(forward_config(gateway, port))
+        config.write_text(forward_config(gateways, port))
         config.chmod(0o644)
     document = override_document(env, provider_ports, compose_dir, connections.resolve(), valkey)
     if extend is not None:

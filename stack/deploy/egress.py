@@ -104,8 +104,10 @@ def read_attachment(path: str | Path) -> Attachment | None:
         return None
 
 
-def new_attachment(lane_holder: str, address_holder: str | None, reason: str) -> Attachment:
-    return Attachment(lane_holder, address_holder, SMS_RESERVED_ADDRESS, time.time(), reason)
+def new_attachment(lane_holder: str, address_holder: str | None, reason: str,
+                   reserved: str = SMS_RESERVED_ADDRESS) -> Attachment:
+    """A record from now; ``reserved`` is the deployment's (a fixed container IP on compose)."""
+    return Attachment(lane_holder, address_holder, reserved, time.time(), reason)
 
 
 class FailoverPolicy(Protocol):
@@ -120,7 +122,8 @@ class MoveReservedAddress:
     name = "move"
 
     def attach(self, lost: str, standby: str, current: Attachment) -> Attachment:
-        return new_attachment(standby, standby, f"{lost} lost: lane and reserved address moved to {standby}")
+        return new_attachment(standby, standby, f"{lost} lost: lane and reserved address moved to {standby}",
+                              current.reserved)
 
 
 class KeepAddressOnLostHost:
@@ -129,7 +132,8 @@ class KeepAddressOnLostHost:
     name = "without_address"
 
     def attach(self, lost: str, standby: str, current: Attachment) -> Attachment:
-        return new_attachment(standby, current.address_holder, f"{lost} lost: lane moved to {standby}, address not moved")
+        return new_attachment(standby, current.address_holder, f"{lost} lost: lane moved to {standby}, address not moved",
+                              current.reserved)
 
 
 FAILOVER_POLICIES: dict[str, Callable[[], FailoverPolicy]] = {"move": MoveReservedAddress,
@@ -146,11 +150,12 @@ class FailoverController:
     ``is_alive`` asks the deployment about a worker (a process, a container); ``move`` makes
     the record's new address holder real in the deployment before the record is written
     (compose: the engine re-attaches the address; a worker told first would bind an address
-    its container does not have yet); ``owner`` is the uid the workers read the record as."""
+    its container does not have yet); ``owner`` is the uid the workers read the record as;
+    ``reserved`` the deployment's reserved address (the workers bind what the record says)."""
 
     def __init__(self, run_dir: Path, policy: FailoverPolicy, is_alive: Callable[[str], bool],
                  sms_workers: Callable[[], list[str]], move: Callable[[Attachment, Attachment], None] = _no_move,
-                 owner: int | None = None) -> None:
+                 owner: int | None = None, reserved: str = SMS_RESERVED_ADDRESS) -> None:
         self.path = run_dir / ATTACHMENT_NAME
         self.events = run_dir / EVENTS_NAME
         self.policy = policy
@@ -158,11 +163,13 @@ class FailoverController:
         self.sms_workers = sms_workers
         self.move = move
         self.owner = owner
+        self.reserved = reserved
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="egress-failover", daemon=True)
 
     def attach_first(self, holder: str) -> Attachment:
-        attachment = new_attachment(holder, holder, f"start: {holder} holds the lane and the reserved address")
+        attachment = new_attachment(holder, holder, f"start: {holder} holds the lane and the reserved address",
+                                    self.reserved)
         write_attachment(self.path, attachment, self.owner)
         self._record(attachment, lost=None)
         return attachment

@@ -77,8 +77,10 @@ def _controller(tmp_path: Path, policy: Any) -> tuple[FailoverController, FakeAp
     api = FakeApi(tmp_path / ATTACHMENT_NAME)
     move = EngineAddressMove(api, f"p_{EGRESS_NETWORK}", ADDRESSES, lambda component: f"id-{component}")
     alive = {"worker_sms_2"}  # worker_sms_1's container was killed
-    controller = FailoverController(tmp_path, policy, alive.__contains__, lambda: ["worker_sms_1", "worker_sms_2"], move)
-    controller.attach_first("worker_sms_1")
+    controller = FailoverController(tmp_path, policy, alive.__contains__, lambda: ["worker_sms_1", "worker_sms_2"], move,
+                                    reserved=ADDRESSES.reserved)
+    first = controller.attach_first("worker_sms_1")
+    assert first.source_for("worker_sms_1", "172.29.214.11") == "172.29.214.10"  # what worker 1 binds: its container's
     return controller, api
 
 
@@ -89,7 +91,8 @@ def test_a_failover_reattaches_the_reserved_address_to_the_standby_before_the_re
     assert api.calls == [("disconnect", "id-worker_sms_1", None), ("connect", "id-worker_sms_1", "172.29.214.11"),
                          ("disconnect", "id-worker_sms_2", None), ("connect", "id-worker_sms_2", "172.29.214.10")]
     assert api.holder_during_calls == {"worker_sms_1"}  # the record changed only after the engine moved the address
-    assert read_attachment(tmp_path / ATTACHMENT_NAME).address_holder == "worker_sms_2"
+    record = read_attachment(tmp_path / ATTACHMENT_NAME)
+    assert record.source_for("worker_sms_2", "172.29.214.12") == "172.29.214.10"  # never the embedded 127.0.0.10
 
 
 def test_negative_control_the_policy_that_keeps_the_address_moves_nothing_in_the_engine(tmp_path: Path) -> None:
@@ -97,6 +100,7 @@ def test_negative_control_the_policy_that_keeps_the_address_moves_nothing_in_the
     moved = controller.check_once()
     assert (moved.lane_holder, moved.address_holder) == ("worker_sms_2", "worker_sms_1")
     assert api.calls == []  # the standby sends from its own .12: the gateway must refuse it (403)
+    assert moved.source_for("worker_sms_2", "172.29.214.12") == "172.29.214.12"
 
 
 def test_the_record_is_readable_by_the_containers_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,11 +122,14 @@ def test_compose_runs_the_egress_scenario_and_still_refuses_what_it_cannot() -> 
     assert "log shipping runs on the embedded stack only" in unsupported_on("compose", SCENARIOS["log_store_outage"])
 
 
-def test_the_standby_profile_is_on_only_for_egress_runs(tmp_path: Path) -> None:
-    plain = ComposeDeployment(ComposeSpec("x", tmp_path))
-    egress = ComposeDeployment(ComposeSpec("x", tmp_path, shape=EGRESS_SHAPE, sms_egress="move"))
-    assert "COMPOSE_PROFILES" not in plain._env() or plain._env()["COMPOSE_PROFILES"] == os.environ.get("COMPOSE_PROFILES")
+def test_the_standby_profile_and_the_second_host_gateway_are_there_only_for_egress_runs(tmp_path: Path) -> None:
+    plain = ComposeDeployment(ComposeSpec("x", tmp_path, net_prefix="172.29.213"))
+    egress = ComposeDeployment(ComposeSpec("x", tmp_path, shape=EGRESS_SHAPE, sms_egress="move", net_prefix="172.29.213",
+                                           egress_prefix="172.29.214"))
+    assert plain._env().get("COMPOSE_PROFILES") == os.environ.get("COMPOSE_PROFILES")
     assert egress._env()["COMPOSE_PROFILES"] == "sms-standby"
+    assert plain._host_gateways() == ["172.29.213.1"]
+    assert egress._host_gateways() == ["172.29.213.1", "172.29.214.1"]  # the admin forwards admit the host on both
 
 
 class FakeDeployment:
