@@ -22,6 +22,9 @@ containers are found by the labels ``com.docker.compose.project`` / ``.service``
 - SMS egress (``sms_egress``): an ``egress`` network, the reserved address a fixed IP on it,
   the standby ``worker-sms-2``; the failover controller re-attaches the address in the engine
   (``chaos.deployment.compose_egress``, docs/egress.md "Compose").
+- log shipping (``log_shipping``): the services log into ``<run_dir>/logs``, followed by rsyslog in a
+  ``shipper`` container and shipped to a ``log-store`` container (``chaos.deployment.compose_logship``,
+  docs/log-shipping.md "Compose").
 - ``scale``: starts or stops the pool's services. ``docker-compose.yml`` names every web
   node and worker (its own ``PROCTOR_NODE_NAME``, its own HAProxy backend line), so a pool
   cannot grow past the services the file defines; that is refused with the reason.
@@ -44,6 +47,7 @@ from chaos.deployment.compose_egress import (CONTAINER_UID, EGRESS_NETWORK, STAN
 from chaos.deployment.compose_engine import Engine, EngineError
 from chaos.deployment.compose_files import (PROVIDER_FORWARDS, PYTHON_SERVICES, component_for_service, settings_env,
                                             valkey_entry, write_override)
+from chaos.deployment.compose_logship import add_log_shipping, prepare_logs, write_shipper_config
 from chaos.deployment.compose_links import (FAULTPROXY_SERVICE, UPSTREAMS, add_links, link_ports, links_unsupported,
                                             write_populate)
 from chaos.settle import SettleTerms
@@ -55,6 +59,8 @@ from stack.deploy.links import UPSTREAM_OF
 from stack.deploy.ports import free_ports
 from stack.deploy.provision import FAULTPROXY_ENV
 from stack.deploy.valkey_conf import NODE_SERVICES, VALKEY_PORT, address, sentinel_addresses
+from stack.logship.export import export_logs
+from stack.logship.rsyslog import LOG_POLICIES
 from stack.paths import update_latest_link
 
 __all__ = ["COMPOSE_SHAPE", "ComposeDeployment", "ComposeSpec", "ComposeUnsupported", "REPO"]
@@ -87,6 +93,7 @@ class ComposeSpec:
     net_prefix: str = ""  # default: $PROCTOR_COMPOSE_NET or 172.29.213 (wave 1's tests use .113, users .13)
     sms_egress: str | None = None  # a failover policy (stack.deploy.egress.FAILOVER_POLICIES): the egress network
     egress_prefix: str = ""  # default: $PROCTOR_COMPOSE_EGRESS_NET or 172.29.214
+    log_shipping: str | None = None  # a shipper policy (stack.logship.rsyslog.LOG_POLICIES): shipper and log store
 
     def expected_shape(self) -> dict[str, int]:
         return EGRESS_SHAPE if self.sms_egress is not None else COMPOSE_SHAPE
@@ -101,6 +108,8 @@ class ComposeSpec:
         if self.shape != self.expected_shape():
             return (f"compose runs {self.expected_shape()} (docker-compose.yml names every node and worker); "
                     f"the scenario wants {self.shape}")
+        if self.log_shipping is not None and self.log_shipping not in LOG_POLICIES:
+            return f"log_shipping={self.log_shipping!r}: one of {sorted(LOG_POLICIES)}"
         return self._egress_unsupported() or links_unsupported(self.links)
 
     def _egress_unsupported(self) -> str | None:
@@ -177,6 +186,7 @@ class ComposeDeployment:
     def _draw_ports(self) -> dict[str, int]:
         """Free ports on 127.0.0.1 for what the run publishes."""
         published = ["api", "admin", "ai_provider", "sms_gateway", "valkey"] + (["faultproxy"] if self.spec.links else [])
+        published += ["log_store"] if self.spec.log_shipping is not None else []
         return dict(zip(published, free_ports(len(published))))
 
     def _write_secrets(self) -> None:
@@ -201,6 +211,11 @@ class ComposeDeployment:
         self._add_links(document["services"])
         if self.spec.sms_egress is not None:
             add_egress(document["services"], document.setdefault("networks", {}), self.egress_addresses, self.spec.run_dir)
+        if self.spec.log_shipping is not None:
+            logging = [service for service in PYTHON_SERVICES if self.spec.sms_egress is not None or service != "worker-sms-2"]
+            prepare_logs(self.spec.run_dir, logging, CONTAINER_UID)
+            paths = write_shipper_config(self.spec.run_dir, self.spec.log_shipping)
+            add_log_shipping(document["services"], logging, paths, self._ports["log_store"])
 
     def _add_links(self, services: dict[str, Any]) -> None:
         roles = {service: component.role for service in PYTHON_SERVICES
@@ -403,5 +418,8 @@ class ComposeDeployment:
     def export(self, dest: Path, allow_pending: frozenset[str] = frozenset(),
                quiet_timeout: float | None = None) -> FinalRead:
         urls = self.urls
-        return final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
-                          SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)
+        final = final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
+                           SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)
+        if "log_store" in urls:  # log shipping, as embedded: after the outbox settled
+            export_logs(self.spec.run_dir, urls["log_store"], self.settings.log_store_token, dest)
+        return final

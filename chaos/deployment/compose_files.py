@@ -61,7 +61,8 @@ keeps the component down until ``set_autorestart(True)`` or a restart."""
 _FORWARD_PORT = 9101  # the forward's listener inside the provider's network namespace
 _SINGLETON_ROLES = {"valkey": "valkey", "valkey-2": "valkey", "sentinel-1": "sentinel", "sentinel-2": "sentinel",
                     "sentinel-3": "sentinel", "haproxy": "haproxy", "relay": "relay", "faultproxy": "faultproxy",
-                    "ai-provider": "ai_provider", "sms-gateway": "sms_gateway"}
+                    "ai-provider": "ai_provider", "sms-gateway": "sms_gateway", "log-store": "log_store",
+                    "shipper": "shipper"}
 
 
 def component_for_service(service: str) -> Component | None:
