@@ -18,20 +18,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stack.deploy.egress import (ATTACHMENT_NAME, EVENTS_NAME, FAILOVER_POLICIES, SMS_RESERVED_ADDRESS, FailoverController,
-                                 FailoverPolicy, KeepAddressOnLostHost, MoveReservedAddress, sms_host_address)
+from stack.deploy.egress import ATTACHMENT_NAME, FAILOVER_POLICIES, SMS_RESERVED_ADDRESS, FailoverPolicy, sms_host_address
 from stack.embedded import StackError
 
-__all__ = [
-    "EVENTS_NAME",
-    "FAILOVER_POLICIES",
-    "FailoverController",
-    "FailoverPolicy",
-    "KeepAddressOnLostHost",
-    "MoveReservedAddress",
-    "failover_policy",
-    "worker_egress_env",
-]
+__all__ = ["allowlist", "failover_policy", "worker_egress_env"]
 
 
 def failover_policy(name: str) -> FailoverPolicy:
