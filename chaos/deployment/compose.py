@@ -421,5 +421,7 @@ class ComposeDeployment:
         final = final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
                            SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)
         if "log_store" in urls:  # log shipping, as embedded: after the outbox settled
-            export_logs(self.spec.run_dir, urls["log_store"], self.settings.log_store_token, dest)
+            # Resolved, as the shipper's configuration and mounts are: the store records each line's
+            # absolute file name, and a relative run folder (`proctor sweep`'s) matched none of them.
+            export_logs(self.spec.run_dir.resolve(), urls["log_store"], self.settings.log_store_token, dest)
         return final

@@ -16,6 +16,7 @@ from chaos.deployment.compose import ComposeSpec
 from chaos.deployment.compose_files import PYTHON_SERVICES, component_for_service, override_document
 from chaos.deployment.compose_logship import (LOG_STORE_RELP_PORT, LOG_STORE_SERVICE, SHIPPER_SERVICE,
                                               add_log_shipping, prepare_logs, write_shipper_config)
+from stack.config import load_settings
 from stack.logship import rsyslog
 
 SERVICES = [s for s in PYTHON_SERVICES if s != "worker-sms-2"]
@@ -83,3 +84,23 @@ def test_the_store_and_the_shipper_are_components_and_a_bad_policy_is_named() ->
     assert component_for_service("shipper").role == "shipper"
     reason = ComposeSpec("x", Path("r"), log_shipping="loud").unsupported()
     assert reason == "log_shipping='loud': one of ['redact', 'uncounted', 'unredacted']"
+
+
+def test_the_final_read_counts_the_files_by_the_absolute_names_the_shipper_sends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`proctor sweep` passes a relative run folder: the produced lines must carry the same absolute
+    file names as the store's ledger (both compose log-store runs of the first compose sweep were
+    reported invalid, 178 lines "lost", because they did not)."""
+    import chaos.deployment.compose as compose
+
+    monkeypatch.chdir(tmp_path)
+    deployment = compose.ComposeDeployment(ComposeSpec("x", Path("runs/r"), log_shipping="redact"))
+    seen: list[Path] = []
+    monkeypatch.setattr(compose, "final_read", lambda *args, **kwargs: None)
+    monkeypatch.setattr(compose, "export_logs", lambda run_dir, *args: seen.append(run_dir))
+    settings = load_settings({}).with_overrides(admin_token="t", log_store_token="l")
+    monkeypatch.setattr(compose.ComposeDeployment, "settings", property(lambda self: settings))
+    deployment.export(tmp_path / "out")
+    assert seen == [(tmp_path / "runs" / "r").resolve()]
+    assert seen[0] == write_shipper_config(Path("runs/r"), "redact").logs.parent  # what the shipper's config names
+
