@@ -20,12 +20,16 @@ demo: setup
 # The compose parity pass (issue #13): the same scenario tests against docker-compose.yml. Skipped with
 # one line when no engine answers and none can be installed; --timeout is a hang guard for a cold
 # machine (engine, base and image are built inside the first test), not a verdict. The issue's three
-# scenarios, each with its negative control, and the Valkey failover on the Sentinel topology (issue #25;
-# its negative control runs embedded only); `make test-compose-all` runs every scenario on compose.
+# scenarios, each with its negative control, the Valkey failover on the Sentinel topology (issue #25) and the
+# SMS worker failover with its reserved egress address and the log store outage (issue #26; their negative
+# controls run embedded only);
+# `make test-compose-all` runs every scenario on compose.
 COMPOSE_PARITY := chaos/test_worker_kill.py::test_worker_kills_lose_nothing_and_duplicate_nothing \
 	chaos/test_worker_kill.py::test_without_reconciler_a_killed_job_is_reported_lost \
 	chaos/test_web_node_kill.py chaos/test_tls_churn.py \
-	chaos/test_valkey_failover.py::test_a_primary_failover_loses_nothing_and_every_client_follows
+	chaos/test_valkey_failover.py::test_a_primary_failover_loses_nothing_and_every_client_follows \
+	chaos/test_sms_egress.py::test_standby_takes_the_lane_and_the_reserved_address_and_every_sms_arrives_once \
+	chaos/test_log_shipping.py::test_every_line_is_shipped_or_counted_dropped_and_no_canary_reaches_the_store
 
 # --durations and the junit file say where the suite's wall time goes (issue #22 part 4), every CI run.
 test: setup lint

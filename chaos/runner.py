@@ -301,7 +301,7 @@ def _scenario_meta(
                      if k not in {"token_secret", "admin_token", "roster_key", "proxy_secret"}},
         # The seed's durations, for the report's case-vs-real table: `proctor check` imports no stack code.
         "case_constants": {name: getattr(stack_config, name) for name in stack_config.__all__ if name.startswith("CASE_")},
-        "options": scenario.options,
+        "options": _deployment_options(scenario, stack),
         "derive_bounds": list(scenario.derive_bounds),
         "expect_valid": scenario.expect_valid,
         "workload": asdict(scenario.workload),
@@ -311,6 +311,16 @@ def _scenario_meta(
         "started_at": time.time(),
         "reproduce": reproduce,
     }
+
+
+def _deployment_options(scenario: Scenario, stack: Deployment) -> dict[str, Any]:
+    """The scenario's checker options, with what only the deployment knows: the reserved SMS
+    egress address is 127.0.0.10 embedded and a fixed IP of the egress network on compose."""
+    egress = getattr(stack, "egress", None)
+    reserved = (egress() if callable(egress) else {}).get("reserved")
+    if "egress_address" in scenario.options and reserved:
+        return {**scenario.options, "egress_address": reserved}
+    return scenario.options
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -19,6 +19,12 @@ containers are found by the labels ``com.docker.compose.project`` / ``.service``
   Valkey's TLS port is published on 127.0.0.1 for the harness's own clients, which connect as the
   ``harness`` ACL user (``settings.valkey_user``, from the run's ``valkey-harness.env``; the CA
   copied out of the certs volume as ``settings.valkey_ca``).
+- SMS egress (``sms_egress``): an ``egress`` network, the reserved address a fixed IP on it,
+  the standby ``worker-sms-2``; the failover controller re-attaches the address in the engine
+  (``chaos.deployment.compose_egress``, docs/egress.md "Compose").
+- log shipping (``log_shipping``): the services log into ``<run_dir>/logs``, followed by rsyslog in a
+  ``shipper`` container and shipped to a ``log-store`` container (``chaos.deployment.compose_logship``,
+  docs/log-shipping.md "Compose").
 - ``scale``: starts or stops the pool's services. ``docker-compose.yml`` names every web
   node and worker (its own ``PROCTOR_NODE_NAME``, its own HAProxy backend line), so a pool
   cannot grow past the services the file defines; that is refused with the reason.
@@ -36,26 +42,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.deployment.compose_egress import (CONTAINER_UID, EGRESS_NETWORK, STANDBY_PROFILE, EgressAddresses,
+                                             EngineAddressMove, add_egress)
 from chaos.deployment.compose_engine import Engine, EngineError
 from chaos.deployment.compose_files import (PROVIDER_FORWARDS, PYTHON_SERVICES, component_for_service, settings_env,
                                             valkey_entry, write_override)
+from chaos.deployment.compose_logship import add_log_shipping, prepare_logs, write_shipper_config
 from chaos.deployment.compose_links import (FAULTPROXY_SERVICE, UPSTREAMS, add_links, link_ports, links_unsupported,
                                             write_populate)
 from chaos.settle import SettleTerms
 from chaos.deployment.final_read import FinalRead, final_read, provider_urls
 from stack.components import POOLS, Component
 from stack.config import ENV_NAMES, Settings, load_settings
+from stack.deploy.egress import FAILOVER_POLICIES, FailoverController
 from stack.deploy.links import UPSTREAM_OF
 from stack.deploy.ports import free_ports
 from stack.deploy.provision import FAULTPROXY_ENV
 from stack.deploy.valkey_conf import NODE_SERVICES, VALKEY_PORT, address, sentinel_addresses
+from stack.logship.export import export_logs
+from stack.logship.rsyslog import LOG_POLICIES
 from stack.paths import update_latest_link
 
 __all__ = ["COMPOSE_SHAPE", "ComposeDeployment", "ComposeSpec", "ComposeUnsupported", "REPO"]
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_SHAPE = {"web": 2, "merit": 2, "ai": 1, "sms": 1}
-"""What docker-compose.yml runs: web nodes and workers per lane."""
+"""What docker-compose.yml runs: web nodes and workers per lane (with SMS egress, also the SMS standby)."""
+EGRESS_SHAPE = {**COMPOSE_SHAPE, "sms": 2}
 VALKEY_TOPOLOGIES = ("single", "sentinel")
 SENTINEL_OVERLAY = "docker-compose.sentinel.yml"
 """The Sentinel topology's services, on top of docker-compose.yml (``ComposeSpec.valkey``)."""
@@ -78,6 +91,12 @@ class ComposeSpec:
     valkey: str = "single"  # "sentinel": docker-compose.sentinel.yml on top (primary, replica, 3 Sentinels)
     project: str = ""  # default: proctor-<pid>-<time>; one project (fresh volumes, fresh ledger) per run
     net_prefix: str = ""  # default: $PROCTOR_COMPOSE_NET or 172.29.213 (wave 1's tests use .113, users .13)
+    sms_egress: str | None = None  # a failover policy (stack.deploy.egress.FAILOVER_POLICIES): the egress network
+    egress_prefix: str = ""  # default: $PROCTOR_COMPOSE_EGRESS_NET or 172.29.214
+    log_shipping: str | None = None  # a shipper policy (stack.logship.rsyslog.LOG_POLICIES): shipper and log store
+
+    def expected_shape(self) -> dict[str, int]:
+        return EGRESS_SHAPE if self.sms_egress is not None else COMPOSE_SHAPE
 
     def unsupported(self) -> str | None:
         """Why this run cannot be a compose run, or None."""
@@ -86,10 +105,21 @@ class ComposeSpec:
         if self.valkey == "sentinel" and self.links:
             return ("the Sentinel topology's nodes announce their own addresses on compose: no node links (a "
                     f"partition, tls_churn_sentinel) yet; the scenario wants links {sorted(self.links)}")
-        if self.shape != COMPOSE_SHAPE:
-            return (f"compose runs {COMPOSE_SHAPE} (docker-compose.yml names every node and worker); "
+        if self.shape != self.expected_shape():
+            return (f"compose runs {self.expected_shape()} (docker-compose.yml names every node and worker); "
                     f"the scenario wants {self.shape}")
-        return links_unsupported(self.links)
+        if self.log_shipping is not None and self.log_shipping not in LOG_POLICIES:
+            return f"log_shipping={self.log_shipping!r}: one of {sorted(LOG_POLICIES)}"
+        return self._egress_unsupported() or links_unsupported(self.links)
+
+    def _egress_unsupported(self) -> str | None:
+        if self.sms_egress is None:
+            return None
+        if self.sms_egress not in FAILOVER_POLICIES:
+            return f"sms_egress={self.sms_egress!r}: one of {sorted(FAILOVER_POLICIES)}"
+        if "sms_gateway" in self.links:  # the gateway must see the worker's own address (as embedded)
+            return "sms_egress: the SMS path must not run through the sms_gateway link"
+        return None
 
 
 class ComposeDeployment:
@@ -109,20 +139,27 @@ class ComposeDeployment:
         self._settings: Settings | None = None
         self._engine: Engine | None = None
         self._started = False
+        self._egress: FailoverController | None = None
+        self._egress_engine: Engine | None = None  # the controller's own client: it polls from its thread
 
     # ------------------------------------------------------------ lifecycle
     @property
     def net(self) -> str:
         return self.spec.net_prefix or os.environ.get("PROCTOR_COMPOSE_NET", "172.29.213")
 
+    @property
+    def egress_addresses(self) -> EgressAddresses:
+        return EgressAddresses(self.spec.egress_prefix or os.environ.get("PROCTOR_COMPOSE_EGRESS_NET", "172.29.214"))
+
     def _env(self) -> dict[str, str]:
         net = self.net
         overlays = [str(self.repo / SENTINEL_OVERLAY)] if self.spec.valkey == "sentinel" else []
         files = [str(self.repo / "docker-compose.yml"), *overlays, str(self.compose_dir / "override.json")]
+        profiles = {"COMPOSE_PROFILES": STANDBY_PROFILE} if self.spec.sms_egress is not None else {}
         return {**os.environ,
                 "PROCTOR_COMPOSE_PROJECT": self.project, "PROCTOR_COMPOSE_RUN": str(self.compose_dir),
                 "PROCTOR_HTTP_PORT": str(self._ports["api"]), "PROCTOR_ADMIN_HTTP_PORT": str(self._ports["admin"]),
-                "PROCTOR_COMPOSE_NET": net, "COMPOSE_FILE": os.pathsep.join(files)}
+                "PROCTOR_COMPOSE_NET": net, "COMPOSE_FILE": os.pathsep.join(files), **profiles}
 
     def start(self) -> None:
         self.spec.run_dir.mkdir(parents=True, exist_ok=True)
@@ -132,11 +169,11 @@ class ComposeDeployment:
         self._write_secrets()
         self._script(["scripts/compose-setup.sh"], "compose-setup.log")  # engine, base, image: up to minutes
         self._ports = self._draw_ports()  # a port drawn before a long build was once taken by then
-        env = self._env()
         providers = {service: self._ports[service.replace("-", "_")] for service in PROVIDER_FORWARDS}
         valkey = valkey_entry(self._ports["valkey"], self.spec.valkey_maxclients)
         write_override(self.compose_dir, self.spec.run_dir, settings_env(self.spec.settings_overrides), providers,
-                       f"{env['PROCTOR_COMPOSE_NET']}.1", valkey, self._add_links)
+                       self._host_gateways(), valkey, self._extend_override)
+        self._attach_egress_first()
         self._started = True  # from here on stop() has something to take down
         self._script(["scripts/compose-setup.sh", "--up"], "compose-up.log")  # the set-up steps are cached now
         shutil.copy(self.compose_dir / "roster" / "roster.json", self.spec.run_dir / "roster.json")
@@ -144,10 +181,12 @@ class ComposeDeployment:
         self._copy_ca()
         for component in self.components():
             self._engine.note_ready(component.name.replace("_", "-"))
+        self._start_egress_controller()
 
     def _draw_ports(self) -> dict[str, int]:
         """Free ports on 127.0.0.1 for what the run publishes."""
         published = ["api", "admin", "ai_provider", "sms_gateway", "valkey"] + (["faultproxy"] if self.spec.links else [])
+        published += ["log_store"] if self.spec.log_shipping is not None else []
         return dict(zip(published, free_ports(len(published))))
 
     def _write_secrets(self) -> None:
@@ -163,12 +202,61 @@ class ComposeDeployment:
         lines = env_file.read_text().splitlines() if env_file.exists() else []
         return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
 
+    def _host_gateways(self) -> list[str]:
+        """The host's address on each project network: where a published port's connections come from."""
+        egress = [self.egress_addresses.host_gateway] if self.spec.sms_egress is not None else []
+        return [f"{self.net}.1", *egress]
+
+    def _extend_override(self, document: dict[str, Any]) -> None:
+        self._add_links(document["services"])
+        if self.spec.sms_egress is not None:
+            add_egress(document["services"], document.setdefault("networks", {}), self.egress_addresses, self.spec.run_dir)
+        if self.spec.log_shipping is not None:
+            logging = [service for service in PYTHON_SERVICES if self.spec.sms_egress is not None or service != "worker-sms-2"]
+            prepare_logs(self.spec.run_dir, logging, CONTAINER_UID)
+            paths = write_shipper_config(self.spec.run_dir, self.spec.log_shipping)
+            add_log_shipping(document["services"], logging, paths, self._ports["log_store"])
+
     def _add_links(self, services: dict[str, Any]) -> None:
         roles = {service: component.role for service in PYTHON_SERVICES
                  if (component := component_for_service(service)) is not None}
         if self._link_ports:
             config = write_populate(self.compose_dir / "proxies.json", self._link_ports)
             add_links(services, roles, self._link_ports, self._ports["faultproxy"], config, self.faultproxy_seed)
+
+    # ------------------------------------------------------------ SMS egress
+    def _attach_egress_first(self) -> None:
+        """Before `up`: worker 1 holds the lane and the reserved address (its container starts with it)."""
+        if self.spec.sms_egress is None:
+            return
+        self._egress = FailoverController(self.spec.run_dir, FAILOVER_POLICIES[self.spec.sms_egress](),
+                                          self._egress_alive, lambda: sorted(self.egress_addresses.hosts()),
+                                          owner=CONTAINER_UID, reserved=self.egress_addresses.reserved)
+        self._egress.attach_first("worker_sms_1")
+
+    def _start_egress_controller(self) -> None:
+        """After `up`: the controller watches the holder's container, with an engine client of its own."""
+        if self._egress is None:
+            return
+        self._egress_engine = engine = Engine(self.project)
+        network = f"{self.project}_{EGRESS_NETWORK}"  # Compose v1 names a project's networks so
+        self._egress.move = EngineAddressMove(engine.client.api, network, self.egress_addresses,
+                                              lambda component: engine.container_id(component.replace("_", "-")))
+        self._egress.start()
+
+    def _egress_alive(self, component: str) -> bool:
+        engine = self._egress_engine
+        return engine is not None and engine.running(component.replace("_", "-"))
+
+    def egress(self) -> dict[str, Any]:
+        """As embedded: reserved address, each SMS worker's host, the attachment and its history
+        (``{}`` without ``sms_egress``); the host-loss fault asks for it (chaos/nemesis/host.py)."""
+        if self._egress is None:
+            return {}
+        current = self._egress.current()
+        return {"policy": self._egress.policy.name, "reserved": self.egress_addresses.reserved,
+                "hosts": self.egress_addresses.hosts(), "attachment": None if current is None else current.__dict__,
+                "events": self._egress.history()}
 
     def _copy_ca(self) -> None:
         """Valkey's CA out of the certs volume, for the harness's own TLS clients on the host."""
@@ -180,6 +268,10 @@ class ComposeDeployment:
         if not self._started:
             return
         self._started = False
+        if self._egress is not None:
+            self._egress.stop()
+        if self._egress_engine is not None:
+            self._egress_engine.close()
         logs = self.spec.run_dir / "logs"
         logs.mkdir(exist_ok=True)
         with open(logs / "compose.log", "w") as out:  # the containers' output is evidence too
@@ -326,5 +418,10 @@ class ComposeDeployment:
     def export(self, dest: Path, allow_pending: frozenset[str] = frozenset(),
                quiet_timeout: float | None = None) -> FinalRead:
         urls = self.urls
-        return final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
-                          SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)
+        final = final_read(urls["admin"], provider_urls(urls), self.settings.admin_token, dest,
+                           SettleTerms.from_settings(self.settings), allow_pending, quiet_timeout)
+        if "log_store" in urls:  # log shipping, as embedded: after the outbox settled
+            # Resolved, as the shipper's configuration and mounts are: the store records each line's
+            # absolute file name, and a relative run folder (`proctor sweep`'s) matched none of them.
+            export_logs(self.spec.run_dir.resolve(), urls["log_store"], self.settings.log_store_token, dest)
+        return final

@@ -72,6 +72,9 @@ class Engine:
     def services(self) -> list[str]:
         return sorted(self._ids)
 
+    def container_id(self, service: str) -> str:
+        return self._id(service)
+
     def _id(self, service: str) -> str:
         try:
             return self._ids[service]

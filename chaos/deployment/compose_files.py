@@ -24,7 +24,7 @@ forwards) are not offered to the nemesis.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +46,9 @@ __all__ = [
 ]
 
 PYTHON_SERVICES = ("ai-provider", "sms-gateway", "web-1", "web-2", "relay", "worker-merit-1", "worker-merit-2",
-                   "worker-ai-1", "worker-sms-1")
-"""The services that read ``stack.config`` settings: a scenario's overrides go to each."""
+                   "worker-ai-1", "worker-sms-1", "worker-sms-2")
+"""The services that read ``stack.config`` settings: a scenario's overrides go to each (``worker-sms-2``,
+the SMS standby, runs only with its profile: chaos/deployment/compose_egress.py)."""
 
 PROVIDER_FORWARDS = {"ai-provider": 8101, "sms-gateway": 8102}
 """Provider service -> the port its admin API listens on inside its container."""
@@ -60,7 +61,8 @@ keeps the component down until ``set_autorestart(True)`` or a restart."""
 _FORWARD_PORT = 9101  # the forward's listener inside the provider's network namespace
 _SINGLETON_ROLES = {"valkey": "valkey", "valkey-2": "valkey", "sentinel-1": "sentinel", "sentinel-2": "sentinel",
                     "sentinel-3": "sentinel", "haproxy": "haproxy", "relay": "relay", "faultproxy": "faultproxy",
-                    "ai-provider": "ai_provider", "sms-gateway": "sms_gateway"}
+                    "ai-provider": "ai_provider", "sms-gateway": "sms_gateway", "log-store": "log_store",
+                    "shipper": "shipper"}
 
 
 def component_for_service(service: str) -> Component | None:
@@ -87,12 +89,14 @@ def settings_env(overrides: Mapping[str, Any]) -> dict[str, str]:
     return env
 
 
-def forward_config(peer: str, port: int) -> str:
-    """HAProxy in TCP mode: the published port -> the provider's loopback admin API, host only."""
+def forward_config(peers: Sequence[str], port: int) -> str:
+    """HAProxy in TCP mode: the published port -> the provider's loopback admin API, host only.
+    ``peers``: the host's address on each network the provider is on (a port published on the
+    host's 127.0.0.1 arrives from the gateway of whichever network the engine picked)."""
     return "\n".join([
         "global", "    maxconn 64", "defaults", "    mode tcp", "    timeout connect 1s",
         "    timeout client 60s", "    timeout server 60s", "frontend admin", f"    bind :{_FORWARD_PORT}",
-        f"    tcp-request connection reject unless {{ src {peer} }}", "    default_backend provider",
+        f"    tcp-request connection reject unless {{ src {' '.join(peers)} }}", "    default_backend provider",
         "backend provider", f"    server provider 127.0.0.1:{port}", "",
     ])
 
@@ -129,20 +133,20 @@ def override_document(env: Mapping[str, str], provider_ports: Mapping[str, int],
 
 
 def write_override(compose_dir: Path, run_dir: Path, env: Mapping[str, str], provider_ports: Mapping[str, int],
-                   gateway: str, valkey: Mapping[str, Any] | None = None,
+                   gateways: Sequence[str], valkey: Mapping[str, Any] | None = None,
                    extend: Callable[[dict[str, Any]], None] | None = None) -> Path:
     """Write the forwards' configs and the override file into ``compose_dir``; return its path.
-    ``extend`` may add to the services before the file is written (the fault proxy's links)."""
+    ``extend`` may add to the document before it is written (the fault proxy's links, SMS egress)."""
     connections = run_dir / "connections"
     connections.mkdir(parents=True, exist_ok=True)
     connections.chmod(0o777)  # the components run as uid 10001 and write their counters here
     for service, port in PROVIDER_FORWARDS.items():
         config = compose_dir / f"{service}-forward.cfg"
-        config.write_text(forward_config(gateway, port))
+        config.write_text(forward_config(gateways, port))
         config.chmod(0o644)
     document = override_document(env, provider_ports, compose_dir, connections.resolve(), valkey)
     if extend is not None:
-        extend(document["services"])
+        extend(document)
     path = compose_dir / "override.json"
     path.write_text(json.dumps(document, indent=2))
     return path

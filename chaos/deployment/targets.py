@@ -31,7 +31,8 @@ def _compose_spec(scenario: Scenario, settings: dict[str, Any], run_dir: Path) -
     shape = {"web": scenario.web, "merit": scenario.merit_workers, "ai": scenario.ai_workers,
              "sms": scenario.sms_workers}
     return ComposeSpec(name=scenario.name, run_dir=run_dir, shape=shape, settings_overrides=settings,
-                       links=scenario.links, valkey_maxclients=scenario.valkey_maxclients, valkey=scenario.valkey)
+                       links=scenario.links, valkey_maxclients=scenario.valkey_maxclients, valkey=scenario.valkey,
+                       sms_egress=scenario.sms_egress, log_shipping=scenario.log_shipping)
 
 
 def unsupported_on(target: str, scenario: Scenario) -> str | None:
@@ -44,9 +45,6 @@ def unsupported_on(target: str, scenario: Scenario) -> str | None:
         return "the memory filler runs on the embedded target only so far (docs/valkey.md)"
     if scenario.component_settings:
         return "settings of single components (component_settings) exist on the embedded target only (docs/valkey.md)"
-    if scenario.sms_egress is not None or scenario.log_shipping is not None:
-        # Issue #26 item 3, not done: compose has no reserved egress address to move, nor a shipper.
-        return "SMS egress and log shipping run on the embedded stack only (docs/egress.md, docs/log-shipping.md)"
     if "ledger_lock" in {fault.kind for fault in scenario.faults(0, scenario)}:
         return "the ledger lock is held through the ledger's file, which only the embedded target shares (chaos/nemesis/ledger.py)"
     return _compose_spec(scenario, dict(scenario.settings), Path(".")).unsupported()

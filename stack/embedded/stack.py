@@ -222,7 +222,8 @@ class EmbeddedStack:
         """Before the workers: SMS worker 1 holds the lane and the reserved address (docs/egress.md)."""
         if self.spec.sms_egress is None or self.spec.sms_workers < 1:
             return
-        from stack.embedded.egress import FailoverController, failover_policy
+        from stack.deploy.egress import FailoverController
+        from stack.embedded.egress import failover_policy
 
         self._egress = FailoverController(self.run_dir, failover_policy(self.spec.sms_egress), self._is_alive,
                                           lambda: [c.name for c in self._table.pool("sms")])

@@ -23,7 +23,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BOUNDED", "Buffer", "NO_REDACTION", "REDACT", "REDACTION_RULES", "Redaction", "ShipperPaths",
+__all__ = ["BOUNDED", "Buffer", "LOG_POLICIES", "NO_REDACTION", "REDACT", "REDACTION_RULES", "Redaction", "ShipperPaths",
            "render_config", "rsyslogd_argv"]
 
 RSYSLOGD = "/usr/sbin/rsyslogd"
@@ -82,6 +82,14 @@ def uncounted(buffer: Buffer) -> Buffer:
     return Buffer("uncounted", buffer.memory_lines, buffer.disk_bytes, counted=False)
 
 
+LOG_POLICIES: dict[str, tuple[Redaction, Buffer]] = {
+    "redact": (REDACT, BOUNDED),
+    "unredacted": (NO_REDACTION, BOUNDED),  # negative control: canaries reach the store
+    "uncounted": (REDACT, uncounted(BOUNDED)),  # negative control: silent drops
+}
+"""A deployment's ``log_shipping`` names one; turned into these objects once, when the config is rendered."""
+
+
 @dataclass(frozen=True)
 class ShipperPaths:
     logs: Path  # the components' log folder: every *.log in it is shipped
@@ -96,7 +104,9 @@ class ShipperPaths:
         return cls(run_dir / "logs", base / "work", base / "impstats.json", base / "rsyslog.conf", base / "rsyslogd.pid")
 
 
-def render_config(paths: ShipperPaths, relp_port: int, redaction: Redaction = REDACT, buffer: Buffer = BOUNDED) -> str:
+def render_config(paths: ShipperPaths, relp_port: int, redaction: Redaction = REDACT, buffer: Buffer = BOUNDED,
+                  target: str = "127.0.0.1") -> str:
+    """``target``: the store's host (127.0.0.1 embedded, its service name on compose)."""
     stats = (f'module(load="impstats" interval="1" format="json" log.syslog="off" log.file="{paths.stats}" '
              'resetCounters="off")') if buffer.counted else "# no impstats: drops are not counted (negative control)"
     return "\n".join([
@@ -114,7 +124,7 @@ def render_config(paths: ShipperPaths, relp_port: int, redaction: Redaction = RE
         '}',
         'ruleset(name="ship") {',
         *redaction.ruleset_lines(),
-        f'  action(type="omrelp" name="to_store" target="127.0.0.1" port="{relp_port}" template="line" '
+        f'  action(type="omrelp" name="to_store" target="{target}" port="{relp_port}" template="line" '
         f'timeout="2" conn.timeout="2" {buffer.queue_options()})',
         '}',
         '',
@@ -126,9 +136,10 @@ def rsyslogd_argv(paths: ShipperPaths) -> list[str]:
     return [RSYSLOGD, "-n", "-f", str(paths.config), "-i", str(paths.pidfile)]
 
 
-def write_config(paths: ShipperPaths, relp_port: int, redaction: Redaction = REDACT, buffer: Buffer = BOUNDED) -> Path:
+def write_config(paths: ShipperPaths, relp_port: int, redaction: Redaction = REDACT, buffer: Buffer = BOUNDED,
+                 target: str = "127.0.0.1") -> Path:
     paths.work.mkdir(parents=True, exist_ok=True, mode=0o700)
-    paths.config.write_text(render_config(paths, relp_port, redaction, buffer))
+    paths.config.write_text(render_config(paths, relp_port, redaction, buffer, target))
     return paths.config
 
 

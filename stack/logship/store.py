@@ -8,7 +8,9 @@ at-least-once, and the checker counts those duplicates (chaos/checkers/logship.p
 
 The ledger file is created 0600 (its journal files take its mode); the read API
 (``GET /lines``, ``GET /stats``) wants ``X-Log-Token`` (``PROCTOR_LOG_STORE_TOKEN``) and
-answers 401 without it. Both listeners bind 127.0.0.1 only.
+answers 401 without it. Both listeners bind 127.0.0.1 (``--host``: a container's
+every address on compose, where the shipper is another container and the read API is
+published on the host's 127.0.0.1 only).
 """
 
 from __future__ import annotations
@@ -166,15 +168,16 @@ def _read_api(ledger: LogLedger, token: str) -> type[BaseHTTPRequestHandler]:
 
 
 async def _run(args: argparse.Namespace, ledger: LogLedger, token: str) -> None:
-    http = ThreadingHTTPServer((HOST, args.http_port), _read_api(ledger, token))
+    http = ThreadingHTTPServer((args.host, args.http_port), _read_api(ledger, token))
     threading.Thread(target=http.serve_forever, name="logstore-read-api", daemon=True).start()
-    server = await asyncio.start_server(lambda r, w: _serve_relp(ledger, r, w), HOST, args.relp_port)
+    server = await asyncio.start_server(lambda r, w: _serve_relp(ledger, r, w), args.host, args.relp_port)
     async with server:
         await server.serve_forever()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stack.logship.store")
+    parser.add_argument("--host", default=HOST, help="the address both listeners bind (default 127.0.0.1)")
     parser.add_argument("--relp-port", type=int, required=True)
     parser.add_argument("--http-port", type=int, required=True)
     parser.add_argument("--ledger", type=Path, required=True)

@@ -54,8 +54,10 @@ def test_the_override_reaches_every_python_service_and_publishes_on_loopback_onl
 
 
 def test_the_provider_forward_admits_only_the_gateway() -> None:
-    cfg = forward_config("172.29.213.1", 8102)
+    cfg = forward_config(["172.29.213.1"], 8102)
     assert "tcp-request connection reject unless { src 172.29.213.1 }" in cfg
+    both = forward_config(["172.29.213.1", "172.29.214.1"], 8102)  # the SMS gateway is on the egress network too
+    assert "tcp-request connection reject unless { src 172.29.213.1 172.29.214.1 }" in both
     assert "server provider 127.0.0.1:8102" in cfg  # the provider sees a loopback peer, as embedded
 
 

@@ -116,7 +116,8 @@ def test_each_valkey_client_holds_only_its_own_components_credential() -> None:
     a service that never talks to Valkey (providers, ledger-init) holds none."""
     run = "${PROCTOR_COMPOSE_RUN:-.compose/run}"
     expected = {"web-1": "web", "web-2": "web", "relay": "relay", "valkey": "harness",
-                **{f"worker-{lane}-{n}": "worker" for lane, n in (("merit", 1), ("merit", 2), ("ai", 1), ("sms", 1))}}
+                **{f"worker-{lane}-{n}": "worker" for lane, n in (("merit", 1), ("merit", 2), ("ai", 1), ("sms", 1),
+                                                                            ("sms", 2))}}
     for name, service in load()["services"].items():
         files = service.get("env_file") or []
         files = [files] if isinstance(files, str) else files

@@ -23,7 +23,8 @@ from stack.deploy.egress import (ATTACHMENT_NAME, SMS_RESERVED_ADDRESS, Attachme
                                  sms_host_address, write_attachment)
 from stack.deploy.secrets import HAPROXY_SOURCE
 from stack.embedded import StackError, StackSpec
-from stack.embedded.egress import FailoverController, KeepAddressOnLostHost, MoveReservedAddress, allowlist, failover_policy
+from stack.deploy.egress import FailoverController, KeepAddressOnLostHost, MoveReservedAddress
+from stack.embedded.egress import allowlist, failover_policy
 from stack.lanes import egress as lane_egress
 from stack.providers import sms
 
