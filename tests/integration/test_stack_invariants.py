@@ -21,6 +21,7 @@ import pytest
 from pgserver import PostgresServer
 from roster_client import RosterClient
 
+from chaos.nemesis import WorkerStates
 from chaos.snapshot import fetch_table
 from stack.embedded import EmbeddedStack, StackSpec
 
@@ -158,12 +159,14 @@ def test_merit_worker_killed_mid_job_still_yields_one_merit_card(stack: Embedded
     for name in merit_workers:  # hold every merit worker down once killed, so the kill lands on the job
         stack.supervisor.set_autorestart(name, False)
     busy: list[str] = []
+    states = WorkerStates(stack.settings)
 
     def a_worker_runs_the_job() -> bool:
-        # A job is running once a worker has a second process: its horse (whichever worker took it).
+        # A job is running once a worker has a second process, its horse (the fork model), or says
+        # ``busy`` (the simple model runs the job in its own process); whichever worker took it.
         # One /proc read for every worker: a poll must take less time than a job lasts.
         trees = stack.supervisor.trees()
-        busy[:] = [name for name in merit_workers if len(trees.get(name, ())) > 1]
+        busy[:] = [name for name in merit_workers if len(trees.get(name, ())) > 1 or states.busy(name)]
         return bool(busy)
 
     try:
@@ -173,7 +176,7 @@ def test_merit_worker_killed_mid_job_still_yields_one_merit_card(stack: Embedded
                 stack.supervisor.kill(busy[0], signal.SIGKILL)
                 break
         else:
-            pytest.fail(f"in {MERIT_KILL_TRIES} attempts every merit job ended before a poll saw its horse")
+            pytest.fail(f"in {MERIT_KILL_TRIES} attempts every merit job ended before a poll saw it running")
     finally:
         for name in merit_workers:
             stack.supervisor.set_autorestart(name, True)
