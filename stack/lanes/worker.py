@@ -1,8 +1,13 @@
 """``python -m stack.lanes.worker <lane> [--name NAME] [--burst]``: one RQ worker, one queue.
 
-A real forking ``rq.Worker`` (the horse runs each job in its own process group)
-on exactly one queue, so dequeue is an atomic BLMOVE reservation. Its name is
-``<component>.<pid>``. A daemon thread in this (parent) process refreshes
+An RQ worker on exactly one queue, so dequeue is an atomic BLMOVE reservation. How it runs a
+job is the lane's worker model (``Settings.worker_models``, ``$PROCTOR_WORKER_MODEL``, chosen once
+in ``build_worker``): ``fork``, RQ's ``Worker``, runs each job in a new horse (its own process
+group); ``simple``, RQ's ``SimpleWorker``, runs it in this process: no fork, no new Valkey
+connection, warm caches (docs/embedded.md, "Worker models"). Either way the worker publishes its
+state (``busy``/``idle``) under its component name (``WORKER_STATE_PREFIX``), which is how the
+harness sees a job in flight without a horse. Its name is
+``<component>.<pid>.<hex>``. A daemon thread in this (parent) process refreshes
 ``proctor:alive:<name>`` with ``PX liveness_ttl*1000`` every ``liveness_ttl/3`` s:
 the relay treats a started job whose worker key is gone as abandoned, in seconds
 rather than RQ's ~90 s + up to 600 s. The thread uses its own client, so the
