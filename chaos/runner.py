@@ -24,7 +24,7 @@ from chaos.deployment.targets import DEFAULT_TARGET, build_deployment
 from chaos.history import History
 from chaos.interrupt import Interrupted, write_marker
 from chaos.observe.monitor import admin_urls, require_samples, run_monitor
-from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderNemesis, run_schedule
+from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderNemesis, WorkerStates, run_schedule
 from chaos.nemesis.ledger import LedgerNemesis
 from chaos.load.exam import WorkloadSpec, WorkloadStats, run_workload
 import stack.config as stack_config
@@ -190,7 +190,8 @@ def _nemesis_for(stack: Deployment, scenario: Scenario) -> CompositeNemesis:
     """Every nemesis a scheduled fault may name: processes (kill, pause, restart, scale), the fake
     providers' knobs (``provider``: targets are the deployment's URL names, e.g. ``ai_provider``)
     the ledger's write lock (``ledger_lock``) and, with links behind the fault proxy, the network (``toxic``)."""
-    members: list[Any] = [ProcessNemesis(stack), ProviderNemesis(stack.urls, stack.settings.admin_token),
+    members: list[Any] = [ProcessNemesis(stack, worker_states=WorkerStates(stack.settings)),
+                          ProviderNemesis(stack.urls, stack.settings.admin_token),
                           LedgerNemesis(stack)]  # connects only when a ledger_lock fault starts
     if scenario.valkey == "sentinel":
         from chaos.nemesis.failover import FailoverNemesis

@@ -1,8 +1,8 @@
 """Benchmark: the merit card's finish-to-ready p99 with a 2,000-job AI backlog, over the same without.
 
 ``python loadtests/bench_isolation.py [--seed 1] [--variants before,now] [--repeat 2] [--duration 20]``
-runs, per process-priority variant (``VARIANTS``: ``$PROCTOR_NICENESS`` for every process of
-the stack, stack/priority.py) and per repetition, the ``lane_isolation`` scenario (backlog
+runs, per variant (``VARIANTS``: ``$PROCTOR_NICENESS`` for every process of the stack,
+stack/priority.py, or ``$PROCTOR_WORKER_MODEL``, stack/lanes/worker.py) and per repetition, the ``lane_isolation`` scenario (backlog
 seeded, then an exam) and the same exam with no backlog, one after the other, so the variants
 see the same machine. Per run it prints, in real seconds: the merit cards of the exam's attempts
 (``done_at - created_at``: finish to card written; the backlog's own rows are left out) with
@@ -37,16 +37,19 @@ from stack.paths import bench_dir
 from stack.priority import NICENESS_ENV
 
 TARGET_RATIO = 1.5
-VARIANTS = {
-    "before": "merit=5,ai=10,sms=10,provider=0",  # the levels before #12's measurements
-    "providers": "merit=5,ai=10,sms=10,provider=10",  # only the fake providers niced
-    "now": "",  # stack.priority.NICENESS
-    "ai19": "merit=0,ai=19,sms=19,provider=10",
-    "relay5": "relay=5",  # the relay's reconcile pass over the backlog's enqueued rows yields to merit
-    "nice15": "ai=15,sms=15",  # the bulk lanes at nice 15 (the defaults before SCHED_IDLE)
-    "idle": "ai=idle,sms=idle",  # the bulk lanes under SCHED_IDLE
+MODEL_ENV = "PROCTOR_WORKER_MODEL"
+VARIANTS: dict[str, dict[str, str]] = {
+    "before": {NICENESS_ENV: "merit=5,ai=10,sms=10,provider=0"},  # the levels before #12's measurements
+    "providers": {NICENESS_ENV: "merit=5,ai=10,sms=10,provider=10"},  # only the fake providers niced
+    "now": {},  # the defaults
+    "ai19": {NICENESS_ENV: "merit=0,ai=19,sms=19,provider=10"},
+    "relay5": {NICENESS_ENV: "relay=5"},  # the relay's reconcile pass over the backlog's enqueued rows yields to merit
+    "nice15": {NICENESS_ENV: "ai=15,sms=15"},  # the bulk lanes at nice 15 (the defaults before SCHED_IDLE)
+    "idle": {NICENESS_ENV: "ai=idle,sms=idle"},  # the bulk lanes under SCHED_IDLE
+    "fork": {MODEL_ENV: "merit:fork,ai:fork,sms:fork"},  # a horse per job in every lane (before #23 item 4)
+    "simple": {MODEL_ENV: "merit:simple,ai:fork,sms:simple"},  # merit and sms jobs in-process
 }
-"""Variant name -> ``$PROCTOR_NICENESS`` for every component of both runs ("" = the defaults)."""
+"""Variant name -> the environment every component of both runs inherits ({} = the defaults)."""
 
 
 def merit_finish_to_ready(run_dir: Path) -> list[float]:
@@ -58,19 +61,20 @@ def merit_finish_to_ready(run_dir: Path) -> list[float]:
             and not str(attempts.get(row["attempt_id"], {}).get("exam_code", "")).startswith("BACKLOG-")]
 
 
-def _run(scenario: Any, seed: int, niceness: str) -> dict[str, Any]:  # chaos.runner.Scenario
+def _run(scenario: Any, seed: int, env: dict[str, str]) -> dict[str, Any]:  # chaos.runner.Scenario
     from chaos.runner import run_scenario
 
     scenario = replace(scenario, background={**scenario.background, "exam_cpu": cpu_window_background()})
-    previous = os.environ.get(NICENESS_ENV)
-    os.environ[NICENESS_ENV] = niceness  # the stack's processes inherit our environment
+    previous = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)  # the stack's settings and processes inherit our environment
     try:
         result = run_scenario(scenario, seed, progress=lambda msg: print(f"  [{scenario.name}] {msg}", flush=True))
     finally:
-        if previous is None:
-            os.environ.pop(NICENESS_ENV, None)
-        else:
-            os.environ[NICENESS_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     stored = json.loads((result.run_dir / "scenario.json").read_text())
     return {**_figures(result.run_dir, result.verdict), "exam_cpu": stored.get("background", {}).get("exam_cpu")}
 
@@ -90,13 +94,13 @@ def _exam(scenario: Any, duration: float | None) -> Any:
     return scenario if duration is None else replace(scenario, workload=replace(scenario.workload, duration=duration))
 
 
-def _pair(backlog: Any, seed: int, niceness: str, skip_baseline: bool) -> dict[str, Any]:
-    pair = {"niceness": niceness or "defaults", "with_backlog": _run(backlog, seed, niceness)}
+def _pair(backlog: Any, seed: int, env: dict[str, str], skip_baseline: bool) -> dict[str, Any]:
+    pair = {"environment": env or "defaults", "with_backlog": _run(backlog, seed, env)}
     if not skip_baseline:
         # the checker still runs (for its measured execution and pickup); with no backlog it
         # says "not exercised", which is the point of a baseline
         baseline = replace(backlog, name="lane_isolation_baseline", prepare=None)
-        pair["without_backlog"] = _run(baseline, seed, niceness)
+        pair["without_backlog"] = _run(baseline, seed, env)
         with_p99, without_p99 = pair["with_backlog"]["p99"], pair["without_backlog"]["p99"]
         pair["ratio_p99"] = round(with_p99 / without_p99, 3) if with_p99 and without_p99 else None
         with_p50, without_p50 = pair["with_backlog"]["p50"], pair["without_backlog"]["p50"]
@@ -123,7 +127,7 @@ def pooled_ratio(pairs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _print_pair(label: str, pair: dict[str, Any]) -> None:
-    print(f"== {label} (PROCTOR_NICENESS={pair['niceness']}): ratio p99 {pair.get('ratio_p99')} "
+    print(f"== {label} ({pair['environment']}): ratio p99 {pair.get('ratio_p99')} "
           f"(target <= {TARGET_RATIO}), ratio p50 {pair.get('ratio_p50')}")
     for name in ("with_backlog", "without_backlog"):
         run = pair.get(name)

@@ -165,6 +165,120 @@ def measure_phases(stack: Any, count: int) -> dict[str, Any]:
     return figures
 
 
+# ------------------------------------------------------------ worker models side by side (#23 item 4)
+def _worker_cpu(pid: int) -> float:
+    """CPU seconds of the worker and of every horse it reaped (loadtests/proc_cpu.py)."""
+    from loadtests.proc_cpu import read_table
+
+    return read_table().cpu({pid})
+
+
+def _start_worker(stack: Any, lane: str, model: str, folder: Any) -> subprocess.Popen:
+    """A worker of ``lane`` under the ``model`` (as the supervised one, but ours: the phases section
+    stopped those), returned once it is ready and has had time to block on its first dequeue."""
+    name = f"worker_{lane}_1"
+    ready = folder / f"{name}-{model}.ready"
+    env = {**stack._env(name), "PROCTOR_WORKER_MODEL": f"{lane}:{model}", "PROCTOR_READY_FILE": str(ready)}
+    worker = subprocess.Popen([sys.executable, "-m", "stack.lanes.worker", lane, "--name", name], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (ready.exists() and ready.read_text().strip() == str(worker.pid)):
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the {model} worker of {lane} never became ready (exit {worker.returncode})")
+        time.sleep(0.02)
+    time.sleep(0.5)  # past RQ's bootstrap (registration, pubsub): that is start-up, not per-job cost
+    return worker
+
+
+def _stop_worker(worker: subprocess.Popen) -> None:
+    worker.terminate()  # warm shutdown; idle, so it ends at once
+    try:
+        worker.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+
+
+def _cpu_per_job(workers: dict[str, subprocess.Popen], count: int, run_jobs: Callable[[], None]) -> dict[str, float]:
+    """CPU ms per job of each worker: its CPU (reaped horses included) across ``run_jobs``, over ``count``."""
+    before = {lane: _worker_cpu(w.pid) for lane, w in workers.items()}
+    started = time.monotonic()
+    run_jobs()
+    time.sleep(0.3)  # a forking worker reaps its last horse right after the job's end
+    wall = time.monotonic() - started
+    return {**{f"{lane}_cpu_ms_per_job": round((_worker_cpu(w.pid) - before[lane]) * 1000 / count, 2)
+               for lane, w in workers.items()}, "wall_seconds": round(wall, 2)}
+
+
+def _noop_jobs(stack: Any, count: int) -> None:
+    from rq import Queue
+
+    from stack.lanes.allowlist import JOB_SERIALIZER, NOOP_JOB
+
+    queue = Queue("merit", connection=stack.valkey("queue"), serializer=JOB_SERIALIZER)
+    jobs = [queue.enqueue(NOOP_JOB, f"q{n}", job_id=f"bench-noop-{time.time_ns()}") for n in range(count)]
+    deadline = time.monotonic() + 120
+    while any(job.get_status(refresh=True) not in ("finished", "failed") for job in jobs[-1:]):
+        if time.monotonic() > deadline:
+            raise RuntimeError("noop jobs not done after 120 s")
+        time.sleep(0.02)
+
+
+def _attempt_jobs(stack: Any, count: int, first: int) -> None:
+    """``count`` finished attempts; returns once each one's merit and SMS rows are done (no AI worker runs)."""
+    ids = [_finished_attempt(stack, first + n) for n in range(count)]
+    deadline = time.monotonic() + 300
+    for attempt_id in ids:
+        while not all(row["status"] == "done" for row in _rows(stack, attempt_id) if row["kind"] != "narrative"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"attempt {attempt_id}: merit/SMS rows not done after 300 s")
+            time.sleep(0.02)
+
+
+def first_student(round_no: int, model: str) -> int:
+    """Student numbers of a round's attempts, unique per round and model."""
+    return 10_000 * (round_no + 1) + 5_000 * WORKER_MODELS_ORDER.index(model)
+
+
+WORKER_MODELS_ORDER = ("fork", "simple")
+
+
+def measure_models(stack: Any, count: int, rounds: int) -> dict[str, Any]:
+    """Per model and round: a trivial job on the merit lane, then real merit and SMS jobs (``count`` each),
+    each worker's CPU per job. The models alternate within every round, so a ranking that grows with
+    the attempts (each merit card lists the exam's attempts) and the machine's load are shared alike."""
+    import tempfile
+    from pathlib import Path
+
+    per_model: dict[str, list[dict[str, float]]] = {model: [] for model in WORKER_MODELS_ORDER}
+    with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
+        for n in range(rounds):
+            for model in WORKER_MODELS_ORDER:
+                workers = {lane: _start_worker(stack, lane, model, Path(tmp)) for lane in ("merit", "sms")}
+                try:
+                    noop = _cpu_per_job({"merit": workers["merit"]}, count, lambda: _noop_jobs(stack, count))
+                    real = _cpu_per_job(workers, count, lambda: _attempt_jobs(stack, count, first_student(n, model)))
+                finally:
+                    for worker in workers.values():
+                        _stop_worker(worker)
+                per_model[model].append({"noop_cpu_ms_per_job": noop["merit_cpu_ms_per_job"], **real})
+    keys = sorted({key for runs in per_model.values() for run in runs for key in run})
+    return {"jobs_per_kind": count, "rounds": per_model,
+            "median": {model: {key: round(statistics.median(run[key] for run in runs), 2) for key in keys}
+                       for model, runs in per_model.items()}}
+
+
+def print_models(models: dict[str, Any]) -> None:
+    """The side-by-side table: CPU ms per job per model (medians of the rounds)."""
+    medians = models["median"]
+    keys = sorted(next(iter(medians.values())))
+    print(f"worker models, CPU ms per job (median of {len(next(iter(models['rounds'].values())))} rounds, "
+          f"{models['jobs_per_kind']} jobs per kind each):")
+    print(f"{'':32}" + "".join(f"{model:>10}" for model in medians))
+    for key in keys:
+        print(f"{key:32}" + "".join(f"{medians[model][key]:>10}" for model in medians))
+
+
 # ------------------------------------------------------------ the phase helper (a stand-in worker parent)
 def _timed(sink: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -235,6 +349,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--attempts", type=int, default=8, help="finished attempts for the lane and phase figures")
     parser.add_argument("--hog", action="store_true", help="keep one core busy with a CPU hog")
+    parser.add_argument("--model-jobs", type=int, default=60, help="jobs per kind and round in the worker-model comparison")
+    parser.add_argument("--model-rounds", type=int, default=2, help="rounds of the worker-model comparison (0: skip it)")
+    parser.add_argument("--only-models", action="store_true", help="only the worker-model comparison")
     args = parser.parse_args()
     from stack.embedded import EmbeddedStack, StackSpec
 
@@ -242,11 +359,14 @@ def main() -> int:
     try:
         spec = StackSpec(name="bench-lanes", web=1, merit_workers=1, ai_workers=1, sms_workers=1)
         with EmbeddedStack(spec) as stack:
-            figures = {"hog": args.hog,
-                       "restart": _loaded(lambda: measure_restarts(stack, args.kills)),
-                       "trivial_job": _loaded(lambda: measure_jobs(stack, args.jobs)),
-                       "lane_jobs": _loaded(lambda: measure_lane_jobs(stack, args.attempts)),
-                       "phases": _loaded(lambda: measure_phases(stack, args.attempts))}
+            figures: dict[str, Any] = {"hog": args.hog}
+            if not args.only_models:
+                figures.update(restart=_loaded(lambda: measure_restarts(stack, args.kills)),
+                               trivial_job=_loaded(lambda: measure_jobs(stack, args.jobs)),
+                               lane_jobs=_loaded(lambda: measure_lane_jobs(stack, args.attempts)))
+            figures["phases"] = _loaded(lambda: measure_phases(stack, args.attempts))  # also stops the workers
+            if args.model_rounds:
+                figures["models"] = _loaded(lambda: measure_models(stack, args.model_jobs, args.model_rounds))
     finally:
         if hog is not None:
             hog.kill()
@@ -256,6 +376,8 @@ def main() -> int:
     out = results / f"lanes{'-hog' if args.hog else ''}.json"
     out.write_text(json.dumps(figures, indent=2))
     print(json.dumps(figures, indent=2))
+    if "models" in figures:
+        print_models(figures["models"])
     print(f"written: {out}")
     return 0
 

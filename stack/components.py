@@ -25,6 +25,7 @@ __all__ = [
     "POOLS",
     "ROLES",
     "STOP_STAGES",
+    "WORKER_STATE_PREFIX",
     "Component",
     "ComponentTable",
     "HealthProbe",
@@ -37,6 +38,10 @@ LIVENESS_PREFIX = "proctor:alive:"
 here, standard library only, so the harness reads it without importing RQ."""
 RELAY_LIVENESS = "relay"
 """The relay's liveness name (``proctor:alive:relay``): no worker name is this short (``stack.lanes.worker.worker_name``)."""
+WORKER_STATE_PREFIX = "proctor:worker-state:"
+"""+ a worker component's name (``worker_merit_1``): ``busy`` while it runs a job, else ``idle`` (or
+``starting`` until its first dequeue). Written by the worker with RQ's own state (stack/lanes/worker.py),
+so the harness sees a job in flight without a horse process to look for (chaos/nemesis/process.py)."""
 ROLES = ("valkey", "sentinel", "ai_provider", "sms_gateway", "faultproxy", "web", "haproxy", "relay", "worker", "log_store",
          "shipper")
 POOLS = ("web", *LANES)

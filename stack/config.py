@@ -20,11 +20,13 @@ from stack.controls import CONTROLS, Controls
 from stack.paths import runs_dir
 from stack.settings_schema import (SettingsError, declared, env_value, one_of, parse_env, parse_exam_window, parse_exams,
                                    parse_networks, parse_non_negative_float, parse_positive_float, parse_positive_int,
-                                   parse_rate, setting)
+                                   parse_rate, parse_table, setting)
 
 __all__ = [
     "ENV_NAMES",
     "LEDGER_WRITERS",
+    "WORKER_MODELS",
+    "WORKER_MODEL_DEFAULTS",
     "CASE_AI_CALL_SECONDS",
     "CASE_MERIT_COMPUTE_SECONDS",
     "CASE_SMS_CALL_SECONDS",
@@ -72,6 +74,15 @@ LEDGER_WRITERS = ("busy-handler", "queued")
 """How SQLite writers wait for the write lock (stack/ledger/write_queue.py). ``busy-handler`` stays the
 default: the kernel queue removed the busy handler's 0.23 + k x 0.1 s sleeps, but on the loaded machine
 it measured more node 503s at 100 req/s in all 5 pairs (docs/ramp.md); a quiet-machine A/B decides."""
+
+
+WORKER_MODELS = ("fork", "simple")
+"""How a lane worker runs a job (stack/lanes/worker.py): ``fork``, RQ's ``Worker`` (a new horse process
+per job), or ``simple``, RQ's ``SimpleWorker`` (the job runs in the worker process itself)."""
+WORKER_MODEL_DEFAULTS = {"merit": "simple", "ai": "fork", "sms": "simple"}
+"""Chosen by measurement (docs/embedded.md, "Worker models"): the fork was most of a merit or SMS job's
+CPU. The AI lane keeps forking: its jobs are long provider calls, where a fork is a small share, and a
+runaway one is ended by the parent killing its horse, outside the job's own process."""
 
 
 def _parse_port(name: str, raw: str) -> int:
@@ -173,6 +184,9 @@ class Settings:
         help="requests a node serves at once; more get 503 + Retry-After")
     ledger_writers: str = setting("PROCTOR_LEDGER_WRITERS", "busy-handler", one_of(LEDGER_WRITERS),
         help="busy-handler/queued: how SQLite writers wait for the write lock (stack/ledger/write_queue.py; docs/ramp.md)")
+    worker_models: Mapping[str, str] = setting("PROCTOR_WORKER_MODEL", parse=parse_table(WORKER_MODEL_DEFAULTS, WORKER_MODELS),
+        factory=lambda: dict(WORKER_MODEL_DEFAULTS),
+        help="LANE:MODEL,... (fork or simple): a lane's workers fork a horse per job or run jobs in-process (docs/embedded.md)")
     ai_calls_per_minute: int = setting("PROCTOR_AI_CALLS_PER_MINUTE", CASE_PROVIDER_CALLS_PER_MINUTE, parse_positive_int,
         help="the shared AI limiter (#11); high = lifted")
     controls: Controls = field(default_factory=Controls)  # the negative controls (stack/controls.py)

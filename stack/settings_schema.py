@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 __all__ = [
     "Declared", "Parser", "SettingsError", "declared", "env_value", "one_of", "parse_bool", "parse_env", "parse_exam_window",
-    "parse_exams", "parse_networks", "parse_non_negative_float", "parse_positive_float", "parse_positive_int",
+    "parse_exams", "parse_networks", "parse_table", "parse_non_negative_float", "parse_positive_float", "parse_positive_int",
     "parse_rate", "setting",
 ]
 
@@ -112,6 +112,23 @@ def parse_positive_int(name: str, raw: str) -> int:
     if value < 1:
         raise SettingsError(f"{name}={raw!r}: must be at least 1")
     return value
+
+
+def parse_table(defaults: Mapping[str, str], choices: tuple[str, ...]) -> Callable[[str, str], dict[str, str]]:
+    """A parser for ``KEY:VALUE,...`` overriding some entries of ``defaults`` (keys and values checked);
+    the value is the whole table, so ``env_value`` spells it back in full."""
+
+    def parse(name: str, raw: str) -> dict[str, str]:
+        table = dict(defaults)
+        for item in filter(None, (part.strip().lower() for part in raw.split(","))):
+            key, sep, value = (part.strip() for part in item.partition(":"))
+            if not sep or key not in defaults or value not in choices:
+                raise SettingsError(f"{name}={raw!r}: each entry is KEY:VALUE with KEY one of {', '.join(defaults)} "
+                                    f"and VALUE one of {', '.join(choices)}")
+            table[key] = value
+        return table
+
+    return parse
 
 
 def parse_networks(name: str, raw: str) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ Each user gets the command categories its component uses and only its own key pa
   (read: ``GET /admin/queues``, stack/lanes/evidence.py);
 - ``relay``: RQ enqueue and job inspection, worker liveness keys (read), its own liveness key;
 - ``worker``: everything an RQ worker touches (queues, registries, results, its command
-  channel), its own liveness key, the AI limiter, the refused-job counter;
+  channel), its own liveness key and busy/idle state key, the AI limiter, the refused-job counter;
 - ``limiter``: the request limiter's counters (``proctor-limits:*``) and nothing else. It is
   the only user that may touch them, so no other credential can reset a brute-force limit;
 - ``harness``: the test operator (it holds the run folder anyway) reads every key and writes
@@ -44,7 +44,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Mapping
 
-from stack.components import LIVENESS_PREFIX, RELAY_LIVENESS
+from stack.components import LIVENESS_PREFIX, RELAY_LIVENESS, WORKER_STATE_PREFIX
 
 __all__ = ["LIMITER_USER", "REFUSED_JOBS_KEY", "SENTINEL_USERS", "USERS", "AclUser", "acl_lines", "draw_passwords",
            "sentinel_acl_lines", "user_of_role"]
@@ -88,7 +88,8 @@ USERS: tuple[AclUser, ...] = (
                                        f"%R~{LIVENESS_PREFIX}*")),  # read: the final read's queue evidence (admin /queues)
     AclUser("relay", (*_BASE, *_DATA), ("~rq:*", f"%R~{LIVENESS_PREFIX}*", f"~{LIVENESS_PREFIX}{RELAY_LIVENESS}")),
     AclUser("worker", (*_BASE, *_DATA, "+@pubsub"),
-            ("~rq:*", f"~{LIVENESS_PREFIX}*", "~proctor:ai:*", f"~{REFUSED_JOBS_KEY}"), ("&rq:*",)),
+            ("~rq:*", f"~{LIVENESS_PREFIX}*", f"~{WORKER_STATE_PREFIX}*", "~proctor:ai:*", f"~{REFUSED_JOBS_KEY}"),
+            ("&rq:*",)),
     AclUser(LIMITER_USER, (*_BASE, "+@read", "+@write", "+@string", "+@keyspace", "+@scripting"),
             ("~proctor-limits:*",)),
     AclUser("harness", (*_BASE, *_DATA, "+@pubsub"), ("~rq:*", "~proctor:*", "%R~*"), ("&*",),

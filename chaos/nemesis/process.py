@@ -8,6 +8,11 @@ the component is ready again. The fault-end then records what the restart cost,
 measured: ``restart_seconds`` (fault end -> ready) and ``startup_seconds`` (the
 new process's spawn -> ready), so bounds that follow from the schedule are derived
 from this run's restarts (chaos/bounds.py), not from a guess.
+
+Whether an RQ worker is running a job: a forking worker's tree has a horse (two pids), but a
+worker of the ``simple`` model runs the job in its own process (stack/lanes/worker.py). So a
+worker's published state (``WorkerStates``: ``busy`` from RQ's bookkeeping of the job, before
+it runs, until after it ended) counts as well: busy = a horse or ``busy``; idle = neither.
 """
 
 from __future__ import annotations
@@ -19,19 +24,47 @@ from typing import TYPE_CHECKING, Any
 
 from chaos.nemesis.base import FaultSpec, NemesisError
 from chaos.nemesis.provider import after_effect_timing, wait_after_effect
+from stack.components import WORKER_STATE_PREFIX
 
 if TYPE_CHECKING:
     from chaos.deployment import Deployment
 
-__all__ = ["ProcessNemesis"]
+__all__ = ["ProcessNemesis", "WorkerStates"]
+
+
+class WorkerStates:
+    """Reads a worker component's published state (``stack.components.WORKER_STATE_PREFIX``) from
+    Valkey as the harness user; the client is built on first use (redis-py is imported then, so the
+    harness's imports stay light). A read that fails says "not busy": the tree still speaks."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self._client: Any = None
+
+    def busy(self, component: str) -> bool:
+        from redis.exceptions import RedisError
+
+        try:
+            return self._valkey().get(f"{WORKER_STATE_PREFIX}{component}") == b"busy"
+        except RedisError:
+            return False
+
+    def _valkey(self) -> Any:
+        if self._client is None:
+            from stack.valkey_client import valkey_client
+
+            self._client = valkey_client(self.settings, "probe")
+        return self._client
 
 
 class ProcessNemesis:
     kinds = frozenset({"kill", "pause", "restart", "scale"})
 
-    def __init__(self, stack: Deployment, ready_timeout: float = 60.0) -> None:
+    def __init__(self, stack: Deployment, ready_timeout: float = 60.0, worker_states: WorkerStates | None = None) -> None:
+        """``worker_states``: None reads the process tree alone (a deployment whose workers all fork)."""
         self.stack = stack
         self.ready_timeout = ready_timeout
+        self.worker_states = worker_states
         self._killed: set[str] = set()
         self._paused: set[str] = set()
         self._scaled: dict[str, int] = {}
@@ -83,22 +116,27 @@ class ProcessNemesis:
             idle = self._wait_idle(fault.target, max(0.0, deadline - time.monotonic())) if timeout else None
             self.stack.pause(fault.target)
             pids = self.stack.pids(fault.target)
-            if not idle or len(pids) == 1 or time.monotonic() >= deadline:
+            frozen_idle = not self._busy(fault.target, pids)
+            if not idle or frozen_idle or time.monotonic() >= deadline:
                 break
             self.stack.resume(fault.target)
         self._paused.add(fault.target)
         detail: dict[str, Any] = {"pids": pids}
         if timeout:
-            detail.update(idle=len(pids) == 1, pause_attempts=attempts)
+            detail.update(idle=frozen_idle, pause_attempts=attempts)
         return detail
 
+    def _busy(self, name: str, pids: list[int]) -> bool:
+        """A horse in the tree (a forking worker), or the worker's own word that a job runs."""
+        return len(pids) > 1 or (self.worker_states is not None and self.worker_states.busy(name))
+
     def _wait_idle(self, name: str, timeout: float) -> bool:
-        """An idle RQ worker is alone in its tree (no horse)."""
-        return self._wait_tree(name, timeout, lambda pids: len(pids) == 1)
+        """An idle RQ worker: no horse, and not ``busy``."""
+        return self._wait_tree(name, timeout, lambda pids: not self._busy(name, pids))
 
     def _wait_busy(self, name: str, timeout: float) -> bool:
-        """An RQ worker with a job running has a horse: more than one pid in its tree."""
-        return self._wait_tree(name, timeout, lambda pids: len(pids) > 1)
+        """An RQ worker with a job running: a horse, or ``busy``."""
+        return self._wait_tree(name, timeout, lambda pids: self._busy(name, pids))
 
     def _wait_tree(self, name: str, timeout: float, wanted: Callable[[list[int]], bool]) -> bool:
         deadline = time.monotonic() + timeout

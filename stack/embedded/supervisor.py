@@ -36,7 +36,8 @@ BACKOFF_INITIAL = 0.25
 BACKOFF_MAX = 8.0
 STABLE_AFTER = 10.0
 """A component that ran this long before crashing restarts with the initial delay again."""
-_TICK = 0.1
+MONITOR_TICK = 0.1
+"""The monitor thread's period (seconds): exits, restarts and readiness are each seen on a tick."""
 _SCAN_EVERY = 1.0
 _TAIL_LINES = 40
 
@@ -383,7 +384,7 @@ class Supervisor:
 
     def _monitor_loop(self) -> None:
         last_scan = 0.0
-        while not self._closed.wait(_TICK):
+        while not self._closed.wait(MONITOR_TICK):
             changed = self._restart_crashed()
             if time.monotonic() - last_scan >= _SCAN_EVERY:
                 self._scan_descendants()

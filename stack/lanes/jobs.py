@@ -12,8 +12,9 @@ card says. Provider calls carry ``Idempotency-Key: <operation_id>`` so a re-run 
 unknown outcome (worker killed after the provider accepted) adds no second effect;
 ``PROCTOR_SMS_IDEMPOTENCY=off`` drops the key for SMS as the negative control.
 
-The forking worker runs every job in a fresh child (RQ's horse). The worker's parent
-calls ``prepare_worker`` once: settings and the engines (dialect initialised, no
+A forking worker (the ``fork`` model) runs every job in a fresh child (RQ's horse); a ``simple``
+one runs them all in its own process, which keeps the engines and the HTTP client between jobs.
+The worker calls ``prepare_worker`` once: settings and the engines (dialect initialised, no
 connection left open) are built there and inherited; a horse only drops any pool it
 inherited (never a connection shared across fork). The HTTP client is built on a job's
 first provider call, so a merit horse never builds one (nor imports httpx).

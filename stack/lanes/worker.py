@@ -1,8 +1,13 @@
 """``python -m stack.lanes.worker <lane> [--name NAME] [--burst]``: one RQ worker, one queue.
 
-A real forking ``rq.Worker`` (the horse runs each job in its own process group)
-on exactly one queue, so dequeue is an atomic BLMOVE reservation. Its name is
-``<component>.<pid>``. A daemon thread in this (parent) process refreshes
+An RQ worker on exactly one queue, so dequeue is an atomic BLMOVE reservation. How it runs a
+job is the lane's worker model (``Settings.worker_models``, ``$PROCTOR_WORKER_MODEL``, chosen once
+in ``build_worker``): ``fork``, RQ's ``Worker``, runs each job in a new horse (its own process
+group); ``simple``, RQ's ``SimpleWorker``, runs it in this process: no fork, no new Valkey
+connection, warm caches (docs/embedded.md, "Worker models"). Either way the worker publishes its
+state (``busy``/``idle``) under its component name (``WORKER_STATE_PREFIX``), which is how the
+harness sees a job in flight without a horse. Its name is
+``<component>.<pid>.<hex>``. A daemon thread in this (parent) process refreshes
 ``proctor:alive:<name>`` with ``PX liveness_ttl*1000`` every ``liveness_ttl/3`` s:
 the relay treats a started job whose worker key is gone as abandoned, in seconds
 rather than RQ's ~90 s + up to 600 s. The thread uses its own client, so the
@@ -40,9 +45,9 @@ if __name__ == "__main__":  # before the heavy imports below, so a restart's imp
 
 from redis import Redis
 from redis.exceptions import RedisError
-from rq import Queue, Worker
+from rq import Queue, SimpleWorker, Worker
 
-from stack.components import LIVENESS_PREFIX, RELAY_LIVENESS
+from stack.components import LIVENESS_PREFIX, RELAY_LIVENESS, WORKER_STATE_PREFIX
 from stack.config import Settings, load_settings
 from stack.connection_stats import record_process_connections
 from stack.valkey_client import valkey_client, warm_tls
@@ -56,8 +61,11 @@ __all__ = [
     "MAINTENANCE_INTERVAL",
     "RELAY_LIVENESS",
     "WORKER_TTL",
+    "WORKER_CLASSES",
+    "LaneRules",
     "LaneWorker",
     "LivenessBeat",
+    "SimpleLaneWorker",
     "build_worker",
     "liveness_key",
     "main",
@@ -143,17 +151,34 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-class LaneWorker(Worker):
-    """rq.Worker that runs only allow-listed jobs (stack/lanes/allowlist.py) and remembers
-    whether a stop was asked for, to choose the exit status."""
+class LaneRules:
+    """What every lane worker adds to RQ's, whichever way it runs a job: only allow-listed jobs
+    run (stack/lanes/allowlist.py), a stop asked for is remembered (the exit status), and the
+    worker's busy/idle state is published under its component name (``WORKER_STATE_PREFIX``)."""
 
     stop_signalled = False
     early_stop: threading.Event | None = None
     """Set by a SIGTERM that came before ``work`` put RQ's handlers in (see ``main``)."""
+    component = ""
+    """The supervised component this worker is (``worker_merit_1``): the key its state is published under."""
 
     def request_stop(self, signum: Any, frame: Any) -> None:
         self.stop_signalled = True
-        super().request_stop(signum, frame)
+        super().request_stop(signum, frame)  # type: ignore[misc]
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        """RQ's state (``busy`` is written with the job's execution, before the job runs), and the
+        same word under the component's name, in the same round trip: a worker running a job
+        in-process has no horse for the harness to see."""
+        pipe = self.connection.pipeline(transaction=False) if pipeline is None else pipeline  # type: ignore[attr-defined]
+        super().set_state(state, pipeline=pipe)  # type: ignore[misc]
+        pipe.set(f"{WORKER_STATE_PREFIX}{self.component}", state)
+        if pipeline is None:
+            pipe.execute()
+
+    def publish_starting(self) -> None:
+        """Before the ready file: a predecessor killed mid-job left ``busy`` under this name."""
+        self.connection.set(f"{WORKER_STATE_PREFIX}{self.component}", "starting")  # type: ignore[attr-defined]
 
     def unsubscribe(self) -> None:
         """RQ's, in an order that cannot hang. RQ sends UNSUBSCRIBE, then stops the pubsub
@@ -161,44 +186,57 @@ class LaneWorker(Worker):
         subscription, and redis-py 8.2's ``stop()`` joins it unbounded: a warm shutdown took
         up to a minute. Flag first, then UNSUBSCRIBE: its reply wakes the thread, which sees
         the flag and ends."""
-        thread = self.pubsub_thread
+        thread = self.pubsub_thread  # type: ignore[attr-defined]
         if not thread:
             return
-        self.log.info("Worker %s: unsubscribing from channel %s", self.name, self.pubsub_channel_name)
+        self.log.info("Worker %s: unsubscribing from channel %s", self.name, self.pubsub_channel_name)  # type: ignore[attr-defined]
         thread.stop(timeout=0)
-        self.pubsub.unsubscribe()
+        self.pubsub.unsubscribe()  # type: ignore[attr-defined]
         thread.join(timeout=1)  # RQ's bound; the thread is a daemon either way
-        self.pubsub.close()
+        self.pubsub.close()  # type: ignore[attr-defined]
 
     def _install_signal_handlers(self) -> None:
-        super()._install_signal_handlers()
+        super()._install_signal_handlers()  # type: ignore[misc]
         # A stop asked for during start-up is kept: the loop's first check ends the work
         # cleanly (death registered), as a stop while idle would.
         if self.early_stop is not None and self.early_stop.is_set():
             self.stop_signalled = self._stop_requested = True
 
     def execute_job(self, job: Any, queue: Queue) -> None:
-        reason = refusal(job)  # in this parent, before a horse is forked or the function imported
+        reason = refusal(job)  # before a horse is forked or the function imported
         if reason is None:
-            super().execute_job(job, queue)
+            super().execute_job(job, queue)  # type: ignore[misc]
         else:
             self.refuse(job, queue, reason)
 
     def refuse(self, job: Any, queue: Queue, reason: str) -> None:
         """Off the lane into the failed registry, counted; written by hand so that nothing of
         the job (its data, callbacks, webhooks) is decoded again, saved or called."""
-        with self.connection.pipeline() as pipe:
+        with self.connection.pipeline() as pipe:  # type: ignore[attr-defined]
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)
-            pipe.hset(job.key, mapping={"status": "failed", "exc_info": f"refused by {self.name}: {reason}"})
+            pipe.hset(job.key, mapping={"status": "failed", "exc_info": f"refused by {self.name}: {reason}"})  # type: ignore[attr-defined]
             pipe.zadd(queue.failed_job_registry.key, {job.id: time.time() + 7 * 86400})
             pipe.incr(REFUSED_JOBS_KEY)
             pipe.execute()
-        log.error("worker %s REFUSED job %s on lane %s: %s", self.name, job.id, queue.name, reason)
+        log.error("worker %s REFUSED job %s on lane %s: %s", self.name, job.id, queue.name, reason)  # type: ignore[attr-defined]
 
 
-def build_worker(settings: Settings, lane: str, component: str) -> LaneWorker:
+class LaneWorker(LaneRules, Worker):
+    """The ``fork`` model: RQ's ``Worker``, a new horse (its own process group) per job."""
+
+
+class SimpleLaneWorker(LaneRules, SimpleWorker):
+    """The ``simple`` model: RQ's ``SimpleWorker``, the job runs in this process (no fork). RQ's
+    job timeout still ends a runaway job: SIGALRM raises in this process's main thread."""
+
+
+WORKER_CLASSES: dict[str, type[LaneWorker] | type[SimpleLaneWorker]] = {"fork": LaneWorker, "simple": SimpleLaneWorker}
+"""``Settings.worker_models``' values (stack.config.WORKER_MODELS) -> the class; chosen once, in ``build_worker``."""
+
+
+def build_worker(settings: Settings, lane: str, component: str) -> LaneWorker | SimpleLaneWorker:
     connection = valkey_client(settings, "queue")
-    return LaneWorker(
+    worker = WORKER_CLASSES[settings.worker_models[lane]](
         [Queue(lane, connection=connection, serializer=JOB_SERIALIZER)],
         name=worker_name(component),
         connection=connection,
@@ -206,6 +244,8 @@ def build_worker(settings: Settings, lane: str, component: str) -> LaneWorker:
         maintenance_interval=MAINTENANCE_INTERVAL,
         worker_ttl=WORKER_TTL,
     )
+    worker.component = component
+    return worker
 
 
 def _remember_early_stop() -> threading.Event:
@@ -254,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     beat = LivenessBeat(valkey_client(settings, "probe"), worker.name, settings.liveness_ttl, lost)
     worker.early_stop = _remember_early_stop()  # before the key and the ready file say we are up
     try:
+        worker.publish_starting()
         beat.beat()  # before the first dequeue, so a job never starts without a key
         beat.start()
         mark_ready(settings.ready_file)

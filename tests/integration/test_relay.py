@@ -27,8 +27,10 @@ from rq.registry import StartedJobRegistry
 from sqlalchemy import select
 
 from netsupport import REPO, free_port
-from stack.config import Settings
+from stack.components import WORKER_STATE_PREFIX
+from stack.config import CASE_MERIT_COMPUTE_SECONDS, WORKER_MODELS, Settings
 from stack.deploy.egress import ATTACHMENT_NAME, SMS_RESERVED_ADDRESS, Attachment, write_attachment
+from stack.lanes.allowlist import JOB_SERIALIZER, NOOP_JOB
 from stack.valkey_client import valkey_client
 from stack.ledger.answer_keys import exam_key
 from stack.lanes.worker import build_worker, liveness_key
@@ -263,6 +265,36 @@ def test_started_job_of_a_killed_worker(settings: Settings, valkey: Redis) -> No
     assert (row(slow, "merit-a1")["attempts"], Queue("merit", connection=valkey).job_ids) == (2, ["merit-a1-2"])
     assert not valkey.exists(Job.key_for("merit-a1-1"))
     assert valkey.zcard(StartedJobRegistry("merit", connection=valkey).key) == 0
+
+
+@pytest.mark.parametrize("model", WORKER_MODELS)
+def test_a_job_timeout_ends_a_runaway_job_and_the_worker_takes_the_next(settings: Settings, valkey: Redis,
+                                                                        model: str) -> None:
+    """RQ's job timeout ends a job that runs past it, whether it runs in a horse (fork) or in the
+    worker itself (simple: SIGALRM in its main thread), and the same worker then serves the lane."""
+    slow = settings.with_overrides(time_scale=20.0, worker_models={**settings.worker_models, "merit": model})
+    burn = slow.scaled(CASE_MERIT_COMPUTE_SECONDS)  # 6.8 s of CPU: the runaway
+    relay(slow, valkey).run_once()
+    valkey.hset(Job.key_for("merit-a1-1"), "timeout", 1)  # as if enqueued with job_timeout=1
+    worker = start_worker(slow, "merit")
+    state = f"{WORKER_STATE_PREFIX}worker_merit_1"  # what the harness reads to see a job in flight
+    try:
+        wait_for(lambda: valkey.get(state) == b"busy", "the worker never said busy while the runaway ran")
+        wait_for(lambda: job_field(valkey, "merit-a1-1", "status") == "failed", "the runaway job was never ended",
+                 timeout=burn + 30)  # a hang guard; the verdict is below
+        job = Job.fetch("merit-a1-1", connection=valkey, serializer=JOB_SERIALIZER)
+        assert "JobTimeoutException" in (job.latest_result().exc_string or ""), job.latest_result().exc_string
+        ran = (job.ended_at - job.started_at).total_seconds()
+        print(f"{model}: the runaway ran {ran:.2f} s of its {burn:.1f} s burn (timeout 1 s)")
+        assert ran < burn  # cut short: the burn alone lasts ``burn`` seconds
+        queue = Queue("merit", connection=valkey, serializer=JOB_SERIALIZER)
+        follow = queue.enqueue(NOOP_JOB, "after", job_id="noop-after-runaway")
+        wait_for(lambda: follow.get_status(refresh=True) == "finished", "the worker took no job after the timeout")
+        assert worker.poll() is None and job_field(valkey, follow.id, "worker_name") == job.worker_name  # the same, alive
+        wait_for(lambda: valkey.get(state) == b"idle", "the worker never said idle again")
+    finally:
+        status = sigterm_exit_status(worker, slow, "merit")
+    assert status == 0, worker_log(slow, "merit")
 
 
 def test_max_attempts_fail_the_row_for_review(settings: Settings, valkey: Redis) -> None:

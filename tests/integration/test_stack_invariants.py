@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import re
 import shutil
 import signal
 import threading
@@ -21,8 +23,10 @@ import pytest
 from pgserver import PostgresServer
 from roster_client import RosterClient
 
+from chaos.nemesis import WorkerStates
 from chaos.snapshot import fetch_table
 from stack.embedded import EmbeddedStack, StackSpec
+from stack.embedded.supervisor import MONITOR_TICK as SUPERVISOR_TICK
 
 pytestmark = pytest.mark.integration
 
@@ -82,10 +86,11 @@ def effects(stack: EmbeddedStack, provider: str, operation: str) -> list[dict[st
     return [e for e in response.json()["effects"] if e["operation_id"] == operation]
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0, poll: float = 0.1) -> None:
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0, poll: float = 0.1,
+             log: Callable[[], str] = str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{log()}"
         time.sleep(poll)
 
 
@@ -158,12 +163,14 @@ def test_merit_worker_killed_mid_job_still_yields_one_merit_card(stack: Embedded
     for name in merit_workers:  # hold every merit worker down once killed, so the kill lands on the job
         stack.supervisor.set_autorestart(name, False)
     busy: list[str] = []
+    states = WorkerStates(stack.settings)
 
     def a_worker_runs_the_job() -> bool:
-        # A job is running once a worker has a second process: its horse (whichever worker took it).
+        # A job is running once a worker has a second process, its horse (the fork model), or says
+        # ``busy`` (the simple model runs the job in its own process); whichever worker took it.
         # One /proc read for every worker: a poll must take less time than a job lasts.
         trees = stack.supervisor.trees()
-        busy[:] = [name for name in merit_workers if len(trees.get(name, ())) > 1]
+        busy[:] = [name for name in merit_workers if len(trees.get(name, ())) > 1 or states.busy(name)]
         return bool(busy)
 
     try:
@@ -173,7 +180,7 @@ def test_merit_worker_killed_mid_job_still_yields_one_merit_card(stack: Embedded
                 stack.supervisor.kill(busy[0], signal.SIGKILL)
                 break
         else:
-            pytest.fail(f"in {MERIT_KILL_TRIES} attempts every merit job ended before a poll saw its horse")
+            pytest.fail(f"in {MERIT_KILL_TRIES} attempts every merit job ended before a poll saw it running")
     finally:
         for name in merit_workers:
             stack.supervisor.set_autorestart(name, True)
@@ -182,6 +189,61 @@ def test_merit_worker_killed_mid_job_still_yields_one_merit_card(stack: Embedded
     wait_for(lambda: all_done(stack, attempt), "the merit card after the kill")
     merit = [r for r in rows(stack, "outcomes", attempt) if r["kind"] == "merit"]
     assert len(merit) == 1 and merit[0]["status"] == "ready"
+
+
+def test_a_merit_job_that_crashes_its_process_costs_the_lane_one_measured_restart(stack: EmbeddedStack,
+                                                                                   api: httpx.Client) -> None:
+    """A job that takes its process down (a C extension's crash, the OOM killer): under the fork model
+    only its horse dies; under the simple model (the default) the worker itself does, and the
+    supervisor restarts it. Either way the lane is back within what the restart measurably cost
+    (its backoff delay + the new process's spawn -> ready), and the job is reconciled: one card."""
+    merit_workers = [name for name in stack.supervisor.names() if name.startswith("worker_merit_")]
+    states = WorkerStates(stack.settings)
+    in_process = stack.settings.worker_models["merit"] == "simple"  # else the job runs in a horse
+    running: list[tuple[str, int]] = []
+
+    def a_job_process() -> bool:
+        trees = stack.supervisor.trees()
+        for name in merit_workers:
+            main = stack.supervisor.pid(name)
+            horses = [pid for pid, _ in trees.get(name, ()) if pid != main]
+            if horses or (in_process and states.busy(name)):
+                running[:] = [(name, horses[0] if horses else main)]
+                return True
+        return False
+
+    for _ in range(MERIT_KILL_TRIES):
+        attempt = finished_attempt(api)
+        if caught_running(a_job_process, lambda: merit_done(stack, attempt)):
+            break
+    else:
+        pytest.fail(f"in {MERIT_KILL_TRIES} attempts every merit job ended before a poll saw it running")
+    name, pid = running[0]
+    worker_pid, starts = stack.supervisor.pid(name), stack.supervisor.info(name)["starts"]
+    crashed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)  # by pid, not the supervisor's kill: to the supervisor it is a crash
+    if pid == worker_pid:
+        wait_for(lambda: stack.supervisor.info(name)["starts"] != starts, f"{name} to be restarted after its crash",
+                 poll=0.01, log=lambda: stack.supervisor.log_tail(name))
+        stack.wait_healthy(name, 60)  # probes its ready file every 0.05 s: ready_seconds includes that
+        back_after = time.monotonic() - crashed
+        delay, startup = restart_delay(stack, name), stack.ready_seconds(name) or 0.0
+        slack = 2 * SUPERVISOR_TICK + 0.01  # a tick to see the exit, one to spawn after the delay; our poll
+        print(f"{name} crashed mid-job: lane back after {back_after:.3f} s <= backoff {delay:.2f} s "
+              f"+ spawn -> ready {startup:.3f} s + ticks {slack:.2f} s")
+        assert back_after <= delay + startup + slack
+    else:  # a horse: the worker never stopped serving the lane
+        assert (stack.supervisor.pid(name), stack.supervisor.info(name)["starts"]) == (worker_pid, starts)
+    wait_for(lambda: all_done(stack, attempt), "the merit card after the crash")
+    merit = [r for r in rows(stack, "outcomes", attempt) if r["kind"] == "merit"]
+    assert len(merit) == 1 and merit[0]["status"] == "ready"
+
+
+def restart_delay(stack: EmbeddedStack, name: str) -> float:
+    """The backoff the supervisor logged for the last crash of ``name``."""
+    delays = re.findall(r"restart #\d+ in ([0-9.]+)s \(backoff\)", stack.supervisor.log_tail(name, 400))
+    assert delays, stack.supervisor.log_tail(name)
+    return float(delays[-1])
 
 
 # A job can end between two polls on a loaded machine (a CI rehearsal's poll missed one): a job

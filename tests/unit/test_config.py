@@ -16,7 +16,8 @@ def test_defaults_without_environment() -> None:
 def test_environment_round_trips_through_to_env(tmp_path: Path) -> None:
     original = Settings(time_scale=0.5, run_dir=tmp_path, exams={"A-1": 3, "B-2": 40}, max_job_attempts=2,
                         component="worker_ai_2", ready_file="/tmp/r/ready/worker_ai_2",
-                        sms_allowlist=("127.0.0.1/32", "10.0.0.0/8")).with_overrides(
+                        sms_allowlist=("127.0.0.1/32", "10.0.0.0/8"),
+                        worker_models={"merit": "fork", "ai": "simple", "sms": "fork"}).with_overrides(
         reconciler_enabled=False, sms_idempotency=False, answer_write_behind=1.5)
     assert load_settings(original.to_env()) == original
 
@@ -38,6 +39,9 @@ def test_ledger_defaults_to_sqlite_in_the_run_folder(tmp_path: Path) -> None:
         ("PROCTOR_ANSWER_WRITE_BEHIND", "-1", "0 or more"),
         ("PROCTOR_SMS_ALLOWLIST", "127.0.0.1/32,localhost", "does not appear to be an IPv4 or IPv6 network"),
         ("PROCTOR_SMS_ALLOWLIST", " , ", "at least one network"),
+        ("PROCTOR_WORKER_MODEL", "merit:spawn", "VALUE one of fork, simple"),
+        ("PROCTOR_WORKER_MODEL", "web:simple", "KEY one of merit, ai, sms"),
+        ("PROCTOR_WORKER_MODEL", "simple", "each entry is KEY:VALUE"),
     ],
 )
 def test_a_bad_value_names_the_variable(variable: str, value: str, message: str) -> None:
@@ -49,3 +53,8 @@ def test_a_bad_value_names_the_variable(variable: str, value: str, message: str)
 def test_the_run_folder_default_follows_the_results_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROCTOR_RESULTS_DIR", str(tmp_path / "elsewhere"))
     assert load_settings({}).run_dir == (tmp_path / "elsewhere").resolve() / "runs" / "adhoc"
+
+
+def test_a_worker_model_entry_overrides_its_lane_only() -> None:
+    models = load_settings({"PROCTOR_WORKER_MODEL": " MERIT:fork "}).worker_models
+    assert models == {**Settings().worker_models, "merit": "fork"}

@@ -195,6 +195,35 @@ def test_a_pause_that_never_sees_idle_freezes_the_busy_worker_and_says_so() -> N
     assert ProcessNemesis(fake).start(pause) == {"pids": [1000, 1001], "idle": False, "pause_attempts": 1}
 
 
+class SaidStates:
+    """A worker that runs its jobs in-process (the simple model): its tree is one pid, always; its
+    published state reads, in turn, as listed (the last one repeats)."""
+
+    def __init__(self, states: list[str]) -> None:
+        self.states = states
+
+    def busy(self, component: str) -> bool:
+        return (self.states.pop(0) if len(self.states) > 1 else self.states[0]) == "busy"
+
+
+def test_a_kill_waiting_for_a_job_sees_an_in_process_job_by_the_workers_state() -> None:
+    fake = ForkingWorker([[1000]])
+    kill = FaultSpec(at=0, kind="kill", target="worker_merit_1", duration=1, params={"wait_busy": 5.0})
+    assert ProcessNemesis(fake, worker_states=SaidStates(["idle", "idle", "busy"])).start(kill)["mid_job"] is True
+    # without the state, a one-pid tree never looks busy: the kill lands after the wait, not mid-job
+    quick = FaultSpec(at=0, kind="kill", target="worker_merit_1", duration=1, params={"wait_busy": 0.05})
+    assert ProcessNemesis(ForkingWorker([[1000]])).start(quick)["mid_job"] is False
+
+
+def test_a_pause_waiting_for_idle_thaws_a_worker_that_said_busy_once_frozen() -> None:
+    fake = ForkingWorker([[1000]])
+    pause = FaultSpec(at=0, kind="pause", target="worker_merit_1", duration=1, params={"wait_idle": 5.0})
+    # idle at the look, busy once frozen (it took a job in between), then idle both times
+    detail = ProcessNemesis(fake, worker_states=SaidStates(["idle", "busy", "idle"])).start(pause)
+    assert detail == {"pids": [1000], "idle": True, "pause_attempts": 2}
+    assert fake.calls == [("pause", "worker_merit_1"), ("resume", "worker_merit_1"), ("pause", "worker_merit_1")]
+
+
 def test_the_harness_side_imports_no_stack_dependency() -> None:
     heavy = ("fastapi", "rq", "sqlalchemy", "redis", "stack.embedded.stack")
     probe = ("import sys, chaos.deployment, chaos.deployment.embedded\n"
