@@ -60,7 +60,9 @@ def _options(parser) -> None:  # Locust's parser
     group.add_argument("--ramp-max-tries", type=int, default=4, help="tries of one call after unknown outcomes")
     group.add_argument("--ramp-p99", type=float, default=0.25, help="gate: p99 latency in seconds")
     group.add_argument("--ramp-max-failure-ratio", type=float, default=0.0, help="gate: failed / completed requests")
-    group.add_argument("--ramp-min-rate-ratio", type=float, default=0.95, help="gate: achieved / target per step")
+    group.add_argument("--ramp-min-rate-ratio", type=float, default=0.95, 
+                       help="gate: achieved / offered per step (offered: the intended starts in the step's window in "
+                            "the open model, the target in the closed one)")
     group.add_argument("--ramp-quiet-timeout", type=float, default=None,
                        help="seconds to wait for every outcome to settle before the final read; default: derived "
                             "from the run (chaos/settle.py: backlog, measured throughput, provider limit)")

@@ -219,7 +219,8 @@ def _print_summary(report: dict[str, Any]) -> None:
     generator = {row["step"]: row for row in report["generator"]["steps"]}
     for s in report["steps"]:
         g = generator.get(s["step"], {})
-        print(f"  step {s['step']}: target {s['target']:g} req/s, achieved {s['achieved']:.1f} ({s['ratio']:.2f}); "
+        print(f"  step {s['step']}: target {s['target']:g} req/s, offered {s.get('offered', s['target']):.1f}, "
+              f"achieved {s['achieved']:.1f} ({s['ratio']:.2f} of offered); "
               f"p99 corrected {_seconds(s.get('p99_corrected'))}, service {_seconds(s.get('p99_service'))}; "
               f"generator: sent {g.get('sent', '-')}/{g.get('scheduled', '-')} scheduled, delayed "
               f"{g.get('delayed', '-')}, dropped {g.get('dropped', '-')}, {g.get('cpu_ms_per_request')} ms CPU/request, "

@@ -42,10 +42,11 @@ def _markdown(report: dict[str, Any]) -> str:
               f"Arrivals: **{arrivals['mode']}** model" + (f" ({arrivals.get('distribution')}, {arrivals.get('slots')} "
                                                          "in-flight slots)" if arrivals["mode"] == "open" else "")
               + ". p99 corrected: from each request's intended start; service: from its actual send.", "",
-              f"| step | target req/s | {users} | window s | completed | achieved req/s | ratio | p99 corrected s | "
-              "p99 service s |", "|---|---|---|---|---|---|---|---|---|"]
+              f"| step | target req/s | {users} | window s | completed | offered req/s | achieved req/s | ratio "
+              "(achieved / offered) | p99 corrected s | p99 service s |", "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {s['step']} | {s['target']:g} | {s['users']} | {s['window']:.1f} | {s['completed']} | "
-              f"{s['achieved']:.1f} | {s['ratio']:.3f} | {_fmt(s.get('p99_corrected'))} | {_fmt(s.get('p99_service'))} |"
+              f"{s.get('offered', s['target']):.1f} | {s['achieved']:.1f} | {s['ratio']:.3f} | "
+              f"{_fmt(s.get('p99_corrected'))} | {_fmt(s.get('p99_service'))} |"
               for s in report["steps"]]
     lines += _generator_lines(report.get("generator"))
     lines += ["", *settle_markdown(report.get("settle_wait"))]

@@ -17,8 +17,8 @@ def _ops(count: int, latency: float, failed: int = 0) -> list:
     return [SimpleNamespace(type="fail" if n < failed else "ok", latency=latency) for n in range(count)]
 
 
-def _row(target: float, count: int, latency: float, failed: int = 0) -> dict:
-    return _step_row({"rate": target, "users": 1}, _ops(count, latency, failed), 10.0, None, None)
+def _row(target: float, count: int, latency: float, failed: int = 0, offered: float | None = None) -> dict:
+    return _step_row({"rate": target, "users": 1}, _ops(count, latency, failed), 10.0, None, None, offered=offered)
 
 
 def test_a_step_holds_only_with_its_rate_its_p99_and_no_failure() -> None:
@@ -26,6 +26,15 @@ def test_a_step_holds_only_with_its_rate_its_p99_and_no_failure() -> None:
     assert not _row(10, 100, KNEE_P99 + 0.001)["held"]  # slow
     assert not _row(10, 100, 0.01, failed=1)["held"]  # one failure
     assert not _row(10, 94, 0.01)["held"]  # 9.4 of 10 req/s
+
+
+def test_the_rate_is_judged_against_what_the_open_model_offered() -> None:
+    # Poisson drew 9.3 req/s for a 10 req/s step and every request was served: the stack held.
+    assert _row(10, 93, 0.01, offered=9.3)["held"]
+    assert not _row(10, 93, 0.01)["held"]  # against the target it would not have
+    # Offered 10.0, served 9.4: short, whatever the target.
+    assert not _row(10, 94, 0.01, offered=10.0)["held"]
+    assert _row(10, 94, 0.01, offered=9.3)["offered"] == 9.3
 
 
 def test_the_knee_is_the_last_step_of_the_unbroken_run_from_the_start() -> None:

@@ -197,6 +197,43 @@ def test_a_sagging_rate_breaks_the_achieved_rate_criterion_only():
     assert _criteria(_done((10, 15))) == {"p99_seconds": True, "failure_ratio": True, "achieved_rate_ratio": False}
 
 
+def _open_done(offered: tuple[int, int], served: tuple[int, int]) -> list[Op]:
+    """Open model: ``offered`` intended starts per second in each 2 s step, of which the first
+    ``served`` per second completed 0.05 s after their start; the rest completed after the ramp."""
+    ops, index = [], 0
+    for step, (rate, kept) in enumerate(zip(offered, served)):
+        for i in range(rate * 2):
+            intended = 1000.0 + step * 2 + i / rate
+            wall = intended + 0.05 if i < kept * 2 else 1010.0
+            ops.append(Op(index, wall - 1000, index, "ok", "answer", {}, status=200, node="web_1", latency=0.05,
+                          extra={"wall": wall, "intended": intended, "corrected_latency": wall - intended}))
+            index += 1
+    return sorted(ops, key=lambda op: op.extra["wall"])
+
+
+OPEN = {**CONFIG, "arrivals": {"mode": "open"}, "gate": {**CONFIG["gate"], "p99": 20.0}}
+
+
+def test_open_model_rate_is_judged_against_the_offered_arrivals():
+    # The schedule drew 9 of the 10 req/s and 18 of the 20, and the stack served every one.
+    steps = step_rates(OPEN, TICKS, _open_done((9, 18), (9, 18)))
+    assert [(s["offered"], s["ratio"]) for s in steps] == [(9.0, 1.0), (18.0, 1.0)]
+    assert {g["name"]: g["passed"] for g in gate(OPEN, steps, [])}["achieved_rate_ratio"]
+
+
+def test_open_model_stall_after_a_served_step_breaks_the_rate_criterion():
+    # Step 0 served what was offered; in step 1 only 12 of 20 req/s completed in the window.
+    done = _open_done((10, 20), (10, 12))
+    steps = step_rates(OPEN, TICKS, done)
+    assert [(s["offered"], s["achieved"], s["ratio"]) for s in steps] == [(10.0, 10.0, 1.0), (20.0, 12.0, 0.6)]
+    assert not {g["name"]: g["passed"] for g in gate(OPEN, steps, done)}["achieved_rate_ratio"]
+
+
+def test_closed_model_rate_is_judged_against_the_target():
+    steps = step_rates(CONFIG, TICKS, _open_done((9, 18), (9, 18)))
+    assert [(s["offered"], s["ratio"]) for s in steps] == [(10.0, 0.9), (20.0, 0.9)]
+
+
 def test_no_completion_is_never_a_pass():
     assert set(_criteria([]).values()) == {False}
 
