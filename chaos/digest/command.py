@@ -135,7 +135,8 @@ def _the_running_stack(parser: CliParser) -> Path:
     if not stacks:
         parser.error(f"no stack is running under {paths.runs_dir()}: start one with `proctor up`, "
                      "or name a run folder or the nodes (--url, repeatable)")
-    parser.error(f"{len(stacks)} stacks are running; name one: " + ", ".join(str(s.run_dir) for s in stacks))
+    parser.error(f"{len(stacks)} stacks are running; name one's run folder, or the nodes (--url): "
+                 + ", ".join(str(s.run_dir) for s in stacks))
 
 
 def _manifest(run_dir: Path | None) -> dict | None:

@@ -54,7 +54,9 @@ def test_an_unreachable_node_is_shown_not_skipped() -> None:
     assert "unreachable: ConnectError" in render_digest([down, _node(1)])
 
 
-def test_bad_options_name_themselves(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_options_name_themselves(tmp_path, monkeypatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # an empty results folder of its own: the suite's other workers run stacks under the shared one
+    monkeypatch.setenv("PROCTOR_RESULTS_DIR", str(tmp_path))
     with pytest.raises(SystemExit):
         digest_main(["--url", "http://127.0.0.1:9", "--watch", "0"])
     assert "--watch" in capsys.readouterr().err
