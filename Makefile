@@ -1,10 +1,10 @@
 # The two commands of the README. Both set up what they need first (idempotent).
 PY := .venv/bin/python
 PYTEST_ARGS ?=
-# The suite mostly waits (stacks starting, settle periods, time-scaled schedules): two pytest-xdist
-# workers overlap those waits (--dist loadfile keeps a file's tests, and its module-scoped stack,
-# on one worker). TEST_WORKERS=0 runs everything in one process (docs/harness.md).
-TEST_WORKERS ?= 2
+# The suite mostly waits (stacks starting, settle periods, time-scaled schedules): three pytest-xdist
+# workers overlap those waits on 2 cores (--dist loadfile keeps a file's tests, and its module-scoped
+# stack, on one worker). TEST_WORKERS=0 runs everything in one process (docs/harness.md).
+TEST_WORKERS ?= 3
 
 .PHONY: setup setup-python demo lint test test-compose-all test-fast clean-runs
 
