@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "loadtests")]
 
 from chaos.history import read_history  # noqa: E402
-from chaos.ramp.gate import completions, is_open, latency_quantiles, offered_rate, read_ticks  # noqa: E402
+from chaos.ramp.gate import completions, is_open, latency_quantiles, offered_rate  # noqa: E402
+from lock_report import TRACE_DIR, read_trace, render, step_summary, step_windows  # noqa: E402
 from proc_cpu import Sampler  # noqa: E402
 from profile_spy import start_profile, summarise  # noqa: E402
 from stack.paths import bench_dir, new_run_dir  # noqa: E402
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                         "figures in docs/ramp.md before issue #24 were measured closed")
     p.add_argument("--label", default="run", help="key of this run in ramp.json (e.g. before, after)")
     p.add_argument("--profile", default="web_1", help="component to sample with py-spy for the whole ramp ('' = none)")
+    p.add_argument("--lock-trace", action="store_true",
+                   help="log every SQLite write transaction of the stack (loadtests/lock_trace) and report, per step, "
+                        "who held the ledger's write lock and how long writers waited for it")
     return p
 
 
@@ -104,7 +108,7 @@ def _run_ramp(args: argparse.Namespace, run_dir: Path) -> tuple[int, Sampler, fl
                "--arrivals", args.arrivals, "--", "--ramp-web", str(args.web), "--loglevel", "WARNING"]
     started = time.time()
     # Its own process group: the load generator's CPU is that group's (the stack leads its own session).
-    child = subprocess.Popen(command, cwd=ROOT, start_new_session=True)
+    child = subprocess.Popen(command, cwd=ROOT, start_new_session=True, env=_lock_trace_env(run_dir, args.lock_trace))
     sampler = Sampler(load_pgid=child.pid, stack_root=_stack_root(run_dir), components=_component_roots(run_dir))
     sampler.start()
     ramp_seconds = len(args.steps.split(",")) * args.step_seconds
@@ -114,6 +118,14 @@ def _run_ramp(args: argparse.Namespace, run_dir: Path) -> tuple[int, Sampler, fl
     finally:
         sampler.stop()
     return code, sampler, started, _profile_summary(spy(), run_dir / f"profile-{args.profile}.txt")
+
+
+def _lock_trace_env(run_dir: Path, wanted: bool) -> dict[str, str] | None:
+    """The environment the stack inherits: with the trace's sitecustomize first on its path."""
+    if not wanted:
+        return None
+    path = os.pathsep.join(filter(None, [str(ROOT / "loadtests" / "lock_trace"), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "PROCTOR_LOCK_TRACE_DIR": str(run_dir / TRACE_DIR)}
 
 
 def _profile_summary(spy: subprocess.Popen | None, output: Path) -> dict[str, Any] | None:
@@ -128,15 +140,16 @@ def _profile_summary(spy: subprocess.Popen | None, output: Path) -> dict[str, An
 
 def _step_rows(run_dir: Path, sampler: Sampler) -> list[dict[str, Any]]:
     config = json.loads((run_dir / "ramp_config.json").read_text())
-    ticks = read_ticks(run_dir)
-    origin = ticks[0]["wall"] - ticks[0]["elapsed"]
     done = completions(read_history(run_dir / "history.jsonl").ops)
+    trace = read_trace(run_dir / TRACE_DIR) if (run_dir / TRACE_DIR).is_dir() else None
     rows = []
-    for step in config["plan"]["schedule"]:
-        start, end = origin + step["start"], origin + step["end"]
+    for step, start, end in step_windows(run_dir):
         ops = [op for op in done if start <= float(op.extra["wall"]) < end]
         offered = offered_rate(step, done, start, end) if is_open(config) else float(step["rate"])
-        rows.append(_step_row(step, ops, end - start, sampler.at(start), sampler.at(end), is_open(config), offered))
+        row = _step_row(step, ops, end - start, sampler.at(start), sampler.at(end), is_open(config), offered)
+        if trace is not None:
+            row["lock"] = step_summary(trace, start, end, len(ops))
+        rows.append(row)
     return rows
 
 
@@ -231,6 +244,9 @@ def _print(result: dict[str, Any]) -> None:
     print(f"  errors: {(result['errors'] or {}).get('layers')}")
     for r in result["steps"]:
         print(f"  cpu s at {r['target']:g} req/s by component: {r.get('components_cpu_s')}")
+    for r in result["steps"]:
+        if "lock" in r:
+            print("\n".join("  " + line for line in render(r["target"], r["lock"])))
     profile = result.get("profile") or {}
     for key in ("self_by_package", "self_by_function", "inclusive_by_stack_function"):
         if key in profile:
