@@ -19,6 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: the repository's packages
+    sys.path.insert(0, str(ROOT))
+
+from chaos.history import read_history  # noqa: E402
+from chaos.ramp.gate import completions, read_ticks  # noqa: E402
+
 __all__ = ["Transaction", "main", "read_trace", "step_summary", "step_windows"]
 
 TRACE_DIR = "lock_trace"
@@ -60,9 +67,6 @@ def read_trace(folder: Path) -> list[Transaction]:
 
 def step_windows(run_dir: Path) -> list[tuple[dict[str, Any], float, float]]:
     """Each step of the ramp's plan with its wall-clock window, as the ramp's own report cuts them."""
-    sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
-    from chaos.ramp.gate import read_ticks
-
     ticks = read_ticks(run_dir)
     if not ticks:
         return []
@@ -131,10 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     if not (run_dir / "ramp_config.json").exists():
         parser.error(f"{run_dir}: not a ramp's run folder (no ramp_config.json)")
     transactions = read_trace(run_dir / TRACE_DIR)
-    sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
-    from chaos.history import read_history
-    from chaos.ramp.gate import completions
-
     done = completions(read_history(run_dir / "history.jsonl").ops)
     for step, start, end in step_windows(run_dir):
         requests = sum(1 for op in done if start <= float(op.extra["wall"]) < end)
