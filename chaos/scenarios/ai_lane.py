@@ -45,7 +45,7 @@ class LanePlan:
     retry_after_case_seconds: float | None = None  # a 429's Retry-After, scaled to the run
     halt_then_repair: dict[str, Any] | None = None  # knobs that put a halted provider right (credit, key)
     hold_paused_case_seconds: float = 120.0  # how long to watch a halted lane make no calls
-    kill_mid_call: str | None = None  # SIGKILL this AI worker while a provider call is in flight
+    kill_mid_call: bool = False  # SIGKILL every worker of the lane while a provider call is in flight
     halt_faults: dict[str, Any] | None = None  # knobs that halt the lane, set after the kill
     outlive_deadline: bool = False  # resume only after every narrative's retry deadline has passed
     replay_review: bool = False  # then replay each item of the review queue through the admin API
@@ -144,8 +144,8 @@ class _Driver:
         if self.plan.outlive_deadline:
             await self._outlive_deadline()
         started = await self.resume("backlog")
-        if self.plan.kill_mid_call is not None:
-            await self._kill_mid_call(self.plan.kill_mid_call)
+        if self.plan.kill_mid_call:
+            await self._kill_mid_call(self._lane_workers())
         if self.plan.halt_faults is not None:
             await _set_provider(self.client, self.stack, self.plan, self.plan.halt_faults)
         if self.plan.halt_then_repair is not None:
@@ -163,14 +163,30 @@ class _Driver:
         await asyncio.sleep(max(0.0, deadline - time.time()) + POLL_SECONDS)
         self.record["waited_past_deadline"] = True
 
-    async def _kill_mid_call(self, component: str) -> None:
-        """SIGKILL the worker's tree while a reservation is pending (a call is at the provider)."""
-        async def in_call() -> bool:
-            rows = (await self.client.get(f"{self.url}/admin/export/ai_reservations")).raise_for_status().json()["rows"]
-            return any(row["state"] == "pending" for row in rows)
+    async def _kill_mid_call(self, components: list[str]) -> None:
+        """SIGKILL every worker of the lane while a reservation is pending, so whichever worker
+        made the call dies in it (with two workers, killing one could hit the idle one). A call
+        that ended between the look and the kill leaves nothing orphaned: try at the next call."""
+        deadline = time.monotonic() + self.patience()
+        attempts: list[dict[str, Any]] = self.record.setdefault("kill_attempts", [])
+        while time.monotonic() < deadline:
+            self.record["in_call"] = await _wait(self._pending_calls, deadline - time.monotonic())
+            if not self.record["in_call"]:
+                return
+            before = set(await self._pending_calls())
+            pids = sorted(pid for component in components for pid in self.stack.kill(component))
+            orphaned = sorted(before & set(await self._pending_calls()))
+            attempts.append({"at": time.time(), "pids": pids, "orphaned_calls": orphaned})
+            if orphaned:
+                self.record["killed"] = {"components": components, **attempts[-1]}
+                return
 
-        self.record["in_call"] = await _wait(in_call, self.patience())
-        self.record["killed"] = {"component": component, "pids": self.stack.kill(component), "at": time.time()}
+    def _lane_workers(self) -> list[str]:
+        return [c.name for c in self.stack.components() if c.role == "worker" and c.lane == self.plan.lane]
+
+    async def _pending_calls(self) -> list[str]:
+        rows = (await self.client.get(f"{self.url}/admin/export/ai_reservations")).raise_for_status().json()["rows"]
+        return [row["call_id"] for row in rows if row["state"] == "pending"]
 
     async def _replay_review(self) -> None:
         """Every item in review gets one audited replay (``proctor review replay ID``'s route)."""
@@ -276,10 +292,11 @@ _CREDIT_AND_LOST = LanePlan(provider_faults={"credit_balance": 18.0, "lose_respo
                             hold_paused_case_seconds=40.0)
 """4 answers lost after the provider charged; credit for 18 calls, then 402 until repaired."""
 
-_KEY_AND_KILL = LanePlan(provider_faults={"latency_seconds": 0.5}, kill_mid_call="worker_ai_1",
+_KEY_AND_KILL = LanePlan(provider_faults={"latency_seconds": 0.5}, kill_mid_call=True,
                          halt_faults={"key_revoked": True, "latency_seconds": 0.5}, halt_then_repair={},
                          hold_paused_case_seconds=40.0)
-"""Calls take 0.5 s at the provider, so a kill lands mid-call; then every call gets 401 until repaired."""
+"""Calls take 0.5 s at the provider, so a kill of both AI workers lands mid-call; then every call
+gets 401 until repaired."""
 
 _SMS_STORM_AND_CREDIT = LanePlan(lane="sms", provider_faults={"fail_next": 4, "fail_next_status": 429,
                                                                "credit_balance": 18.0},
@@ -332,7 +349,7 @@ AI_LANE_SCENARIOS = (
                    "provider (nor sending the Idempotency-Key): duplicate charges",
                    LanePlan(provider_faults={"lose_response_next": 4}),
                    settings={"ai_ask_before_replay": False}, expect_valid=False),
-    _lane_scenario("ai_key_revoked_worker_killed", "an AI worker SIGKILLed while its call is at the provider "
+    _lane_scenario("ai_key_revoked_worker_killed", "the AI workers SIGKILLed while a call is at the provider "
                    "(slow calls), then the key revoked: 401 pauses the lane and alerts, the killed call is settled by "
                    "asking the provider, key restored, admin resume, everything completes once", _KEY_AND_KILL),
     _lane_scenario("ai_deadline_expiry", "the lane stays paused past every narrative's 12-case-hour deadline: the "
