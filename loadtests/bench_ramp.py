@@ -19,6 +19,7 @@ sit side by side), never asserted. Not part of ``make test``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -27,7 +28,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "loadtests")]
@@ -37,6 +38,7 @@ from chaos.ramp.gate import completions, is_open, latency_quantiles, offered_rat
 from lock_report import TRACE_DIR, read_trace, render, step_summary, step_windows  # noqa: E402
 from proc_cpu import Sampler  # noqa: E402
 from profile_spy import start_profile, summarise  # noqa: E402
+from stack.embedded.postgres import PostgresServer, find_postgres_bin  # noqa: E402
 from stack.paths import bench_dir, new_run_dir  # noqa: E402
 
 __all__ = ["KNEE_P99", "KNEE_RATE_RATIO", "knee", "main"]
@@ -59,7 +61,30 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lock-trace", action="store_true",
                    help="log every SQLite write transaction of the stack (loadtests/lock_trace) and report, per step, "
                         "who held the ledger's write lock and how long writers waited for it")
+    p.add_argument("--ledger", choices=("sqlite", "postgres"), default="sqlite",
+                   help="the stack's ledger: SQLite in the run folder, or a private PostgreSQL server "
+                        "(stack/embedded/postgres.py) whose CPU counts as the stack's")
     return p
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.lock_trace and args.ledger != "sqlite":
+        parser.error("--lock-trace traces SQLite's write lock; PostgreSQL has no such lock (use --ledger sqlite)")
+    if args.ledger == "postgres" and find_postgres_bin() is None:
+        parser.error("--ledger postgres needs the PostgreSQL server: apt-get install postgresql")
+    return args
+
+
+@contextlib.contextmanager
+def _ledger(kind: str) -> Iterator[tuple[str, int | None]]:
+    """The ``DATABASE_URL`` the stack inherits ('' = SQLite in the run folder) and the server's pid."""
+    if kind == "sqlite":
+        yield "", None
+        return
+    with PostgresServer() as server:
+        yield server.url, server.process.pid if server.process else None
 
 
 def _manifest(run_dir: Path) -> dict[str, Any]:
@@ -73,9 +98,11 @@ def _stack_root(run_dir: Path) -> Any:
     return lambda: _manifest(run_dir).get("supervisor_pid")
 
 
-def _component_roots(run_dir: Path) -> Any:
-    """{component: pid} once the stack is ready (read once: pids change only on a restart)."""
+def _component_roots(run_dir: Path, ledger_pid: int | None = None) -> Any:
+    """{component: pid} once the stack is ready (read once: pids change only on a restart), and
+    the PostgreSQL server as ``postgres`` when it is the ledger."""
     cache: dict[str, int] = {}
+    ledger = {"postgres": ledger_pid} if ledger_pid else {}
 
     def roots() -> dict[str, int]:
         if not cache:
@@ -83,7 +110,7 @@ def _component_roots(run_dir: Path) -> Any:
             if manifest.get("status") == "ready":
                 cache.update({name: entry["pid"] for name, entry in manifest.get("components", {}).items()
                               if entry.get("pid")})
-        return cache
+        return {**cache, **ledger} if cache else {}
     return roots
 
 
@@ -102,14 +129,17 @@ def _profile_when_ready(run_dir: Path, component: str, seconds: float, child: su
     return lambda: holder.get("spy")
 
 
-def _run_ramp(args: argparse.Namespace, run_dir: Path) -> tuple[int, Sampler, float, dict[str, Any] | None]:
+def _run_ramp(args: argparse.Namespace, run_dir: Path, database_url: str = "",
+              ledger_pid: int | None = None) -> tuple[int, Sampler, float, dict[str, Any] | None]:
     command = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", args.steps, "--step-seconds",
                str(args.step_seconds), "--questions", str(args.questions), "--run-dir", str(run_dir),
                "--arrivals", args.arrivals, "--", "--ramp-web", str(args.web), "--loglevel", "WARNING"]
     started = time.time()
     # Its own process group: the load generator's CPU is that group's (the stack leads its own session).
-    child = subprocess.Popen(command, cwd=ROOT, start_new_session=True, env=_lock_trace_env(run_dir, args.lock_trace))
-    sampler = Sampler(load_pgid=child.pid, stack_root=_stack_root(run_dir), components=_component_roots(run_dir))
+    env = {**os.environ, **_lock_trace_env(run_dir, args.lock_trace), "DATABASE_URL": database_url}
+    child = subprocess.Popen(command, cwd=ROOT, start_new_session=True, env=env)
+    sampler = Sampler(load_pgid=child.pid, stack_root=_stack_root(run_dir),
+                      components=_component_roots(run_dir, ledger_pid), ledger_root=ledger_pid)
     sampler.start()
     ramp_seconds = len(args.steps.split(",")) * args.step_seconds
     spy = _profile_when_ready(run_dir, args.profile, ramp_seconds + 5, child) if args.profile else (lambda: None)
@@ -120,12 +150,12 @@ def _run_ramp(args: argparse.Namespace, run_dir: Path) -> tuple[int, Sampler, fl
     return code, sampler, started, _profile_summary(spy(), run_dir / f"profile-{args.profile}.txt")
 
 
-def _lock_trace_env(run_dir: Path, wanted: bool) -> dict[str, str] | None:
-    """The environment the stack inherits: with the trace's sitecustomize first on its path."""
+def _lock_trace_env(run_dir: Path, wanted: bool) -> dict[str, str]:
+    """What the stack's environment adds for the trace: its sitecustomize first on the path."""
     if not wanted:
-        return None
+        return {}
     path = os.pathsep.join(filter(None, [str(ROOT / "loadtests" / "lock_trace"), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, "PROCTOR_LOCK_TRACE_DIR": str(run_dir / TRACE_DIR)}
+    return {"PYTHONPATH": path, "PROCTOR_LOCK_TRACE_DIR": str(run_dir / TRACE_DIR)}
 
 
 def _profile_summary(spy: subprocess.Popen | None, output: Path) -> dict[str, Any] | None:
@@ -205,13 +235,14 @@ def _speedups() -> dict[str, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     run_dir = new_run_dir(f"bench-ramp-{args.label}")
     load_before = os.getloadavg()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
                            text=True).stdout.strip()
-    code, sampler, started, profile = _run_ramp(args, run_dir)
+    with _ledger(args.ledger) as (database_url, ledger_pid):
+        code, sampler, started, profile = _run_ramp(args, run_dir, database_url, ledger_pid)
     rows = _step_rows(run_dir, sampler)
     ramp = json.loads((run_dir / "ramp.json").read_text()) if (run_dir / "ramp.json").exists() else {}
     result = {"label": args.label, "commit": commit.strip() + (" (with uncommitted changes)" if dirty else ""),
@@ -219,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
               "ramp_exit_code": code, "invariants": ramp.get("invariants"), "errors": ramp.get("errors"),
               "knee_req_s": knee(rows),
               "knee_rule": f"p99 <= {KNEE_P99}s, 0 failed, achieved >= {KNEE_RATE_RATIO} x offered",
-              "web_nodes": args.web, "mix": _mix(run_dir), "speedups_installed": _speedups(),
+              "ledger": args.ledger, "web_nodes": args.web, "mix": _mix(run_dir), "speedups_installed": _speedups(),
               "machine": {"cores": os.cpu_count(), "load_average_before": load_before,
                           "load_average_after": os.getloadavg()[0]}, "steps": rows, "profile": profile}
     out = bench_dir() / "ramp.json"
@@ -233,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(result: dict[str, Any]) -> None:
-    print(f"bench_ramp [{result['label']}] commit {result['commit']}: knee {result['knee_req_s']} req/s "
+    print(f"bench_ramp [{result['label']}] commit {result['commit']}, ledger {result.get('ledger', 'sqlite')}: "
+          f"knee {result['knee_req_s']} req/s "
           f"({result['knee_rule']}); ramp exit {result['ramp_exit_code']}; invariants {result['invariants']}")
     print(f"  machine: {result['machine']}; speedups {result['speedups_installed']}")
     print("  target  offered  achieved  requests  failed  p50     p99     stack_cpu/1000  load_cpu/1000  machine_busy  held")

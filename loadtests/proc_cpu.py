@@ -94,6 +94,7 @@ class Sampler:
     load_pgid: int
     stack_root: object  # Callable[[], int | None]
     components: object = None  # Callable[[], dict[str, int]]: component name -> its root pid
+    ledger_root: int | None = None  # a ledger server outside the supervisor's tree: counted as the stack
     interval: float = 0.25
     samples: list[dict[str, float]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -117,6 +118,8 @@ class Sampler:
         table = read_table()
         root = self.stack_root()  # type: ignore[operator]
         stack = table.tree(root) if root else set()
+        if self.ledger_root:
+            stack |= table.tree(self.ledger_root)
         load = table.group(self.load_pgid) - stack
         busy, total = machine_busy_seconds()
         roots = self.components() if self.components else {}  # type: ignore[operator]

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
 import pytest
-from pgserver import PostgresServer
+from stack.embedded.postgres import PostgresServer
 from sqlalchemy import Engine, event, select
 
 from stack.config import Settings

@@ -8,7 +8,7 @@ import time
 from typing import Iterator
 
 import pytest
-from pgserver import PostgresServer
+from stack.embedded.postgres import PostgresServer
 from sqlalchemy import Engine, inspect, text
 
 from stack.config import Settings

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
-from pgserver import PostgresServer
+from stack.embedded.postgres import PostgresServer
 from roster_client import RosterClient
 
 from chaos.nemesis import WorkerStates

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from pgserver import PostgresServer
+from stack.embedded.postgres import PostgresServer
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import IntegrityError
 

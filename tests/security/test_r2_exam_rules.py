@@ -123,7 +123,7 @@ def test_an_exam_without_a_window_or_policy_is_closed(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[object]:
-    from pgserver import PostgresServer
+    from stack.embedded.postgres import PostgresServer
 
     with PostgresServer() as server:
         yield server

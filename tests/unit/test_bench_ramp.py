@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
-from bench_ramp import KNEE_P99, _step_row, knee  # noqa: E402
-from proc_cpu import _TICKS, ProcessTable, _parse_stat  # noqa: E402
+import proc_cpu  # noqa: E402
+from bench_ramp import KNEE_P99, _parse, _step_row, knee  # noqa: E402
+from proc_cpu import _TICKS, ProcessTable, Sampler, _parse_stat  # noqa: E402
 from profile_spy import summarise  # noqa: E402
 
 
@@ -57,6 +60,32 @@ def test_a_tree_counts_descendants_and_a_group_its_members() -> None:
     assert table.tree(10) == {10, 11, 12}
     assert table.group(10) == {10, 11}
     assert table.cpu(table.tree(10) - table.group(10)) == 1.0
+
+
+def test_a_ledger_server_outside_the_supervisor_counts_as_the_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    # supervisor 10 -> web 11; PostgreSQL 50 -> backend 51 (its own session); Locust group 70.
+    rows = [f"{pid} (p) S {ppid} {pgid} 0 0 -1 0 0 0 0 0 {_TICKS} 0 0 0 20 0 1 0"
+            for pid, ppid, pgid in ((10, 1, 10), (11, 10, 10), (50, 1, 50), (51, 50, 50), (70, 1, 70))]
+    table = ProcessTable({stat.pid: stat for stat in map(_parse_stat, rows)})
+    monkeypatch.setattr(proc_cpu, "read_table", lambda: table)
+    monkeypatch.setattr(proc_cpu, "machine_busy_seconds", lambda: (5.0, 10.0))
+    with_ledger = Sampler(load_pgid=70, stack_root=lambda: 10, ledger_root=50)
+    without = Sampler(load_pgid=70, stack_root=lambda: 10)
+    with_ledger.sample()
+    without.sample()
+    assert (with_ledger.samples[0]["stack"], with_ledger.samples[0]["load"]) == (4.0, 1.0)
+    assert (without.samples[0]["stack"], without.samples[0]["load"]) == (2.0, 1.0)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--ledger", "postgres", "--lock-trace"], "--lock-trace traces SQLite's write lock"),
+    (["--ledger", "mysql"], "invalid choice: 'mysql'"),
+])
+def test_bad_options_exit_2_naming_the_option(argv: list[str], said: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exited:
+        _parse(argv)
+    assert exited.value.code == 2
+    assert said in capsys.readouterr().err
 
 
 def test_profile_summary_shares_by_innermost_frame_and_our_functions(tmp_path: Path) -> None:

@@ -1,11 +1,15 @@
-"""A private PostgreSQL server for tests: its own data folder, port and socket folder,
-started and stopped by pid. Debian's server binaries refuse to run as root, so as root
-the cluster runs as the ``postgres`` system user that the package creates."""
+"""A private PostgreSQL server for the embedded stack's ledger (tests, ``bench_ramp.py --ledger
+postgres``): its own data folder, port and socket folder, started and stopped by pid. Debian's
+server binaries refuse to run as root, so as root the cluster runs as the ``postgres`` system
+user that the package creates. Callers authenticate with SCRAM and a password made for this
+cluster (no ``trust``, not even on 127.0.0.1: the reference stack takes no loopback address
+as a credential)."""
 
 from __future__ import annotations
 
 import glob
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -44,19 +48,27 @@ class PostgresServer:
         self.folder = Path(tempfile.mkdtemp(prefix="proctor-pg-"))
         self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         self.process: subprocess.Popen[bytes] | None = None
+        self.password = secrets.token_urlsafe(24)
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{self.database}"
+        return f"postgresql+psycopg://postgres:{self.password}@127.0.0.1:{self.port}/{self.database}"
 
     def _run(self, *argv: str) -> None:
-        subprocess.run([*self.as_user, *argv], check=True, capture_output=True, timeout=60)
+        env = {**os.environ, "PGPASSWORD": self.password}
+        subprocess.run([*self.as_user, *argv], check=True, capture_output=True, timeout=60, env=env)
 
     def __enter__(self) -> "PostgresServer":
         if self.as_user:
             shutil.chown(self.folder, "postgres")
         data = self.folder / "data"
-        self._run(str(self.bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
+        password_file = self.folder / "password"
+        password_file.write_text(self.password + "\n")
+        if self.as_user:
+            shutil.chown(password_file, "postgres")
+        self._run(str(self.bindir / "initdb"), "-D", str(data), "-A", "scram-sha-256", "-U", "postgres",
+                  f"--pwfile={password_file}", "--no-sync")
+        password_file.unlink()
         log = open(self.folder / "postgres.log", "wb")  # closed with the server
         self.process = subprocess.Popen(
             [*self.as_user, str(self.bindir / "postgres"), "-D", str(data), "-p", str(self.port),
