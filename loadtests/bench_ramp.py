@@ -41,10 +41,13 @@ from profile_spy import start_profile, summarise  # noqa: E402
 from stack.embedded.postgres import PostgresServer, find_postgres_bin  # noqa: E402
 from stack.paths import bench_dir, new_run_dir  # noqa: E402
 
-__all__ = ["KNEE_P99", "KNEE_RATE_RATIO", "knee", "main"]
+__all__ = ["KNEE_P99", "KNEE_RATE_RATIO", "OTHER_SHARE_LIMIT", "knee", "main", "steps_to_redo"]
 
 KNEE_P99 = 0.25
 KNEE_RATE_RATIO = 0.95
+OTHER_SHARE_LIMIT = 0.10
+"""Issue #23: a run where processes outside the stack and Locust took more of the machine than
+this in a step measured someone else's load too, and is redone."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -201,10 +204,16 @@ def _step_row(step: dict[str, Any], ops: list, window: float, first: dict | None
                    stack_cpu_s_per_1000=round(1000 * stack / len(ops), 3),
                    load_cpu_s_per_1000=round(1000 * load / len(ops), 3),
                    machine_busy_share=round(busy / (last["machine_total"] - first["machine_total"]), 3),
-                   other_cpu_s=round(busy - stack - load, 2))
+                   other_cpu_s=round(busy - stack - load, 2),
+                   other_share=round((busy - stack - load) / (last["machine_total"] - first["machine_total"]), 3))
     row["held"] = (row["failed"] == 0 and row["p99"] is not None and row["p99"] <= KNEE_P99
                    and row["achieved"] >= KNEE_RATE_RATIO * offered)
     return row
+
+
+def steps_to_redo(rows: list[dict[str, Any]]) -> list[float]:
+    """The steps in which other processes took more than OTHER_SHARE_LIMIT of the machine."""
+    return [row["target"] for row in rows if (row.get("other_share") or 0.0) > OTHER_SHARE_LIMIT]
 
 
 def knee(rows: list[dict[str, Any]]) -> float | None:
@@ -248,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"label": args.label, "commit": commit.strip() + (" (with uncommitted changes)" if dirty else ""),
               "started": started, "run_dir": str(run_dir),
               "ramp_exit_code": code, "invariants": ramp.get("invariants"), "errors": ramp.get("errors"),
-              "knee_req_s": knee(rows),
+              "knee_req_s": knee(rows), "redo_steps": steps_to_redo(rows),
               "knee_rule": f"p99 <= {KNEE_P99}s, 0 failed, achieved >= {KNEE_RATE_RATIO} x offered",
               "ledger": args.ledger, "web_nodes": args.web, "mix": _mix(run_dir), "speedups_installed": _speedups(),
               "machine": {"cores": os.cpu_count(), "load_average_before": load_before,
@@ -268,11 +277,16 @@ def _print(result: dict[str, Any]) -> None:
           f"knee {result['knee_req_s']} req/s "
           f"({result['knee_rule']}); ramp exit {result['ramp_exit_code']}; invariants {result['invariants']}")
     print(f"  machine: {result['machine']}; speedups {result['speedups_installed']}")
-    print("  target  offered  achieved  requests  failed  p50     p99     stack_cpu/1000  load_cpu/1000  machine_busy  held")
+    print("  target  offered  achieved  requests  failed  p50     p99     stack_cpu/1000  load_cpu/1000  machine_busy"
+          "  other_share  held")
     for r in result["steps"]:
         print(f"  {r['target']:>6g}  {r.get('offered', r['target']):>7.1f}  {r['achieved']:>8.1f}  {r['requests']:>8}  {r['failed']:>6}  "
               f"{_num(r['p50'])}  {_num(r['p99'])}  {_num(r.get('stack_cpu_s_per_1000')):>14}  "
-              f"{_num(r.get('load_cpu_s_per_1000')):>13}  {_num(r.get('machine_busy_share')):>12}  {r['held']}")
+              f"{_num(r.get('load_cpu_s_per_1000')):>13}  {_num(r.get('machine_busy_share')):>12}  "
+              f"{_num(r.get('other_share')):>11}  {r['held']}")
+    if result.get("redo_steps"):
+        print(f"  REDO this run: other processes took more than {OTHER_SHARE_LIMIT:.0%} of the machine at "
+              f"{', '.join(f'{t:g}' for t in result['redo_steps'])} req/s (other_share), so it measured their load too")
     print(f"  errors: {(result['errors'] or {}).get('layers')}")
     for r in result["steps"]:
         print(f"  cpu s at {r['target']:g} req/s by component: {r.get('components_cpu_s')}")

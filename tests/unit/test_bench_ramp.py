@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 import proc_cpu  # noqa: E402
-from bench_ramp import KNEE_P99, _parse, _step_row, knee  # noqa: E402
+from bench_ramp import KNEE_P99, _parse, _step_row, knee, steps_to_redo  # noqa: E402
 from proc_cpu import _TICKS, ProcessTable, Sampler, _parse_stat  # noqa: E402
 from profile_spy import summarise  # noqa: E402
 
@@ -45,6 +45,20 @@ def test_the_knee_is_the_last_step_of_the_unbroken_run_from_the_start() -> None:
     assert knee(rows) == 50  # 200 held again, but after 100 broke: not the knee
     assert knee(rows[:2]) == 50
     assert knee([_row(25, 250, 0.9)]) is None
+
+
+def _sampled_row(target: float, other_cpu_s: float) -> dict:
+    # 10 s on 2 cores = 20 CPU s of machine; the stack took 8, Locust 1, others the rest of what was busy.
+    first = {"stack": 0.0, "load": 0.0, "machine_busy": 0.0, "machine_total": 0.0, "components": {}}
+    last = {"stack": 8.0, "load": 1.0, "machine_busy": 9.0 + other_cpu_s, "machine_total": 20.0, "components": {}}
+    return _step_row({"rate": target, "users": 1}, _ops(100, 0.01), 10.0, first, last)
+
+
+def test_a_step_where_other_processes_took_over_a_tenth_of_the_machine_is_to_be_redone() -> None:
+    rows = [_sampled_row(25, other_cpu_s=0.5), _sampled_row(50, other_cpu_s=2.0), _sampled_row(100, other_cpu_s=2.2)]
+    assert [row["other_share"] for row in rows] == [0.025, 0.1, 0.11]
+    assert steps_to_redo(rows) == [100]  # 10 % is still within the limit
+    assert steps_to_redo([_row(25, 250, 0.05)]) == []  # no samples: nothing to judge
 
 
 def test_proc_stat_parsing_survives_odd_command_names() -> None:
