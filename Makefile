@@ -17,24 +17,15 @@ setup-python:  # .venv only: test-fast starts no server, so needs no valkey-serv
 demo: setup
 	$(PY) -m chaos.cli demo
 
-# The compose parity pass (issue #13): the same scenario tests against docker-compose.yml. Skipped with
-# one line when no engine answers and none can be installed; --timeout is a hang guard for a cold
-# machine (engine, base and image are built inside the first test), not a verdict. The issue's three
-# scenarios, each with its negative control, the Valkey failover on the Sentinel topology (issue #25) and the
-# SMS worker failover with its reserved egress address and the log store outage (issue #26; their negative
-# controls run embedded only);
-# `make test-compose-all` runs every scenario on compose.
-COMPOSE_PARITY := chaos/test_worker_kill.py::test_worker_kills_lose_nothing_and_duplicate_nothing \
-	chaos/test_worker_kill.py::test_without_reconciler_a_killed_job_is_reported_lost \
-	chaos/test_web_node_kill.py chaos/test_tls_churn.py \
-	chaos/test_valkey_failover.py::test_a_primary_failover_loses_nothing_and_every_client_follows \
-	chaos/test_sms_egress.py::test_standby_takes_the_lane_and_the_reserved_address_and_every_sms_arrives_once \
-	chaos/test_log_shipping.py::test_every_line_is_shipped_or_counted_dropped_and_no_canary_reaches_the_store
-
-# --durations and the junit file say where the suite's wall time goes (issue #22 part 4), every CI run.
+# make test = two pytest passes side by side (suite_passes.py): the main pass on TEST_WORKERS pytest-xdist
+# workers, and the compose pass (the container tests: scenarios against docker-compose.yml, the compose stack
+# test) in one process, its output in results/compose-pass.log, shown when it ends. The compose pass is
+# skipped with one line when no engine answers and none can be installed. COMPOSE_PASS=after runs it after the
+# main pass (as before issue #22 part 4), COMPOSE_PASS=skip not at all. --durations and the junit files say
+# where the suite's wall time goes, every CI run.
+COMPOSE_PASS ?= alongside
 test: setup lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 --junitxml=results/junit.xml $(PYTEST_ARGS)
-	$(PY) -m pytest --chaos-target compose --timeout 1500 --junitxml=results/junit-compose.xml $(COMPOSE_PARITY) $(PYTEST_ARGS)
+	$(PY) suite_passes.py --workers $(TEST_WORKERS) --compose $(COMPOSE_PASS) -- $(PYTEST_ARGS)
 
 # ruff, configured in pyproject.toml ([tool.ruff]): seconds, before any test runs.
 lint: setup-python

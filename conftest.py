@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import suite_time
-from stack.deploy.ports import PORT_RANGE_ENV, port_slice
+from stack.deploy.ports import PORT_RANGE_ENV, listen_ports, port_slice
 
 # The chaos plugin (chaos/pytest_plugin.py) comes from the `pytest11` entry point in pyproject.toml,
 # as in a user's repo: not loaded here (that would register it twice).
@@ -35,9 +35,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     # `make test` runs on pytest-xdist workers (gw0, gw1, ...): each draws its stacks' ports
     # from a slice of its own, inherited by every process it starts, so two stacks never
-    # race for a port between its draw and its bind (stack/deploy/ports.py).
+    # race for a port between its draw and its bind (stack/deploy/ports.py). The slices split the range
+    # the pass was given (suite_passes.py gives the compose pass, running alongside, a part of its own).
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if worker.startswith("gw") and worker[2:].isdigit() and count > 1:
-        os.environ[PORT_RANGE_ENV] = port_slice(int(worker[2:]), count)
+        os.environ[PORT_RANGE_ENV] = port_slice(int(worker[2:]), count, listen_ports())
     suite_time.register(config)  # where the wall time goes, per file: results/suite-time.tsv

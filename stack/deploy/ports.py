@@ -46,10 +46,11 @@ def listen_ports() -> range:
     return ports
 
 
-def port_slice(index: int, count: int) -> str:
-    """Slice ``index`` of ``count`` disjoint slices of the default range, as PROCTOR_PORT_RANGE spells it."""
-    size = len(_LISTEN_PORTS) // count
-    low = _LISTEN_PORTS.start + index * size
+def port_slice(index: int, count: int, within: range = _LISTEN_PORTS) -> str:
+    """Slice ``index`` of ``count`` disjoint slices of ``within`` (the default range unless given), as
+    PROCTOR_PORT_RANGE spells it."""
+    size = len(within) // count
+    low = within.start + index * size
     return f"{low}-{low + size - 1}"
 
 

@@ -1,0 +1,194 @@
+"""`make test`'s two pytest passes, run side by side (issue #22 part 4).
+
+The main pass runs every test but the container ones on pytest-xdist workers; the compose
+pass runs the container tests (the scenarios' parity tests against docker-compose.yml, then
+the compose stack's own test) in one process. The compose pass mostly waits for the engine,
+image builds and containers, so it runs alongside the main pass rather than after it.
+
+What keeps the two apart:
+- ports: each pass draws from its own part of the port range (``PROCTOR_PORT_RANGE``;
+  the main pass's workers split theirs again, conftest.py), so no two stacks race for a port;
+- the engine: only the compose pass starts, uses and stops dockerd;
+- output: the compose pass writes ``results/compose-pass.log``, printed whole when it ends,
+  so the two passes' lines never interleave; each writes its own junit file and
+  ``suite-time`` rows (suite_time.py).
+
+Ctrl-C or SIGTERM to this process reaches both passes as SIGINT (each pytest tears its
+stacks down); if this process dies without a word, the kernel sends both SIGINT
+(``PR_SET_PDEATHSIG``), so no pass outlives it.
+
+Usage: python suite_passes.py [--workers N] [--compose alongside|after|skip] [-- PYTEST_ARGS...]
+Exit: 0 when both passes passed; else the first non-zero exit of the main pass, then the compose pass;
+130 or 143 when SIGINT or SIGTERM cut the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stack.deploy.ports import PORT_RANGE_ENV, listen_ports
+
+__all__ = ["COMPOSE_TESTS", "Pass", "main", "passes", "split_ports"]
+
+REPO = Path(__file__).resolve().parent
+COMPOSE_TESTS = (
+    # The issue #13 scenarios, each with its negative control, the Valkey failover on the Sentinel topology
+    # (issue #25), the SMS worker failover with its reserved egress address and the log store outage (issue
+    # #26; their negative controls run embedded only); `make test-compose-all` runs every scenario on compose.
+    "chaos/test_worker_kill.py::test_worker_kills_lose_nothing_and_duplicate_nothing",
+    "chaos/test_worker_kill.py::test_without_reconciler_a_killed_job_is_reported_lost",
+    "chaos/test_web_node_kill.py", "chaos/test_tls_churn.py",
+    "chaos/test_valkey_failover.py::test_a_primary_failover_loses_nothing_and_every_client_follows",
+    "chaos/test_sms_egress.py::test_standby_takes_the_lane_and_the_reserved_address_and_every_sms_arrives_once",
+    "chaos/test_log_shipping.py::test_every_line_is_shipped_or_counted_dropped_and_no_canary_reaches_the_store",
+    # Last: the scenarios' session fixture has started the engine by then, so this module leaves it running.
+    "tests/compose",
+)
+COMPOSE_LOG = "results/compose-pass.log"
+MODES = ("alongside", "after", "skip")
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class Pass:
+    name: str
+    argv: list[str]
+    port_range: str
+    log: Path | None = None  # None: the terminal
+    process: subprocess.Popen | None = field(default=None, repr=False)
+    started: float = 0.0
+    took: float = 0.0
+
+
+def split_ports(workers: int, ports: range) -> tuple[str, str]:
+    """The main pass's part of ``ports`` and the compose pass's: one slice per main-pass worker and one
+    more for compose, so the main pass's workers can split theirs evenly again."""
+    slices = max(workers, 1) + 1
+    size = len(ports) // slices
+    compose_low = ports.start + (slices - 1) * size
+    return f"{ports.start}-{compose_low - 1}", f"{compose_low}-{compose_low + size - 1}"
+
+
+def passes(workers: int, pytest_args: list[str], python: str = sys.executable) -> tuple[Pass, Pass]:
+    main_ports, compose_ports = split_ports(workers, listen_ports())
+    pytest = [python, "-m", "pytest"]
+    spread = ["-n", str(workers), "--dist", "loadfile"] if workers > 0 else []
+    main = Pass("main", [*pytest, *spread, "--ignore=tests/compose", "--durations=25",
+                         "--junitxml=results/junit.xml", *pytest_args], main_ports)
+    # --timeout: a hang guard for a cold machine (engine, base and image are built inside the first test).
+    compose = Pass("compose", [*pytest, "--chaos-target", "compose", "--timeout", "1500",
+                               "--junitxml=results/junit-compose.xml", *COMPOSE_TESTS, *pytest_args],
+                   compose_ports, log=REPO / COMPOSE_LOG)
+    return main, compose
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGINT when the runner dies, so a pass never outlives it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+
+
+def start(run: Pass) -> None:
+    env = {**os.environ, PORT_RANGE_ENV: run.port_range}
+    out = None
+    if run.log is not None:
+        run.log.parent.mkdir(parents=True, exist_ok=True)
+        out = run.log.open("w")
+    # Its own process group: a terminal's Ctrl-C reaches the runner, which passes it on to both, once.
+    run.process = subprocess.Popen(run.argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                   start_new_session=True, preexec_fn=_die_with_parent)
+    if out is not None:
+        out.close()
+    run.started = time.monotonic()
+
+
+def finish(run: Pass) -> int:
+    assert run.process is not None
+    code = run.process.wait()
+    run.took = time.monotonic() - run.started
+    return code
+
+
+def _interrupt(running: list[Pass]) -> None:
+    for run in running:
+        if run.process is not None and run.process.poll() is None:
+            os.killpg(run.process.pid, signal.SIGINT)
+
+
+def _shown(path: Path | None) -> str:
+    return str(path.relative_to(REPO)) if path is not None and path.is_relative_to(REPO) else str(path)
+
+
+def _show_log(run: Pass) -> None:
+    assert run.log is not None
+    print(f"\n===== the {run.name} pass ({_shown(run.log)}) =====", flush=True)
+    sys.stdout.write(run.log.read_text(errors="replace"))
+    sys.stdout.flush()
+
+
+def run_passes(main_pass: Pass, compose: Pass, mode: str) -> int:
+    running = [main_pass] + ([compose] if mode != "skip" else [])
+    caught: list[int] = []
+
+    def interrupt(signum: int, _frame: object) -> None:
+        caught.append(signum)
+        _interrupt(running)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if mode == "alongside":
+            start(compose)
+            print(f"suite: the compose pass runs alongside (ports {compose.port_range}; log {_shown(compose.log)}, "
+                  "shown when it ends)", flush=True)
+        start(main_pass)
+        codes = {"main": finish(main_pass)}
+        if mode == "after" and not caught:
+            start(compose)
+        if compose.process is not None:
+            if compose.process.poll() is None:
+                print(f"suite: main pass done; waiting for the compose pass (log {_shown(compose.log)})", flush=True)
+            codes["compose"] = finish(compose)
+            _show_log(compose)
+    finally:
+        _interrupt(running)  # an exception here must not leave a pass behind
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    summary = ", ".join(f"{run.name} pass exit {codes[run.name]} in {run.took:.0f} s" for run in running
+                        if run.name in codes)
+    print(f"suite: {summary}", flush=True)
+    if caught:  # the shell's convention, as chaos/interrupt.py: 130 for SIGINT, 143 for SIGTERM
+        return 128 + caught[0]
+    return next((code for code in codes.values() if code != 0), 0)
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    ours, pytest_args = argv, []
+    if "--" in argv:  # everything after it is pytest's, for both passes (make test PYTEST_ARGS=...)
+        at = argv.index("--")
+        ours, pytest_args = argv[:at], argv[at + 1:]
+    p = argparse.ArgumentParser(prog="suite_passes.py", description="make test's main and compose passes")
+    p.add_argument("--workers", type=int, default=3, help="pytest-xdist workers of the main pass (0: one process)")
+    p.add_argument("--compose", choices=MODES, default="alongside",
+                   help="when the compose pass runs: alongside the main pass (default), after it, or not at all")
+    args = p.parse_args(ours)
+    if args.workers < 0:
+        p.error(f"--workers must be 0 or more, not {args.workers}")
+    return args, pytest_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, pytest_args = parse(sys.argv[1:] if argv is None else argv)
+    main_pass, compose = passes(args.workers, pytest_args)
+    return run_passes(main_pass, compose, args.compose)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
