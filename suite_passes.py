@@ -110,11 +110,26 @@ def start(run: Pass) -> None:
     run.started = time.monotonic()
 
 
-def finish(run: Pass) -> int:
+def _ended(run: Pass) -> bool:
+    """Whether the pass has ended; its time is taken the first time this sees it so."""
+    if run.process is None or run.process.poll() is None:
+        return False
+    if not run.took:
+        run.took = time.monotonic() - run.started
+    return True
+
+
+def finish(run: Pass, *others: Pass) -> int:
+    """Wait for ``run`` to end, noting meanwhile when each of ``others`` ends (each pass's own time)."""
     assert run.process is not None
-    code = run.process.wait()
-    run.took = time.monotonic() - run.started
-    return code
+    while not _ended(run):
+        for other in others:
+            _ended(other)
+        try:
+            run.process.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+    return run.process.returncode
 
 
 def _interrupt(running: list[Pass]) -> None:
@@ -134,9 +149,22 @@ def _show_log(run: Pass) -> None:
     sys.stdout.flush()
 
 
+def cpu_ticks(stat: str | None = None) -> tuple[int, int]:
+    """The machine's (busy, total) CPU ticks so far, every process counted (containers too): /proc/stat."""
+    text = stat if stat is not None else Path("/proc/stat").read_text()
+    fields = [int(x) for x in text.splitlines()[0].split()[1:9]]  # user nice system idle iowait irq softirq steal
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
+def cores_busy(before: tuple[int, int], after: tuple[int, int], cores: int) -> float:
+    total = after[1] - before[1]
+    return cores * (after[0] - before[0]) / total if total > 0 else 0.0
+
+
 def run_passes(main_pass: Pass, compose: Pass, mode: str) -> int:
     running = [main_pass] + ([compose] if mode != "skip" else [])
     caught: list[int] = []
+    ticks = cpu_ticks()
 
     def interrupt(signum: int, _frame: object) -> None:
         caught.append(signum)
@@ -149,7 +177,7 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str) -> int:
             print(f"suite: the compose pass runs alongside (ports {compose.port_range}; log {_shown(compose.log)}, "
                   "shown when it ends)", flush=True)
         start(main_pass)
-        codes = {"main": finish(main_pass)}
+        codes = {"main": finish(main_pass, compose)}
         if mode == "after" and not caught:
             start(compose)
         if compose.process is not None:
@@ -164,6 +192,9 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str) -> int:
     summary = ", ".join(f"{run.name} pass exit {codes[run.name]} in {run.took:.0f} s" for run in running
                         if run.name in codes)
     print(f"suite: {summary}", flush=True)
+    cores = os.cpu_count() or 1
+    print(f"suite: {cores_busy(ticks, cpu_ticks(), cores):.2f} of {cores} cores busy over the passes (every process "
+          "on the machine, containers included; /proc/stat)", flush=True)
     if caught:  # the shell's convention, as chaos/interrupt.py: 130 for SIGINT, 143 for SIGTERM
         return 128 + caught[0]
     return next((code for code in codes.values() if code != 0), 0)

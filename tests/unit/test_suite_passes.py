@@ -88,6 +88,13 @@ def test_the_first_failing_pass_sets_the_exit_and_the_compose_log_is_shown(tmp_p
                                    "after") == 1
 
 
+def test_each_pass_has_its_own_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main = _pass("main", "import time; time.sleep(1.5)", tmp_path)
+    compose = _pass("compose", "pass", tmp_path, log=True)
+    assert suite_passes.run_passes(main, compose, "alongside") == 0
+    assert main.took >= 1.5 and compose.took < 1.0, (main.took, compose.took)  # not the main pass's end
+
+
 def test_skip_runs_no_compose_pass(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     compose = _pass("compose", f"open({str(marker)!r}, 'w')", tmp_path, log=True)
@@ -150,3 +157,13 @@ def test_the_runner_follows_the_given_port_range() -> None:
     main, compose = suite_passes.passes(3, [])
     assert _bounds(main.port_range).start == listen_ports().start
     assert _bounds(compose.port_range).stop <= listen_ports().stop
+
+
+def test_cores_busy_counts_every_tick_but_idle_and_iowait() -> None:
+    before = suite_passes.cpu_ticks("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3\n")
+    after = suite_passes.cpu_ticks("cpu  400 0 200 900 100 0 0 0 0 0\n")
+    assert before == (200, 1000) and after == (600, 1600)
+    assert suite_passes.cores_busy(before, after, 2) == pytest.approx(2 * 400 / 600)
+    assert suite_passes.cores_busy(after, after, 2) == 0.0
+    busy, total = suite_passes.cpu_ticks()  # the machine's own
+    assert 0 <= busy <= total
