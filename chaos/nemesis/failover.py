@@ -102,6 +102,8 @@ class FailoverNemesis:
         victim = nodes[old_address]
         expected = tuple(c.name for c in self.stack.components() if c.role in CLIENT_ROLES)
         pids = self.stack.pids(victim)  # before the effect: asking a container engine takes time
+        if fault.kind != "partition":
+            self.stack.set_autorestart(victim, False)  # before the effect too: the kill must follow it at once
         effect = wait_after_effect(self.stack, fault.params)
         # A new effect whose answer the provider still holds proves a job in flight; without one,
         # look for a horse (one more poll of the engine for each try on compose).
@@ -113,15 +115,18 @@ class FailoverNemesis:
             self._network_nemesis().start(self._toxic(link))
             self._cut[fault.target] = link
         else:
-            self.stack.set_autorestart(victim, False)
             self.stack.kill(victim)
+        # The effect's age is taken when the kill has returned: on a loaded machine the signal can
+        # leave well after killed_at, and an age taken before it would hide a kill that came after
+        # the provider's answer (the negative control then reads valid, and nothing says why).
+        struck_at = time.time()
         before = read_process_counters(self.stack.run_dir)
         watch = _Watch(victim, old_address, killed_at, expected, time.monotonic() + self.ready_timeout,
                        counters_before=before)
         watch.thread = threading.Thread(target=self._watch, args=(watch,), name=f"failover-{victim}", daemon=True)
         watch.thread.start()
         self._watches[fault.target] = watch
-        timing = after_effect_timing(fault.params, effect, watch.killed_at)
+        timing = after_effect_timing(fault.params, effect, struck_at)
         return {"node": victim, "pids": pids, "killed_at": watch.killed_at, "mid_job": mid_job, **timing,
                 "primary_before": f"{old_address[0]}:{old_address[1]}", **({"link": self._cut[fault.target]} if fault.target in self._cut else {})}
 

@@ -260,3 +260,60 @@ def test_a_sentinel_connection_asks_where_the_primary_is_each_time_it_reconnects
     pool.primary = ("127.0.0.1", 2003)  # the Sentinels switched
     connection.connect_check_health(check_health=True)
     assert dialed == [("127.0.0.1", 2002), ("127.0.0.1", 2003)]
+
+
+class _SlowKillStack:
+    """A deployment whose kill returns late, as on a loaded machine; it records the order of calls."""
+
+    def __init__(self, kill_takes: float) -> None:
+        from stack.config import Settings
+
+        self.settings = Settings(valkey_sentinels="127.0.0.1:1")
+        self.run_dir = "."
+        self.kill_takes = kill_takes
+        self.calls: list[str] = []
+
+    def valkey_nodes(self) -> dict[tuple[str, int], str]:
+        return {("127.0.0.1", 7000): "valkey"}
+
+    def components(self) -> list:
+        return []
+
+    def pids(self, name: str) -> list[int]:
+        return [42]
+
+    def set_autorestart(self, name: str, enabled: bool) -> None:
+        self.calls.append(f"autorestart {enabled}")
+
+    def kill(self, name: str) -> list[int]:
+        self.calls.append("kill")
+        import time
+        time.sleep(self.kill_takes)
+        return [42]
+
+
+def test_the_effect_age_counts_until_the_kill_returned_and_autorestart_is_off_before_the_effect(monkeypatch):
+    """A kill that leaves late must show in ``effect_age_at_kill`` (the test's proof that the kill came
+    before the provider's answer); stamped before the kill, a late one read as early (a control read valid)."""
+    import time
+
+    from chaos.nemesis import failover
+    from chaos.nemesis.base import FaultSpec
+
+    stack = _SlowKillStack(kill_takes=0.3)
+    effect_at = time.time()
+
+    def effect(_stack, _params):
+        stack.calls.append("effect")
+        return {"created_at": effect_at}
+
+    monkeypatch.setattr(failover, "primary_address", lambda settings: ("127.0.0.1", 7000))
+    monkeypatch.setattr(failover, "wait_after_effect", effect)
+    monkeypatch.setattr(failover, "read_process_counters", lambda run_dir: {})
+    monkeypatch.setattr(failover.FailoverNemesis, "_watch", lambda self, watch: None)
+    nemesis = failover.FailoverNemesis(stack)
+    start = nemesis.start(FaultSpec(at=3.0, kind="failover", target="primary", duration=8.0,
+                                    params={"after_effect_at": "ai_provider"}))
+    assert stack.calls == ["autorestart False", "effect", "kill"]
+    assert start["effect_age_at_kill"] >= 0.3, start
+    assert start["killed_at"] < effect_at + 0.3  # the timeline still counts from the signal's moment
