@@ -60,6 +60,11 @@ class Deployment(Protocol):
     def kill(self, component: str, sig: int = signal.SIGKILL) -> list[int]:
         """Send ``sig`` to the component's whole tree; return the pids signalled."""
 
+    def kill_landed_at(self, component: str) -> float | None:
+        """When the component's latest SIGKILL landed (epoch seconds), or None if it had none: the
+        moment the signal left on local processes, the engine's record of the exit on containers
+        (whose kill returns only once the container stopped, so a stamp after it would be late)."""
+
     def pause(self, component: str) -> list[int]:
         """Freeze the component (SIGSTOP or the engine's pause)."""
 

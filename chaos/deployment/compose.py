@@ -138,6 +138,7 @@ class ComposeDeployment:
         self.faultproxy_seed = random.SystemRandom().randrange(2**31)
         self._settings: Settings | None = None
         self._engine: Engine | None = None
+        self._kills_landed: dict[str, float] = {}  # component -> the engine's exit time of its latest SIGKILL
         self._started = False
         self._egress: FailoverController | None = None
         self._egress_engine: Engine | None = None  # the controller's own client: it polls from its thread
@@ -373,8 +374,13 @@ class ComposeDeployment:
     def kill(self, component: str, sig: int = signal.SIGKILL) -> list[int]:
         service = self._service(component)
         pids = self.engine.pids(service)
-        self.engine.kill(service, sig)
+        landed = self.engine.kill(service, sig)
+        if landed is not None:
+            self._kills_landed[component] = landed
         return pids
+
+    def kill_landed_at(self, component: str) -> float | None:
+        return self._kills_landed.get(component)
 
     def pause(self, component: str) -> list[int]:
         service = self._service(component)

@@ -109,10 +109,15 @@ class Engine:
         return [pid for pid in tree if pid != main] if info["HostConfig"].get("Init") else tree
 
     # ------------------------------------------------------------ faults
-    def kill(self, service: str, sig: int = signal.SIGKILL) -> None:
+    def kill(self, service: str, sig: int = signal.SIGKILL) -> float | None:
+        """Signal the container; for SIGKILL wait until it stopped and return when it did (the engine's
+        ``State.FinishedAt``, epoch seconds), else None."""
         self.client.api.kill(self._id(service), signal=int(sig))
-        if sig == signal.SIGKILL:
-            self._wait(service, lambda info: not info["State"]["Running"], 30.0, "stop after SIGKILL")
+        if sig != signal.SIGKILL:
+            return None
+        self._wait(service, lambda info: not info["State"]["Running"], 30.0, "stop after SIGKILL")
+        finished = self.inspect(service)["State"].get("FinishedAt") or ""
+        return parse_docker_time(finished) if finished and not finished.startswith("0001") else None
 
     def pause(self, service: str) -> None:
         """The freezer cgroup; runc gives up ("unable to freeze") when a process does not stop in

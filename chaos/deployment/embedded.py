@@ -8,6 +8,7 @@ does not need the reference stack's dependencies.
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ class EmbeddedDeployment:
 
             stack = EmbeddedStack(spec)
         self.stack = stack
+        self._kills_landed: dict[str, float] = {}
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -91,7 +93,13 @@ class EmbeddedDeployment:
 
     # ------------------------------------------------------------ faults
     def kill(self, component: str, sig: int = signal.SIGKILL) -> list[int]:
-        return self.stack.supervisor.kill(component, sig)
+        pids = self.stack.supervisor.kill(component, sig)
+        if sig == signal.SIGKILL:
+            self._kills_landed[component] = time.time()  # the signals are sent when kill returns
+        return pids
+
+    def kill_landed_at(self, component: str) -> float | None:
+        return self._kills_landed.get(component)
 
     def pause(self, component: str) -> list[int]:
         return self.stack.supervisor.pause(component)

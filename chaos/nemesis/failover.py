@@ -116,10 +116,11 @@ class FailoverNemesis:
             self._cut[fault.target] = link
         else:
             self.stack.kill(victim)
-        # The effect's age is taken when the kill has returned: on a loaded machine the signal can
-        # leave well after killed_at, and an age taken before it would hide a kill that came after
-        # the provider's answer (the negative control then reads valid, and nothing says why).
-        struck_at = time.time()
+        # The effect's age is taken when the kill landed: on a loaded machine the signal can leave
+        # well after killed_at, and an age taken before it would hide a kill that came after the
+        # provider's answer (the negative control then reads valid, and nothing says why). The
+        # cut of a partition lands when the toxic is in place, which is when start() returned.
+        struck_at = (self.stack.kill_landed_at(victim) if fault.kind != "partition" else None) or time.time()
         before = read_process_counters(self.stack.run_dir)
         watch = _Watch(victim, old_address, killed_at, expected, time.monotonic() + self.ready_timeout,
                        counters_before=before)

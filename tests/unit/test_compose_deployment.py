@@ -114,6 +114,7 @@ class FakeApi:
     def kill(self, cid: str, signal: int) -> None:
         self.calls.append(("kill", cid))
         self.info[cid.removeprefix("id-")]["State"]["Running"] = False
+        self.info[cid.removeprefix("id-")]["State"]["FinishedAt"] = "2026-12-06T10:00:01.250000000Z"
 
     def start(self, cid: str) -> None:
         self.calls.append(("start", cid))
@@ -154,6 +155,14 @@ def test_pids_leave_out_docker_init_and_a_killed_container_stays_down_until_star
     engine.ensure_running("worker-sms-1")
     engine.ensure_running("worker-sms-1")  # already running: not started twice
     assert client.api.calls == [("kill", "id-worker-sms-1"), ("start", "id-worker-sms-1")]
+
+
+def test_a_sigkill_returns_when_the_engine_saw_the_container_exit() -> None:
+    from chaos.deployment.compose_engine import parse_docker_time
+
+    engine = Engine("p1", FakeClient())
+    assert engine.kill("worker-sms-1", signal.SIGKILL) == parse_docker_time("2026-12-06T10:00:01.25Z")
+    assert engine.kill("web-1", signal.SIGTERM) is None  # no wait for the exit, no time to give
 
 
 def test_starting_web_1_again_restarts_what_shares_its_network_namespace() -> None:

@@ -63,6 +63,9 @@ class FakeDeployment:
         self.calls.append(("kill", component, sig))
         return [1000]
 
+    def kill_landed_at(self, component: str) -> float | None:
+        return None
+
     def pause(self, component: str) -> list[int]:
         self.calls.append(("pause", component))
         return [1000]
@@ -240,3 +243,19 @@ def _spec(tmp_path: Path) -> Any:
     from stack.embedded.stack import StackSpec
 
     return StackSpec(name="conf", run_dir=tmp_path / "run")
+
+
+def test_the_embedded_adapter_notes_when_a_sigkill_left_and_only_a_sigkill(tmp_path: Path) -> None:
+    import time
+
+    class Supervisor:
+        def kill(self, component: str, sig: int) -> list[int]:
+            return [1000]
+
+    deployment = EmbeddedDeployment(stack=type("Stack", (), {"supervisor": Supervisor()})())
+    assert deployment.kill_landed_at("valkey") is None
+    deployment.kill("valkey", signal.SIGSTOP)
+    assert deployment.kill_landed_at("valkey") is None  # a pause is no kill
+    before = time.time()
+    deployment.kill("valkey")
+    assert before <= deployment.kill_landed_at("valkey") <= time.time()

@@ -289,7 +289,11 @@ class _SlowKillStack:
         self.calls.append("kill")
         import time
         time.sleep(self.kill_takes)
+        self.landed = time.time()
         return [42]
+
+    def kill_landed_at(self, name: str) -> float | None:
+        return self.landed
 
 
 def test_the_effect_age_counts_until_the_kill_returned_and_autorestart_is_off_before_the_effect(monkeypatch):
