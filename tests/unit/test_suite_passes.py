@@ -64,6 +64,11 @@ def test_bad_options_are_named_with_exit_2(argv: list[str], named: str, capsys: 
     assert named in capsys.readouterr().err
 
 
+def test_by_default_the_compose_pass_runs_after_the_main_one() -> None:
+    args, _ = suite_passes.parse([])
+    assert (args.workers, args.compose) == (3, "after")
+
+
 def test_options_before_the_separator_are_ours_and_after_it_pytests() -> None:
     args, pytest_args = suite_passes.parse(["--workers", "2", "--compose", "after", "--", "--workers", "x"])
     assert (args.workers, args.compose, pytest_args) == (2, "after", ["--workers", "x"])
