@@ -59,7 +59,7 @@ def test_a_429_storm_keeps_the_limit_and_every_retry_after(run_chaos) -> None:
 
 @pytest.mark.negative_control
 @pytest.mark.parametrize("scenario, checker, violation", [
-    ("ai_storm_per_worker_limiter", "provider_limit", "over_limit"),  # 2 limiters of 8: up to 16 a case-minute
+    ("ai_storm_per_worker_limiter", "provider_limit", "over_limit"),  # 4 limiters of 8: up to 32 a case-minute
     ("ai_storm_ignore_retry_after", "retry_after", "early_retry"),  # back after 1 case-min, told 10
 ])
 def test_storm_controls_are_caught(run_chaos, scenario: str, checker: str, violation: str) -> None:

@@ -280,6 +280,15 @@ _STORM = LanePlan(provider_faults={"fail_next": 4, "fail_next_status": 429},
 """The first 4 calls after the resume are refused with 429 and a Retry-After of 2 case-minutes
 (two rounds: each pause lets the two workers' next calls through to be refused again)."""
 
+PER_WORKER_LIMITER_WORKERS = 4
+"""AI workers of the per-worker-limiter control. Each can be over the shared limit only by its
+calls' speed: a call takes the provider's 10 case-seconds (0.5 s at its time scale 0.05) plus the
+worker's own time, so a worker makes at most 6 calls in a sliding case-minute (3 s), and two made
+at most 12 against the limit of 8: caught only while a call took under 0.75 s. On a machine with
+both cores saturated calls took 0.7-1.1 s, two workers made 24 calls with none over the limit, and
+the control read valid (a `make test` rehearsal, docs/harness.md). Four workers make 12 in a
+case-minute even at 1 s a call."""
+
 _STORM_FAR_RETRY_AFTER = LanePlan(provider_faults={"fail_next": 4, "fail_next_status": 429},
                                   retry_after_case_seconds=10 * 60.0)
 """The storm for the ignore-Retry-After control: a Retry-After of 10 case-minutes. A lane that
@@ -312,10 +321,11 @@ _OPTIONS = {"expect_ops": ["answer", "finish"]}
 
 def _lane_scenario(name: str, description: str, plan: LanePlan, settings: dict[str, Any] | None = None,
                    expect_valid: bool = True, workload: WorkloadSpec = BACKLOG, scale: float = LANE_SCALE,
-                   options: dict[str, Any] | None = None, sms_plan: LanePlan | None = None) -> Scenario:
+                   options: dict[str, Any] | None = None, sms_plan: LanePlan | None = None,
+                   ai_workers: int = 2) -> Scenario:
     """One lane's plan (background ``ai_lane``), or two lanes driven at once (``sms_lane`` too)."""
     plans = {"ai_lane": plan, **({"sms_lane": sms_plan} if sms_plan else {})}
-    return Scenario(name=name, description=description, workload=workload, ai_workers=2,
+    return Scenario(name=name, description=description, workload=workload, ai_workers=ai_workers,
                     settings={"time_scale": scale, **(settings or {})},
                     prepare=_pause_all(*(p.lane for p in plans.values())),
                     background={key: lane_driver(p) for key, p in plans.items()}, options=options or _OPTIONS,
@@ -333,9 +343,10 @@ def _pause_all(*lanes: str):  # a Scenario.prepare
 AI_LANE_SCENARIOS = (
     _lane_scenario("ai_storm", "a narrative backlog drains through a 429 storm with Retry-After on 2 AI workers: "
                    "never more than 8 calls in any sliding case-minute, no retry before its Retry-After", _STORM),
-    _lane_scenario("ai_storm_per_worker_limiter", "negative control: each AI worker keeps its own limiter, so 2 "
-                   "workers send up to 16 calls per case-minute; provider_limit must fail", _STORM,
-                   settings={"ai_shared_limiter": False}, expect_valid=False),
+    _lane_scenario("ai_storm_per_worker_limiter", "negative control: each AI worker keeps its own limiter, so "
+                   f"{PER_WORKER_LIMITER_WORKERS} workers send up to {8 * PER_WORKER_LIMITER_WORKERS} calls per "
+                   "case-minute; provider_limit must fail", _STORM,
+                   settings={"ai_shared_limiter": False}, expect_valid=False, ai_workers=PER_WORKER_LIMITER_WORKERS),
     _lane_scenario("ai_storm_ignore_retry_after", "negative control: the lane ignores Retry-After and retries on "
                    "its 1 case-minute backoff; retry_after must see the early retries", _STORM_FAR_RETRY_AFTER,
                    settings={"ai_retry_after": False}, expect_valid=False),
