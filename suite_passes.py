@@ -183,9 +183,10 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str) -> int:
         start(main_pass)
         codes = {"main": finish(main_pass, compose)}
         if mode == "after" and not caught:
+            print("suite: main pass done; the compose pass runs now", flush=True)
             start(compose)
         if compose.process is not None:
-            if compose.process.poll() is None:
+            if compose.log is not None and compose.process.poll() is None:
                 print(f"suite: main pass done; waiting for the compose pass (log {_shown(compose.log)})", flush=True)
             codes["compose"] = finish(compose)
             if compose.log is not None:

@@ -72,6 +72,9 @@ class _Component:
     kills: int = 0  # deliberate kill() calls, to explain an exit during wait_ready
     kills_at_spawn: int = 0  # kills when the current process started: more now = it was killed on purpose
     ready_seconds: float | None = None  # spawn -> first passing probe of the current process
+    exit_seen_at: float | None = None  # monotonic: when the monitor saw the last exit
+    spawn_began_at: float | None = None  # monotonic: when the current process's start began (before its fork)
+    ready_at: float | None = None  # monotonic: the current process's first passing probe
     seen: set[Identity] = field(default_factory=set)  # descendants seen by the scan
 
     def exited(self) -> bool:
@@ -126,6 +129,7 @@ class Supervisor:
         self._lock = threading.RLock()
         self._components: dict[str, _Component] = {}
         self._closed = threading.Event()
+        self._latest_lateness = 0.0  # the latest wake-up's delay past its tick, kept until reset
         self._watchdog = _Watchdog(self.log_dir / "watchdog.log") if watchdog else None
         self._monitor = threading.Thread(target=self._monitor_loop, name="supervisor-monitor", daemon=True)
         self._monitor.start()
@@ -174,8 +178,19 @@ class Supervisor:
             "autorestart": comp.autorestart,
             "alive": not comp.exited(),
             "ready_seconds": comp.ready_seconds,
+            "exit_seen_at": comp.exit_seen_at,
+            "spawn_began_at": comp.spawn_began_at,
+            "ready_at": comp.ready_at,
             "log": str(comp.log_path),
         }
+
+    def tick_lateness(self, reset: bool = False) -> float:
+        """The most the monitor's wake-ups came late past their tick since the last reset (seconds):
+        how much later than one tick an exit can be seen, or a restart spawned after its delay."""
+        late = self._latest_lateness
+        if reset:
+            self._latest_lateness = 0.0
+        return late
 
     def log_tail(self, name: str, lines: int = _TAIL_LINES) -> str:
         path = self._get(name).log_path
@@ -213,7 +228,8 @@ class Supervisor:
             if self._probe_once(comp):
                 comp.ever_ready = True
                 if comp.ready_seconds is None:
-                    comp.ready_seconds = round(time.monotonic() - comp.started_at, 3)
+                    comp.ready_at = time.monotonic()
+                    comp.ready_seconds = round(comp.ready_at - comp.started_at, 3)
                     self._log_line(comp, f"ready after {comp.ready_seconds:.3f}s (start #{comp.starts})")
                 return
             if time.monotonic() > deadline:
@@ -316,6 +332,7 @@ class Supervisor:
 
     def _spawn(self, comp: _Component) -> None:
         spec = comp.spec
+        spawn_began_at = time.monotonic()
         comp.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(comp.log_path, "ab") as out:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -336,6 +353,7 @@ class Supervisor:
         comp.exit_handled = False
         comp.kills_at_spawn = comp.kills
         comp.ready_seconds = None
+        comp.spawn_began_at, comp.ready_at = spawn_began_at, None
         if self._watchdog and comp.ident:
             self._watchdog.register(comp.ident)
 
@@ -384,7 +402,12 @@ class Supervisor:
 
     def _monitor_loop(self) -> None:
         last_scan = 0.0
+        woke = time.monotonic()
         while not self._closed.wait(MONITOR_TICK):
+            # How late this wake-up came (a loaded machine schedules the thread late): what a
+            # restart's timing can be judged against (tick_lateness).
+            previous, woke = woke, time.monotonic()
+            self._latest_lateness = max(self._latest_lateness, woke - previous - MONITOR_TICK)
             changed = self._restart_crashed()
             if time.monotonic() - last_scan >= _SCAN_EVERY:
                 self._scan_descendants()
@@ -401,6 +424,7 @@ class Supervisor:
                     continue
                 if not comp.exit_handled:
                     comp.exit_handled = True
+                    comp.exit_seen_at = now
                     code = comp.popen.returncode if comp.popen else None
                     self._log_line(comp, f"exited with code {code}")
                     self._schedule_restart(comp, now)

@@ -149,3 +149,25 @@ def test_a_deliberate_kill_restarts_at_once_and_never_grows_the_backoff(sup: Sup
     tail = sup.log_tail("target")
     assert tail.count("restart now (it was killed on purpose)") == 3, tail
     assert "(backoff)" not in tail, tail  # a kill is not a crash
+
+
+def test_the_monitor_measures_how_late_its_wake_ups_come(sup: Supervisor) -> None:
+    """What a restart's timing is judged against on a loaded machine (test_stack_invariants.py):
+    a wake-up held up (here by the supervisor's lock, as by a slow loop body or a busy CPU) is measured."""
+    time.sleep(3 * 0.1)
+    sup.tick_lateness(reset=True)
+    with sup._lock:  # the monitor's next pass waits for it
+        time.sleep(0.4)
+    assert _wait(lambda: sup.tick_lateness() >= 0.25, 2), sup.tick_lateness()
+    assert sup.tick_lateness(reset=True) >= 0.25 and sup.tick_lateness() < 0.25  # a reset starts over
+
+
+def test_a_restart_records_when_the_exit_was_seen_the_spawn_began_and_the_process_was_ready(sup: Supervisor) -> None:
+    sup.start(ProcessSpec("crashy", [sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(3)"]))
+    sup.wait_ready("crashy", 5)
+    first_spawn = sup.info("crashy")["spawn_began_at"]
+    assert _wait(lambda: sup.info("crashy")["starts"] == 2, 5), sup.log_tail("crashy")
+    sup.wait_ready("crashy", 5)
+    info = sup.info("crashy")
+    assert first_spawn < info["exit_seen_at"] < info["spawn_began_at"] < info["ready_at"]  # type: ignore[operator]
+    assert info["spawn_began_at"] - info["exit_seen_at"] >= BACKOFF_INITIAL  # type: ignore[operator]
