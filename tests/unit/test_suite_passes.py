@@ -150,9 +150,7 @@ def test_a_runner_killed_outright_leaves_no_pass_behind(tmp_path: Path) -> None:
     pids = [int((tmp_path / f"{name}.pid").read_text()) for name in ("main", "compose")]
     runner.kill()
     runner.wait()
-    deadline = time.monotonic() + 30  # a hang guard; the kernel signals the children at once
-    while not all(_ended(pid) for pid in pids):
-        assert time.monotonic() < deadline, "a pass outlived its runner"
+    while not all(_ended(pid) for pid in pids):  # the kernel signals them at once; pytest-timeout guards a hang
         time.sleep(0.05)
     for name in ("main", "compose"):
         assert (tmp_path / f"{name}.int").exists(), f"the {name} pass got no SIGINT"
