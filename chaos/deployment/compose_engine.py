@@ -55,12 +55,21 @@ def process_tree(root: int, proc: Path = Path("/proc")) -> list[int]:
     return sorted(found)
 
 
+def _in_container(pid: int, container_id: str, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` lives on this host in the cgroup of that container (its cgroup paths name the id)."""
+    try:
+        return container_id in (proc / str(pid) / "cgroup").read_text()
+    except OSError:
+        return False
+
+
 class Engine:
     def __init__(self, project: str, client: Any = None) -> None:
         self.project = project
         self.client = client if client is not None else _connect()
         self._ids = self._read_ids()
         self._ready: dict[str, tuple[str, float]] = {}  # service -> (StartedAt, seconds to first passing check)
+        self._mains: dict[str, tuple[int, bool]] = {}  # service -> (host pid of its first process, docker-init)
 
     def _read_ids(self) -> dict[str, str]:
         listed = self.client.api.containers(all=True, filters={"label": [f"{PROJECT_LABEL}={self.project}"]})
@@ -99,14 +108,30 @@ class Engine:
 
     def pids(self, service: str) -> list[int]:
         """The container's processes on this host, without docker-init (``init: true``) when it has one."""
-        info = self.inspect(service)
-        main = int(info["State"].get("Pid") or 0)
-        if not info["State"]["Running"] or main <= 0:
+        main, init = self._main_process(service)
+        if main <= 0:
             return []
         tree = process_tree(main)
         if not tree:  # an engine on another host: ask it
             tree = sorted(int(row[1]) for row in self.client.api.top(self._id(service))["Processes"])
-        return [pid for pid in tree if pid != main] if info["HostConfig"].get("Init") else tree
+        return [pid for pid in tree if pid != main] if init else tree
+
+    def _main_process(self, service: str) -> tuple[int, bool]:
+        """(the running container's first process on this host or 0, whether it is docker-init).
+
+        The engine is asked only when the pid remembered from its last answer no longer belongs
+        to this container (/proc/PID/cgroup names the container's id): a kill reads the pids just
+        before it signals, and on a saturated machine an engine round trip there delayed the kill
+        by a second (the compose ``valkey_failover`` once struck after the provider's answer)."""
+        known = self._mains.get(service)
+        if known is not None and _in_container(known[0], self._id(service)):
+            return known
+        info = self.inspect(service)
+        main = int(info["State"].get("Pid") or 0) if info["State"]["Running"] else 0
+        entry = (max(main, 0), bool(info["HostConfig"].get("Init")))
+        if entry[0] > 0:
+            self._mains[service] = entry
+        return entry
 
     # ------------------------------------------------------------ faults
     def kill(self, service: str, sig: int = signal.SIGKILL) -> float | None:

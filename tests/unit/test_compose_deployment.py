@@ -101,6 +101,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
         self.freeze_failures = 0
+        self.inspected: list[str] = []
         self.info = {s: _info(s, running=True) for s in ("web-1", "admin-forward", "worker-sms-1")}
         self.info["admin-forward"]["HostConfig"]["NetworkMode"] = "container:id-web-1"
 
@@ -109,6 +110,7 @@ class FakeApi:
         return [{"Id": f"id-{s}", "Labels": {"com.docker.compose.service": s}} for s in self.info]
 
     def inspect_container(self, cid: str) -> dict[str, Any]:
+        self.inspected.append(cid)
         return self.info[cid.removeprefix("id-")]
 
     def kill(self, cid: str, signal: int) -> None:
@@ -155,6 +157,36 @@ def test_pids_leave_out_docker_init_and_a_killed_container_stays_down_until_star
     engine.ensure_running("worker-sms-1")
     engine.ensure_running("worker-sms-1")  # already running: not started twice
     assert client.api.calls == [("kill", "id-worker-sms-1"), ("start", "id-worker-sms-1")]
+
+
+def test_pids_ask_the_engine_again_only_when_the_remembered_pid_left_the_container(monkeypatch) -> None:
+    """A kill reads the pids right before its signal; an engine round trip there delayed a kill by a
+    second on a saturated machine, so the container's first process is remembered while /proc says
+    it is still that container's."""
+    import chaos.deployment.compose_engine as compose_engine
+
+    owner = {1000001: "id-worker-sms-1"}
+    monkeypatch.setattr(compose_engine, "_in_container", lambda pid, cid: owner.get(pid) == cid)
+    client = FakeClient()
+    engine = Engine("p1", client)
+    assert engine.pids("worker-sms-1") == [1000002, 1000003]
+    assert engine.pids("worker-sms-1") == [1000002, 1000003]
+    assert client.api.inspected == ["id-worker-sms-1"]  # the second read asked nobody
+    owner.clear()  # the container restarted: its old first process is gone
+    client.api.info["worker-sms-1"]["State"]["Pid"] = 1000009
+    engine.pids("worker-sms-1")
+    assert client.api.inspected == ["id-worker-sms-1"] * 2
+    assert engine._main_process("worker-sms-1") == (1000009, True)
+
+
+def test_the_remembered_pid_counts_only_in_its_own_containers_cgroup(tmp_path) -> None:
+    from chaos.deployment.compose_engine import _in_container
+
+    (tmp_path / "41").mkdir()
+    (tmp_path / "41" / "cgroup").write_text("12:pids:/docker/abc123\n11:memory:/docker/abc123\n")
+    assert _in_container(41, "abc123", tmp_path)
+    assert not _in_container(41, "def456", tmp_path)  # the pid now belongs to another container
+    assert not _in_container(42, "abc123", tmp_path)  # gone
 
 
 def test_a_sigkill_returns_when_the_engine_saw_the_container_exit() -> None:
