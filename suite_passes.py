@@ -3,10 +3,13 @@
 The main pass runs every test but the container ones on pytest-xdist workers; the compose
 pass runs the container tests (the scenarios' parity tests against docker-compose.yml, then
 the compose stack's own test) in one process. By default the compose pass runs after the
-main pass; ``--compose alongside`` runs it beside it, since it mostly waits for the engine,
-image builds and containers. That saves about 5 minutes on 2 cores but keeps both cores
-saturated, and load-sensitive negative controls have missed there (docs/harness.md), so it
-is not the gate's default.
+main pass, and its set-up (engine packages, dockerd, base and stack images: minutes on a
+fresh machine) runs ahead, beside the main pass, in the CPU the main pass leaves idle
+(``python -m chaos.deployment.compose_setup --ahead``: nice 19, the engine's containers at
+the lowest CPU weight); it holds the engine it started until the compose pass is done.
+``--compose alongside`` runs the whole compose pass beside the main one. That saves about
+5 minutes on 2 cores but keeps both cores saturated, and load-sensitive negative controls
+have missed there (docs/harness.md), so it is not the gate's default.
 
 What keeps the two apart when they run together:
 - ports: each pass draws from its own part of the port range (``PROCTOR_PORT_RANGE``;
@@ -40,7 +43,7 @@ from pathlib import Path
 
 from stack.deploy.ports import PORT_RANGE_ENV, listen_ports
 
-__all__ = ["COMPOSE_TESTS", "Pass", "main", "passes", "split_ports"]
+__all__ = ["COMPOSE_TESTS", "Pass", "main", "passes", "setup_ahead", "split_ports"]
 
 REPO = Path(__file__).resolve().parent
 COMPOSE_TESTS = (
@@ -57,6 +60,8 @@ COMPOSE_TESTS = (
     "tests/compose",
 )
 COMPOSE_LOG = "results/compose-pass.log"
+SETUP_LOG = "results/compose-setup-ahead.log"
+SETUP_READY = "results/compose-setup-ahead.ready"
 MODES = ("alongside", "after", "skip")
 _PR_SET_PDEATHSIG = 1
 
@@ -65,8 +70,9 @@ _PR_SET_PDEATHSIG = 1
 class Pass:
     name: str
     argv: list[str]
-    port_range: str
+    port_range: str | None  # None: draws no port (the set-up ahead)
     log: Path | None = None  # None: the terminal
+    ready: Path | None = None  # the set-up ahead writes it when done
     process: subprocess.Popen | None = field(default=None, repr=False)
     started: float = 0.0
     took: float = 0.0
@@ -94,6 +100,38 @@ def passes(workers: int, pytest_args: list[str], python: str = sys.executable) -
     return main, compose
 
 
+def setup_ahead(python: str = sys.executable) -> Pass:
+    """The compose pass's set-up, run beside the main pass; it writes SETUP_READY when done."""
+    ready = REPO / SETUP_READY
+    return Pass("compose set-up ahead", [python, "-m", "chaos.deployment.compose_setup", "--ahead", str(ready)],
+                None, log=REPO / SETUP_LOG, ready=ready)
+
+
+def _await_setup(setup: Pass, caught: list[int]) -> None:
+    """Until the set-up ahead is ready (or ended, or the run was cut): the compose pass then finds it done."""
+    ready = setup.ready
+    assert ready is not None
+    if not ready.exists() and not _ended(setup):
+        print(f"suite: main pass done; waiting for the compose set-up ahead (log {_shown(setup.log)})", flush=True)
+    while not ready.exists() and not _ended(setup) and not caught:
+        time.sleep(0.2)
+    setup.took = time.monotonic() - setup.started  # until ready: it then holds the engine, which is no work
+    assert setup.process is not None
+    state = ready.read_text().strip() if ready.exists() else f"ended with exit {setup.process.returncode}"
+    print(f"suite: compose set-up ahead: {state} after {setup.took:.0f} s (log {_shown(setup.log)}):", flush=True)
+    sys.stdout.write(setup.log.read_text(errors="replace") if setup.log is not None and setup.log.exists() else "")
+    sys.stdout.flush()
+
+
+def _release(setup: Pass | None) -> None:
+    """SIGINT to the set-up ahead itself (not its group: the engine it started is stopped by its pid), then wait."""
+    if setup is None or setup.process is None:
+        return
+    if setup.process.poll() is None:
+        setup.process.send_signal(signal.SIGINT)
+    setup.process.wait()
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGINT when the runner dies, so a pass never outlives it."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -101,7 +139,7 @@ def _die_with_parent() -> None:
 
 
 def start(run: Pass) -> None:
-    env = {**os.environ, PORT_RANGE_ENV: run.port_range}
+    env = {**os.environ, **({PORT_RANGE_ENV: run.port_range} if run.port_range is not None else {})}
     out = None
     if run.log is not None:
         run.log.parent.mkdir(parents=True, exist_ok=True)
@@ -165,8 +203,11 @@ def cores_busy(before: tuple[int, int], after: tuple[int, int], cores: int) -> f
     return cores * (after[0] - before[0]) / total if total > 0 else 0.0
 
 
-def run_passes(main_pass: Pass, compose: Pass, mode: str) -> int:
+def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = None) -> int:
+    """``setup``: the compose set-up ahead (``after`` only), started beside the main pass, awaited before the
+    compose pass, and released (it stops the engine it started) when the compose pass is done."""
     running = [main_pass] + ([compose] if mode != "skip" else [])
+    setup = setup if mode == "after" else None
     caught: list[int] = []
     ticks = cpu_ticks()
 
@@ -180,8 +221,16 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str) -> int:
             start(compose)
             print(f"suite: the compose pass runs alongside (ports {compose.port_range}; log {_shown(compose.log)}, "
                   "shown when it ends)", flush=True)
+        if setup is not None:
+            if setup.ready is not None:
+                setup.ready.unlink(missing_ok=True)
+            start(setup)
+            print(f"suite: the compose pass's set-up runs ahead, beside the main pass, at nice 19 (log "
+                  f"{_shown(setup.log)})", flush=True)
         start(main_pass)
-        codes = {"main": finish(main_pass, compose)}
+        codes = {"main": finish(main_pass, compose, *([setup] if setup is not None else []))}
+        if setup is not None and not caught:
+            _await_setup(setup, caught)
         if mode == "after" and not caught:
             print("suite: main pass done; the compose pass runs now", flush=True)
             start(compose)
@@ -193,11 +242,18 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str) -> int:
                 _show_log(compose)
     finally:
         _interrupt(running)  # an exception here must not leave a pass behind
+        for run in running:
+            if run.process is not None:
+                run.process.wait()  # its teardown used the engine: release it only after
+        _release(setup)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     summary = ", ".join(f"{run.name} pass exit {codes[run.name]} in {run.took:.0f} s" for run in running
                         if run.name in codes)
     print(f"suite: {summary}", flush=True)
+    if setup is not None and setup.took:
+        print(f"suite: the compose set-up ahead was done {setup.took:.0f} s after it started, beside the main pass",
+              flush=True)
     cores = os.cpu_count() or 1
     print(f"suite: {cores_busy(ticks, cpu_ticks(), cores):.2f} of {cores} cores busy over the passes (every process "
           "on the machine, containers included; /proc/stat)", flush=True)
@@ -226,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     main_pass, compose = passes(args.workers, pytest_args)
     if args.compose != "alongside":
         compose.log = None  # nothing to interleave with: the compose pass writes to the terminal, as the main one
-    return run_passes(main_pass, compose, args.compose)
+    return run_passes(main_pass, compose, args.compose, setup_ahead() if args.compose == "after" else None)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@
 #                on the host (skipped when the image for the current source hash exists)
 #   5. secrets   per-run secrets into $PROCTOR_COMPOSE_RUN/proctor.env (default .compose/run; 0600,
 #                git-ignored; kept while present: scripts/compose-down.sh removes it with the volumes)
+# PROCTOR_COMPOSE_BUILD_NICE (0-19, default 0) runs the host's build steps (packages, base, wheelhouse)
+# at that niceness; dockerd never (make test's set-up ahead of its compose pass uses 19, with the
+# engine's containers at a CPU weight of 2 meanwhile, so the build takes only idle CPU).
 # Then it writes .compose/compose.env (which image, which base) for `make compose-up`.
 # With --up it also runs `docker-compose up -d --no-build` and waits for every health check.
 set -euo pipefail
@@ -30,6 +33,12 @@ case "${PROCTOR_COMPOSE_VALKEY:-single}" in
   sentinel) export COMPOSE_FILE=${COMPOSE_FILE:-docker-compose.yml:docker-compose.sentinel.yml} ;;
   *) echo "$(basename "$0"): PROCTOR_COMPOSE_VALKEY must be single or sentinel, not ${PROCTOR_COMPOSE_VALKEY}" >&2; exit 2 ;;
 esac
+BUILD_NICE=${PROCTOR_COMPOSE_BUILD_NICE:-0}
+case $BUILD_NICE in
+  [0-9]|1[0-9]) ;;
+  *) echo "$(basename "$0"): PROCTOR_COMPOSE_BUILD_NICE must be 0-19, not '${BUILD_NICE}'" >&2; exit 2 ;;
+esac
+build() { nice -n "$BUILD_NICE" "$@"; }  # a build step: at the asked niceness (dockerd is started without it)
 RUN=${PROCTOR_COMPOSE_RUN:-$STATE/run}  # this deployment's secrets and roster
 export PROCTOR_COMPOSE_RUN=$RUN
 PY=${PYTHON:-.venv/bin/python}
@@ -54,8 +63,8 @@ install_packages() {
     die "missing: ${need[*]}; install Docker (engine + Compose) yourself, or run this as root on Debian 12"
   fi
   t0=$(now)
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >"$STATE/apt.log" 2>&1 || {
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" \
+  DEBIAN_FRONTEND=noninteractive build apt-get install -y -qq --no-install-recommends "${need[@]}" >"$STATE/apt.log" 2>&1 || {
+    build apt-get update -qq && DEBIAN_FRONTEND=noninteractive build apt-get install -y -qq --no-install-recommends "${need[@]}" \
       >"$STATE/apt.log" 2>&1
   } || die "apt-get install ${need[*]} failed (log: $STATE/apt.log)"
   took engine "$t0" "installed ${need[*]}"
@@ -125,10 +134,10 @@ build_base() {
   t0=$(now)
   sources=$(mktemp --suffix=.sources)
   base_sources >"$sources"
-  mmdebstrap --variant=minbase --components=main --quiet bookworm "$STATE/base.tar" "$sources" \
+  build mmdebstrap --variant=minbase --components=main --quiet bookworm "$STATE/base.tar" "$sources" \
     >"$STATE/mmdebstrap.log" 2>&1 || { rm -f "$sources"; die "mmdebstrap failed (log: $STATE/mmdebstrap.log)"; }
   rm -f "$sources"
-  docker import "$STATE/base.tar" "$BASE" >/dev/null
+  build docker import "$STATE/base.tar" "$BASE" >/dev/null
   rm -f "$STATE/base.tar"
   took base "$t0" "$BASE ($(docker image inspect -f '{{.Size}}' "$BASE" | numfmt --to=iec))"
 }
@@ -150,7 +159,7 @@ extras = project["optional-dependencies"]  # the image runs the stack on Postgre
 print("\n".join([*project["dependencies"], *extras["stack"], *extras["postgres"], "async-timeout>=4.0.3",
                  "setuptools>=68", "wheel"]))
 EOF
-  "$PY" -m pip download -q --dest "$STATE/wheels" --only-binary=:all: --implementation cp --python-version 3.11.2 \
+  build "$PY" -m pip download -q --dest "$STATE/wheels" --only-binary=:all: --implementation cp --python-version 3.11.2 \
     --abi cp311 --abi abi3 --abi none --platform "manylinux_2_28_$arch" --platform "manylinux_2_17_$arch" \
     --platform "manylinux2014_$arch" --platform "manylinux1_$arch" --platform any -r "$req" \
     >"$STATE/pip-download.log" 2>&1 || die "pip download of the wheelhouse failed (log: $STATE/pip-download.log)"
@@ -167,7 +176,7 @@ build_image() {
   t0=$(now)
   rm -rf "$STATE/wheels"
   build_wheelhouse
-  docker build -q -f docker/Dockerfile --build-arg "BASE_IMAGE=$BASE" --build-arg WHEELHOUSE=.compose/wheels \
+  build docker build -q -f docker/Dockerfile --build-arg "BASE_IMAGE=$BASE" --build-arg WHEELHOUSE=.compose/wheels \
     -t "$IMAGE" . >"$STATE/build.log" 2>&1 || die "docker build of $IMAGE failed (log: $STATE/build.log)"
   took image "$t0" "$IMAGE ($(docker image inspect -f '{{.Size}}' "$IMAGE" | numfmt --to=iec))"
 }

@@ -107,6 +107,70 @@ def test_skip_runs_no_compose_pass(tmp_path: Path) -> None:
     assert compose.process is None and not marker.exists()
 
 
+SETUP_AHEAD = textwrap.dedent("""
+    import pathlib, sys, time
+    out = pathlib.Path(sys.argv[1])
+    time.sleep(0.8)  # longer than the main pass: the compose pass must wait for it
+    (out / "ready").write_text("ready")
+    (out / "ready.at").write_text(repr(time.time()))
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        (out / "released.at").write_text(repr(time.time()))
+""")
+
+
+def _setup_ahead(tmp_path: Path, code: str = SETUP_AHEAD) -> suite_passes.Pass:
+    return suite_passes.Pass("compose set-up ahead", [sys.executable, "-c", code, str(tmp_path)], None,
+                             log=tmp_path / "setup.log", ready=tmp_path / "ready")
+
+
+def _stamped(name: str, tmp_path: Path) -> suite_passes.Pass:
+    """A pass that notes when it started and ended."""
+    code = (f"import time, pathlib; d = pathlib.Path({str(tmp_path)!r}); d.joinpath('{name}.start').write_text(repr(time.time()));"
+            f" time.sleep(0.3); d.joinpath('{name}.end').write_text(repr(time.time()))")
+    return _pass(name, code, tmp_path)
+
+
+def _at(path: Path) -> float:
+    return float(path.read_text())
+
+
+def test_the_compose_pass_waits_for_its_set_up_ahead_and_releases_it_when_done(tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    setup = _setup_ahead(tmp_path)
+    (tmp_path / "ready").write_text("ready")  # an earlier run's: must not count
+    main, compose = _pass("main", "pass", tmp_path), _stamped("compose", tmp_path)
+    assert suite_passes.run_passes(main, compose, "after", setup) == 0
+    assert _at(tmp_path / "compose.start") >= _at(tmp_path / "ready.at")
+    assert _at(tmp_path / "released.at") >= _at(tmp_path / "compose.end")  # held the engine through the pass
+    assert setup.took >= 0.8 and "compose set-up ahead: ready after" in capsys.readouterr().out
+
+
+def test_a_failed_set_up_ahead_leaves_the_verdict_to_the_compose_pass(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    setup = _setup_ahead(tmp_path, "import sys; print('mmdebstrap failed'); sys.exit(1)")
+    compose = _stamped("compose", tmp_path)
+    assert suite_passes.run_passes(_pass("main", "pass", tmp_path), compose, "after", setup) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "compose.end").exists()  # it ran: its own set-up reports a failure as a test's
+    assert "ended with exit 1" in out and "mmdebstrap failed" in out
+
+
+@pytest.mark.parametrize("mode", ["alongside", "skip"])
+def test_only_the_compose_pass_after_the_main_one_has_a_set_up_ahead(tmp_path: Path, mode: str) -> None:
+    setup = _setup_ahead(tmp_path)
+    assert suite_passes.run_passes(_pass("main", "pass", tmp_path), _pass("compose", "pass", tmp_path, log=True),
+                                   mode, setup) == 0
+    assert setup.process is None
+
+
+def test_make_tests_set_up_ahead_is_compose_setup_with_a_ready_file() -> None:
+    setup = suite_passes.setup_ahead(python="py")
+    assert setup.argv[:4] == ["py", "-m", "chaos.deployment.compose_setup", "--ahead"]
+    assert setup.argv[4] == str(setup.ready) and setup.port_range is None and setup.log is not None
+
+
 RUNNER = textwrap.dedent("""
     import sys, suite_passes
     from pathlib import Path
@@ -170,3 +234,32 @@ def test_cores_busy_counts_every_tick_but_idle_and_iowait() -> None:
     assert suite_passes.cores_busy(after, after, 2) == 0.0
     busy, total = suite_passes.cpu_ticks()  # the machine's own
     assert 0 <= busy <= total
+
+
+RUNNER_WITH_SETUP = textwrap.dedent("""
+    import sys, suite_passes
+    from pathlib import Path
+    out = Path(sys.argv[1])
+    child = ("import sys, time, pathlib, os; p = pathlib.Path(sys.argv[1]); p.write_text(str(os.getpid()))\\n"
+             "try:\\n    time.sleep(60)\\nexcept KeyboardInterrupt:\\n    p.with_suffix('.int').write_text('')")
+    main = suite_passes.Pass("main", [sys.executable, "-c", child, str(out / "main.pid")], "20000-20999")
+    compose = suite_passes.Pass("compose", [sys.executable, "-c", "pass"], "21000-21999")
+    setup = suite_passes.Pass("compose set-up ahead", [sys.executable, "-c", child, str(out / "setup.pid")], None,
+                              log=out / "setup.log", ready=out / "ready")
+    sys.exit(suite_passes.run_passes(main, compose, "after", setup))
+""")
+
+
+def test_a_runner_killed_outright_releases_its_set_up_ahead(tmp_path: Path) -> None:
+    """The set-up ahead stops the engine it started when released: the kernel must release it too."""
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER_WITH_SETUP, str(tmp_path)], cwd=REPO,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    while not all((tmp_path / f"{name}.pid").exists() for name in ("main", "setup")):
+        assert runner.poll() is None, "the runner ended before the main pass and the set-up started"
+        time.sleep(0.05)
+    pids = [int((tmp_path / f"{name}.pid").read_text()) for name in ("main", "setup")]
+    runner.kill()
+    runner.wait()
+    while not all(_ended(pid) for pid in pids):  # pytest-timeout guards a hang
+        time.sleep(0.05)
+    assert (tmp_path / "setup.int").exists(), "the set-up ahead got no SIGINT"
