@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-
-from fastapi import HTTPException, Request
+from typing import TYPE_CHECKING
 
 from stack.headers import ADMIN_TOKEN_HEADER
+
+if TYPE_CHECKING:  # FastAPI only for the routes: the embedded supervisor asks admin_allowed without it
+    from fastapi import Request
 
 __all__ = ["ADMIN_REFUSED", "ADMIN_REFUSED_DETAIL", "admin_allowed", "is_loopback", "require_admin"]
 
@@ -37,6 +39,8 @@ def admin_allowed(peer: str | None, presented: str | None, expected: str) -> boo
 
 def require_admin(request: Request, expected: str) -> None:
     """For a FastAPI route: :data:`ADMIN_REFUSED` unless the request comes from an admin caller."""
+    from fastapi import HTTPException  # the routes have FastAPI loaded already
+
     peer = request.client.host if request.client else None
     if not admin_allowed(peer, request.headers.get(ADMIN_TOKEN_HEADER), expected):
         raise HTTPException(status_code=ADMIN_REFUSED, detail=ADMIN_REFUSED_DETAIL)

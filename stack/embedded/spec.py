@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
+import http.client
 import re
 import sys
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from stack.components import LANES, POOLS, Component, HealthProbe
 from stack.config import ENV_NAMES, Settings, load_settings
@@ -262,20 +261,38 @@ def missing_component_modules(commands: Mapping[str, Sequence[str]] | None = Non
     for kind, module in COMPONENT_MODULES.items():
         if commands and kind in commands:
             continue
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
+        if not _module_source(module).exists():
             missing.append(module)
     return missing
 
 
+def _module_source(module: str) -> Path:
+    """Where ``stack.x.y``'s source would be, looked up without importing its packages:
+    ``importlib.util.find_spec`` imports every parent, and ``stack.providers`` brings FastAPI
+    into the supervisor on every stack start (0.4 CPU s, py-spy; docs/harness.md)."""
+    head, *rest = module.split(".")
+    if head != "stack" or not rest:
+        raise ValueError(f"a component module is under stack/, not {module!r}")
+    path = Path(__file__).resolve().parents[1].joinpath(*rest)
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
 def http_probe(url: str, timeout: float = 1.0, accept: str = "200") -> bool:
-    """GET ``url``; ``accept`` is "200", "not5xx" (the app answers) or "any" (the port speaks HTTP)."""
+    """GET ``url`` (plain HTTP: every probe of the stack is on 127.0.0.1); ``accept`` is "200", "not5xx"
+    (the app answers) or "any" (the port speaks HTTP).
+
+    The standard library's client, one connection per probe: an ``httpx.Client`` built an SSL context
+    (the system's CA bundle) for each probe, and a stack start probes dozens of times a second, which
+    was a fifth of the supervisor's CPU (py-spy, docs/harness.md)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"a health probe needs an http:// URL, not {url!r}")
+    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
     try:
-        with httpx.Client(timeout=timeout, trust_env=False) as client:
-            status = client.get(url).status_code
-    except httpx.HTTPError:
+        connection.request("GET", parts.path + (f"?{parts.query}" if parts.query else "") or "/")
+        status = connection.getresponse().status
+    except (OSError, http.client.HTTPException):
         return False
+    finally:
+        connection.close()
     return {"200": status == 200, "not5xx": status < 500, "any": True}[accept]

@@ -201,3 +201,92 @@ def test_component_settings_reach_that_component_only_and_unknown_ones_are_named
     assert fresh.valkey_connect_timeout == pooled.valkey_connect_timeout == 0.5  # the stack's settings under both
     with pytest.raises(StackError, match=r"component_settings\['web_1'\] \['nope'\]"):
         StackSpec(component_settings={"web_1": {"nope": 1}}).validate()
+
+
+class _Answer:
+    """A one-shot local HTTP server: each GET gets ``status`` (or ``raw`` bytes instead of HTTP)."""
+
+    def __init__(self, status: int = 200, raw: bytes | None = None) -> None:
+        import http.server
+        import threading
+
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.paths.append(self.path)
+                if raw is not None:
+                    self.wfile.write(raw)
+                    return
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.paths: list[str] = []
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(("status", "accept", "passes"), [
+    (200, "200", True), (204, "200", False), (503, "200", False),
+    (401, "not5xx", True), (503, "not5xx", False), (503, "any", True)])
+def test_the_http_probe_judges_the_status_by_what_it_accepts(status: int, accept: str, passes: bool) -> None:
+    from stack.embedded.spec import http_probe
+
+    server = _Answer(status)
+    try:
+        assert http_probe(f"{server.url}/readyz?deep=1", accept=accept) is passes
+        assert server.paths == ["/readyz?deep=1"]
+    finally:
+        server.close()
+
+
+def test_the_http_probe_fails_on_a_closed_port_and_on_a_port_that_does_not_speak_http() -> None:
+    from stack.embedded.spec import http_probe
+
+    [port] = free_ports(1)
+    assert http_probe(f"http://127.0.0.1:{port}/healthz", accept="any") is False
+    server = _Answer(raw=b"+PONG\r\n")  # a Valkey-like answer
+    try:
+        assert http_probe(f"{server.url}/healthz", accept="any") is False
+    finally:
+        server.close()
+    with pytest.raises(ValueError, match="http:// URL"):
+        http_probe("https://127.0.0.1:1/healthz")
+
+
+def test_component_modules_are_found_without_importing_their_packages(tmp_path: Path) -> None:
+    """A stack start checks them; importing stack.providers to do so loaded FastAPI into the supervisor."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from stack.embedded.spec import missing_component_modules as m; "
+            "print(m(), 'fastapi' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["[]", "False"], done
+    from stack.embedded import spec
+
+    assert spec._module_source("stack.lanes.worker").name == "worker.py"
+    assert spec._module_source("stack.web").name == "__init__.py"  # a package
+    assert not spec._module_source("stack.lanes.not_written").exists()
+    with pytest.raises(ValueError, match="under stack/"):
+        spec._module_source("os.path")
+
+
+def test_the_supervisors_modules_leave_fastapi_to_the_components_that_serve() -> None:
+    """admin_auth once imported FastAPI for its route helper, and the supervisor imports admin_auth."""
+    import subprocess
+    import sys
+
+    code = ("import sys, stack.embedded.cli, stack.embedded.stack, stack.embedded.control, stack.admin_auth; "
+            "print('fastapi' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False", done
