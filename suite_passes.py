@@ -115,7 +115,9 @@ def _await_setup(setup: Pass, caught: list[int]) -> None:
         print(f"suite: main pass done; waiting for the compose set-up ahead (log {_shown(setup.log)})", flush=True)
     while not ready.exists() and not _ended(setup) and not caught:
         time.sleep(0.2)
-    setup.took = time.monotonic() - setup.started  # until ready: it then holds the engine, which is no work
+    setup.took = time.monotonic() - setup.started  # until ready (it then holds the engine, which is no work):
+    if ready.exists():  # when it wrote the file, not when the main pass let us look
+        setup.took -= max(0.0, time.time() - ready.stat().st_mtime)
     assert setup.process is not None
     state = ready.read_text().strip() if ready.exists() else f"ended with exit {setup.process.returncode}"
     print(f"suite: compose set-up ahead: {state} after {setup.took:.0f} s (log {_shown(setup.log)}):", flush=True)

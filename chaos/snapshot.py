@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from stack import loopback_http
 from stack.headers import ADMIN_TOKEN_HEADER
 from stack.ledger.export_names import AI_LANE_TABLES, STACK_TABLES
 
@@ -22,20 +23,23 @@ PROVIDERS = ("ai", "sms")
 
 
 def fetch_table(api_url: str, admin_token: str, table: str, timeout: float = 30.0) -> dict[str, Any]:
-    response = httpx.get(f"{api_url}/admin/export/{table}", headers={ADMIN_TOKEN_HEADER: admin_token}, timeout=timeout)
+    response = loopback_http.request("GET", f"{api_url}/admin/export/{table}", headers={ADMIN_TOKEN_HEADER: admin_token},
+                                     timeout=timeout)
     response.raise_for_status()
     return response.json()
 
 
 def fetch_queues(api_url: str, admin_token: str, timeout: float = 30.0) -> dict[str, Any]:
     """The open outbox rows' jobs as the queues hold them (stack/lanes/evidence.py)."""
-    response = httpx.get(f"{api_url}/admin/queues", headers={ADMIN_TOKEN_HEADER: admin_token}, timeout=timeout)
+    response = loopback_http.request("GET", f"{api_url}/admin/queues", headers={ADMIN_TOKEN_HEADER: admin_token},
+                                     timeout=timeout)
     response.raise_for_status()
     return response.json()
 
 
 def _fetch_effects(provider_url: str, admin_token: str) -> dict[str, Any]:
-    response = httpx.get(f"{provider_url}/admin/ledger", headers={ADMIN_TOKEN_HEADER: admin_token}, timeout=30.0)
+    response = loopback_http.request("GET", f"{provider_url}/admin/ledger", headers={ADMIN_TOKEN_HEADER: admin_token},
+                                     timeout=30.0)
     response.raise_for_status()
     return response.json()
 

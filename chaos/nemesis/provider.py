@@ -13,9 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-import httpx
-
 from chaos.nemesis.base import FaultSpec, NemesisError
+from stack import loopback_http
 from stack.headers import ADMIN_TOKEN_HEADER
 
 __all__ = ["ProviderNemesis", "after_effect_timing", "wait_after_effect", "wait_new_effect"]
@@ -36,8 +35,8 @@ class ProviderNemesis:
         return f"{self.urls[target]}/admin/faults"
 
     def _request(self, method: str, target: str, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
-        response = httpx.request(method, self._url(target), json=knobs, timeout=self.timeout,
-                                 headers={ADMIN_TOKEN_HEADER: self.admin_token})
+        response = loopback_http.request(method, self._url(target), json=knobs, timeout=self.timeout,
+                                         headers={ADMIN_TOKEN_HEADER: self.admin_token})
         if response.status_code != 200:
             raise NemesisError(f"provider {target!r} refused knobs {knobs}: {response.status_code} {response.text}")
         return response.json()
@@ -66,18 +65,19 @@ def wait_new_effect(provider_url: str, admin_token: str, timeout: float) -> dict
     A fault timed by this lands between a job's side effect and its caller's next step,
     which a worker's process tree cannot show: a horse seen alive may be past its commit."""
     url = f"{provider_url}/admin/ledger"
-    headers = {ADMIN_TOKEN_HEADER: admin_token}
+    # One client for the whole wait: a client per look cost ~20 CPU ms and as much delay (stack/loopback_http.py).
+    with loopback_http.client(headers={ADMIN_TOKEN_HEADER: admin_token}, timeout=5) as http:
 
-    def effects() -> list[dict[str, Any]]:
-        return httpx.get(url, headers=headers, timeout=5).json()["effects"]
+        def effects() -> list[dict[str, Any]]:
+            return http.get(url).json()["effects"]
 
-    baseline = len(effects())
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        current = effects()
-        if len(current) > baseline:
-            return max(current, key=lambda effect: effect["id"])
-        time.sleep(0.02)
+        baseline = len(effects())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            current = effects()
+            if len(current) > baseline:
+                return max(current, key=lambda effect: effect["id"])
+            time.sleep(0.02)
     return None
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from stack import loopback_http
 from stack.embedded import StackError
 from stack.embedded import valkey as vk
 from stack.deploy.links import FIXED_LINKS, LINKS_OF_ROLE, NODE_LINKS, UPSTREAM_OF, WEB_WILDCARD, known_links, validate_links
@@ -204,7 +205,7 @@ class LinkManager:
 
     def ready(self) -> bool:
         """The API answers and every planned proxy exists (the populate file was applied)."""
-        with httpx.Client(timeout=1.0, trust_env=False) as client:
+        with loopback_http.client(timeout=1.0) as client:  # polled while the stack starts: no SSL context per look
             response = client.get(f"{self.url}/proxies")
         if response.status_code != 200:
             return False
@@ -232,7 +233,7 @@ class LinkManager:
 
     def _api(self, method: str, path: str, json_body: Any = None, ok: tuple[int, ...] = (200,)) -> None:
         try:
-            with httpx.Client(timeout=_API_TIMEOUT, trust_env=False) as client:
+            with loopback_http.client(timeout=_API_TIMEOUT) as client:
                 response = client.request(method, f"{self.url}{path}", json=json_body)
         except httpx.HTTPError as exc:
             raise StackError(f"fault proxy {self.url}: {method} {path}: {type(exc).__name__}: {exc}") from exc

@@ -195,3 +195,33 @@ def test_wait_new_effect_is_none_when_nothing_new_is_recorded(ai_url: str) -> No
     timing = after_effect_timing({"after_effect_at": "ai_provider"}, None, time.time())
     assert timing == {"after_effect": False, "effect_age_at_kill": None}
     assert after_effect_timing({}, None, time.time()) == {}  # a kill not timed by an effect records nothing of it
+
+
+def test_wait_new_effect_holds_one_client_for_the_whole_wait(ai_url: str, monkeypatch) -> None:
+    """A client per look cost ~20 CPU ms of SSL context each, and as much delay before the kill."""
+    from chaos.nemesis import provider
+    from stack import loopback_http
+
+    built, looks = [], []
+    real_client = loopback_http.client
+
+    def counted(**options):
+        http = real_client(**options)
+        http.event_hooks["request"].append(lambda request: looks.append(request.url))
+        built.append(http)
+        return http
+
+    monkeypatch.setattr(loopback_http, "client", counted)
+    post(ai_url, "narrative-a1")
+    assert provider.wait_new_effect(ai_url, ADMIN["X-Admin-Token"], timeout=0.3) is None
+    assert len(built) == 1 and len(looks) >= 3, (len(built), len(looks))
+
+
+def test_loopback_clients_share_one_tls_context_and_ignore_proxy_variables(monkeypatch) -> None:
+    from stack import loopback_http
+
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # a proxy that would refuse: never used
+    with loopback_http.client() as first, loopback_http.client() as second:
+        assert first._transport._pool._ssl_context is second._transport._pool._ssl_context
+        assert first.trust_env is False
+    assert loopback_http.default_tls() is loopback_http.default_tls()

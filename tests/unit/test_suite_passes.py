@@ -147,6 +147,13 @@ def test_the_compose_pass_waits_for_its_set_up_ahead_and_releases_it_when_done(t
     assert setup.took >= 0.8 and "compose set-up ahead: ready after" in capsys.readouterr().out
 
 
+def test_the_set_up_ahead_is_timed_until_it_was_ready_not_until_the_main_pass_ended(tmp_path: Path) -> None:
+    setup = _setup_ahead(tmp_path)
+    main = _pass("main", "import time; time.sleep(2.5)", tmp_path)  # ends well after the set-up is ready
+    assert suite_passes.run_passes(main, _pass("compose", "pass", tmp_path), "after", setup) == 0
+    assert 0.8 <= setup.took < main.took, (setup.took, main.took)  # the old reading was at least the main pass's
+
+
 def test_a_failed_set_up_ahead_leaves_the_verdict_to_the_compose_pass(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     setup = _setup_ahead(tmp_path, "import sys; print('mmdebstrap failed'); sys.exit(1)")
