@@ -26,7 +26,7 @@ from chaos.analyze import EXIT_UNKNOWN
 from stack.cli_args import CliParser
 from chaos.load.stress import CpuHog
 from chaos.sweep.table import RunOutcome, SweepTable
-from stack.paths import new_run_dir, update_latest_link
+from stack.paths import new_run_dir, results_dir, update_latest_link
 
 __all__ = ["DEFAULT_FIRST_SEED", "EXCLUDED_BY_DEFAULT", "SWEEP_ROOT", "main", "run_sweep", "sweep_seeds"]
 
@@ -115,7 +115,8 @@ def _parser(names: Sequence[str]) -> argparse.ArgumentParser:
                         help="repeatable; default every scenario but " + ", ".join(sorted(EXCLUDED_BY_DEFAULT))
                              + ". One of: " + ", ".join(names))
     parser.add_argument("--time-scale", type=_positive_float, default=None, help="real seconds per case second")
-    parser.add_argument("--out", type=Path, default=SWEEP_ROOT, help=f"results root (default {SWEEP_ROOT})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"results root (default $PROCTOR_RESULTS_DIR/sweep, else {SWEEP_ROOT})")
     parser.add_argument("--target", choices=("embedded", "compose"), default="embedded",
                         help="the deployment, as for `proctor run` (default embedded)")
     parser.add_argument("-v", "--verbose", action="store_true", help="also print each run's own progress")
@@ -189,7 +190,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from chaos.runner import run_scenario
 
     seeds = sweep_seeds(args.first_seed, args.seeds)
-    out_dir = _stamp_dir(args.out)
+    out_dir = _stamp_dir(args.out if args.out is not None else results_dir() / "sweep")  # as every run folder
     started = time.monotonic()
 
     def say(message: str) -> None:

@@ -260,3 +260,18 @@ def test_a_crashed_sweep_exits_2_not_1(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(sweep_module, "_stamp_dir", no_room)
     assert cli_main(["sweep", "--seeds", "1", "--out", str(tmp_path), "--scenario", "worker_kill"]) == 2
     assert "proctor sweep: harness error: OSError: No space left on device" in capsys.readouterr().err
+
+
+def test_without_out_the_sweep_writes_under_the_results_folder_every_run_uses(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """PROCTOR_RESULTS_DIR moves every run folder; a sweep once still wrote under ./results/sweep."""
+    roots: list[Path] = []
+
+    def record(root: Path) -> Path:
+        roots.append(root)
+        raise OSError("stop here")
+
+    monkeypatch.setenv("PROCTOR_RESULTS_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setattr(sweep_module, "_stamp_dir", record)
+    assert cli_main(["sweep", "--seeds", "1", "--scenario", "worker_kill"]) == 2
+    assert roots == [tmp_path / "elsewhere" / "sweep"]
