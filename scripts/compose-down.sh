@@ -9,6 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+case "${1:-}" in  # before anything changes: an unknown option once took the stack down
+  ''|--stop-engine) [ $# -le 1 ] || { echo "$(basename "$0"): one option at most (--stop-engine), got: $*" >&2; exit 2; } ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "$(basename "$0"): unknown option ${1} (usage: $(basename "$0") [--stop-engine])" >&2; exit 2 ;;
+esac
+
 STATE=.compose
 PROJECT=${PROCTOR_COMPOSE_PROJECT:-proctor}
 # PROCTOR_COMPOSE_VALKEY=sentinel: the Sentinel topology's overlay (docker-compose.sentinel.yml), unless

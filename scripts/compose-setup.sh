@@ -23,6 +23,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+case "${1:-}" in  # before anything changes: an unknown option once ran the whole set-up
+  ''|--up) [ $# -le 1 ] || { echo "$(basename "$0"): one option at most (--up), got: $*" >&2; exit 2; } ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "$(basename "$0"): unknown option ${1} (usage: $(basename "$0") [--up])" >&2; exit 2 ;;
+esac
+
 STATE=.compose
 BASE_IMAGE_LOCAL=proctor-base:bookworm
 PROJECT=${PROCTOR_COMPOSE_PROJECT:-proctor}

@@ -131,3 +131,23 @@ def test_the_set_up_script_refuses_a_bad_niceness_before_it_changes_anything(tmp
                               env={**os.environ, "PROCTOR_COMPOSE_BUILD_NICE": bad, "PROCTOR_COMPOSE_RUN": str(run)})
         assert done.returncode == 2 and "PROCTOR_COMPOSE_BUILD_NICE must be 0-19" in done.stderr, done
         assert not run.exists()
+
+
+@pytest.mark.parametrize(("script", "argv"), [
+    ("compose-setup.sh", ["--help-me"]), ("compose-setup.sh", ["--up", "now"]),
+    ("compose-down.sh", ["--stop"]), ("compose-down.sh", ["--stop-engine", "now"])])
+def test_the_compose_scripts_refuse_an_unknown_option_before_they_change_anything(
+        script: str, argv: list[str], tmp_path: Path) -> None:
+    """`compose-setup.sh --help` once ran the whole set-up, and `compose-down.sh --help` took a stack down."""
+    run = tmp_path / "run"
+    done = subprocess.run([f"scripts/{script}", *argv], cwd=compose_setup.REPO, capture_output=True, text=True,
+                          env={**os.environ, "PROCTOR_COMPOSE_RUN": str(run)})
+    assert done.returncode == 2, done
+    assert done.stderr.count("\n") == 1 and " ".join(argv[-1:]) in done.stderr, done.stderr  # one line, naming it
+    assert not run.exists()
+
+
+@pytest.mark.parametrize("script", ["compose-setup.sh", "compose-down.sh"])
+def test_the_compose_scripts_print_their_usage(script: str) -> None:
+    done = subprocess.run([f"scripts/{script}", "--help"], cwd=compose_setup.REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith(f"Usage: scripts/{script}"), done
