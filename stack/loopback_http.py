@@ -20,8 +20,9 @@ __all__ = ["client", "default_tls", "request"]
 
 @functools.cache
 def default_tls() -> ssl.SSLContext:
-    """The system's default verifying context, built once per process."""
-    return ssl.create_default_context()
+    """httpx's own default verifying context (what every ``httpx.Client()`` built for itself), once per
+    process; the lane workers' provider client shares it too (stack/lanes/jobs.py)."""
+    return httpx.create_ssl_context()
 
 
 def client(**options: Any) -> httpx.Client:

@@ -22,7 +22,6 @@ first provider call, so a merit horse never builds one (nor imports httpx).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
@@ -88,13 +87,12 @@ def job_timeout(kind: str, settings: Settings) -> int:
     return max(30, int(work * 2) + 30)
 
 
-@functools.cache
 def _ssl_context() -> ssl.SSLContext:
-    """One context per worker tree (every system CA parsed once), built in the parent by
-    ``prepare_worker``; a context per horse cost ~0.2 s of a 3.4 ms merit job."""
-    import httpx
+    """One context per worker tree (every CA parsed once; cached by ``loopback_http.default_tls``), built in
+    the parent by ``prepare_worker``; a context per horse cost ~0.2 s of a 3.4 ms merit job."""
+    from stack import loopback_http  # imports httpx: the merit lane never gets here
 
-    return httpx.create_ssl_context()
+    return loopback_http.default_tls()
 
 
 def _current() -> _Process:
