@@ -20,12 +20,12 @@ pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
 
 def _kill_before_the_answer(run) -> dict:
-    """The kill struck after the AI provider recorded a narrative and before it answered."""
-    from chaos.scenarios.valkey import ANSWER_HELD_SECONDS
-
+    """The kill struck after the AI provider recorded a narrative and before it answered: the
+    provider held that answer until the kill had landed (stack/providers/hold.py), however late."""
     [start] = [f for f in run.faults() if f["kind"] == "failover"]
     assert start["mid_job"] and start["after_effect"], start
-    assert 0 <= start["effect_age_at_kill"] < ANSWER_HELD_SECONDS, ("the kill came after the answer", start)
+    assert start["effect_age_at_kill"] >= 0, start
+    assert start["answer_released_after_kill"] >= 0, ("the answer came before the kill", start)
     return start
 
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from chaos.nemesis.base import FaultSpec, NemesisError
-from chaos.nemesis.provider import after_effect_timing, wait_after_effect
+from chaos.nemesis.provider import after_effect_timing, answer_held
 from chaos.observe.valkey_stats import read_process_counters
 from stack.components import LIVENESS_PREFIX
 from stack.valkey_client import primary_address, valkey_client
@@ -104,32 +104,35 @@ class FailoverNemesis:
         pids = self.stack.pids(victim)  # before the effect: asking a container engine takes time
         if fault.kind != "partition":
             self.stack.set_autorestart(victim, False)  # before the effect too: the kill must follow it at once
-        effect = wait_after_effect(self.stack, fault.params)
-        # A new effect whose answer the provider still holds proves a job in flight; without one,
-        # look for a horse (one more poll of the engine for each try on compose).
-        mid_job = effect is not None or self._wait_busy(fault.params.get("wait_busy_worker"),
-                                                        float(fault.params.get("wait_busy", 0)))
-        killed_at = time.time()  # the signal's moment (an engine's kill returns once the container stopped)
-        if fault.kind == "partition":
-            link = self._link_of(old_address[1])
-            self._network_nemesis().start(self._toxic(link))
-            self._cut[fault.target] = link
-        else:
-            self.stack.kill(victim)
-        # The effect's age is taken when the kill landed: on a loaded machine the signal can leave
-        # well after killed_at, and an age taken before it would hide a kill that came after the
-        # provider's answer (the negative control then reads valid, and nothing says why). The
-        # cut of a partition lands when the toxic is in place, which is when start() returned.
-        struck_at = (self.stack.kill_landed_at(victim) if fault.kind != "partition" else None) or time.time()
+        with answer_held(self.stack, fault.params) as held:
+            # An answer the provider holds proves a job in flight; without one, look for a horse
+            # (one more poll of the engine for each try on compose).
+            mid_job = (held is not None and held.effect is not None) or self._wait_busy(
+                fault.params.get("wait_busy_worker"), float(fault.params.get("wait_busy", 0)))
+            killed_at = time.time()  # the signal's moment (an engine's kill returns once the container stopped)
+            struck_at = self._strike(fault, victim, old_address)
+        # held answers go only now, after the strike landed: the job in flight hears in the outage
         before = read_process_counters(self.stack.run_dir)
         watch = _Watch(victim, old_address, killed_at, expected, time.monotonic() + self.ready_timeout,
                        counters_before=before)
         watch.thread = threading.Thread(target=self._watch, args=(watch,), name=f"failover-{victim}", daemon=True)
         watch.thread.start()
         self._watches[fault.target] = watch
-        timing = after_effect_timing(fault.params, effect, struck_at)
+        timing = after_effect_timing(held, struck_at)
         return {"node": victim, "pids": pids, "killed_at": watch.killed_at, "mid_job": mid_job, **timing,
                 "primary_before": f"{old_address[0]}:{old_address[1]}", **({"link": self._cut[fault.target]} if fault.target in self._cut else {})}
+
+    def _strike(self, fault: FaultSpec, victim: str, old_address: tuple[str, int]) -> float:
+        """Kill the primary or cut it off; when the strike landed. On a loaded machine a signal can
+        leave well after it was sent, so a kill has landed at the engine's (or the supervisor's)
+        record of the exit; a cut has landed when its toxic is in place."""
+        if fault.kind == "partition":
+            link = self._link_of(old_address[1])
+            self._network_nemesis().start(self._toxic(link))
+            self._cut[fault.target] = link
+            return time.time()
+        self.stack.kill(victim)
+        return self.stack.kill_landed_at(victim) or time.time()
 
     def _link_of(self, port: int) -> str:
         """The node link whose proxy is the address the node announces (the Sentinels' view of it)."""

@@ -9,6 +9,10 @@ measured: ``restart_seconds`` (fault end -> ready) and ``startup_seconds`` (the
 new process's spawn -> ready), so bounds that follow from the schedule are derived
 from this run's restarts (chaos/bounds.py), not from a guess.
 
+A kill with ``after_effect_at`` (a provider's name) strikes while that provider holds the
+answer of a new effect, and the answer goes only after the signal (``answer_held``,
+chaos/nemesis/provider.py): the killed caller committed a side effect it never hears of.
+
 Whether an RQ worker is running a job: a forking worker's tree has a horse (two pids), but a
 worker of the ``simple`` model runs the job in its own process (stack/lanes/worker.py). So a
 worker's published state (``WorkerStates``: ``busy`` from RQ's bookkeeping of the job, before
@@ -23,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from chaos.nemesis.base import FaultSpec, NemesisError
-from chaos.nemesis.provider import after_effect_timing, wait_after_effect
+from chaos.nemesis.provider import after_effect_timing, answer_held
 from stack.components import WORKER_STATE_PREFIX
 
 if TYPE_CHECKING:
@@ -87,18 +91,19 @@ class ProcessNemesis:
 
     def _kill(self, fault: FaultSpec) -> dict[str, Any]:
         detail: dict[str, Any] = {}
-        effect = wait_after_effect(self.stack, fault.params)
-        detail["mid_job"] = self._wait_busy(fault.target, float(fault.params.get("wait_busy", 0)))
-        self.stack.set_autorestart(fault.target, False)
-        if fault.params.get("freeze_first"):
-            # SIGSTOP first: requests already sent to the node stall in flight, so the kill
-            # lands mid-request (a fast node would otherwise rarely have one open).
-            self.stack.pause(fault.target)
-            time.sleep(float(fault.params["freeze_first"]))
-        detail["pids"] = self.stack.pids(fault.target)
-        self.stack.kill(fault.target, signal.SIGKILL)
-        detail["killed_at"] = time.time()  # wall clock, as the ledgers' timestamps (chaos/bounds.py)
-        detail.update(after_effect_timing(fault.params, effect, detail["killed_at"]))
+        with answer_held(self.stack, fault.params) as held:
+            detail["mid_job"] = self._wait_busy(fault.target, float(fault.params.get("wait_busy", 0)))
+            self.stack.set_autorestart(fault.target, False)
+            if fault.params.get("freeze_first"):
+                # SIGSTOP first: requests already sent to the node stall in flight, so the kill
+                # lands mid-request (a fast node would otherwise rarely have one open).
+                self.stack.pause(fault.target)
+                time.sleep(float(fault.params["freeze_first"]))
+            detail["pids"] = self.stack.pids(fault.target)
+            self.stack.kill(fault.target, signal.SIGKILL)
+            detail["killed_at"] = time.time()  # wall clock, as the ledgers' timestamps (chaos/bounds.py)
+        # a held answer goes only now: the killed caller never hears of its effect
+        detail.update(after_effect_timing(held, detail["killed_at"]))
         self._killed.add(fault.target)
         return detail
 

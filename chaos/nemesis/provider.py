@@ -6,18 +6,24 @@ and puts back the knobs it found when the fault ends, so a credit shortage, a re
 key, a 429 storm, invalid payloads or lost responses are each one scheduled fault.
 The end restores knobs as a whole: a credit balance spent during the fault is what
 the fault set, not what was left.
+
+``answer_held`` times a kill, a failover or a cut between a job's side effect and its
+caller's next step, through the provider's answer hold (stack/providers/hold.py).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from chaos.nemesis.base import FaultSpec, NemesisError
 from stack import loopback_http
 from stack.headers import ADMIN_TOKEN_HEADER
 
-__all__ = ["ProviderNemesis", "after_effect_timing", "wait_after_effect", "wait_new_effect"]
+__all__ = ["HeldAnswer", "ProviderNemesis", "after_effect_timing", "answer_held"]
 
 
 class ProviderNemesis:
@@ -57,44 +63,65 @@ class ProviderNemesis:
             self._request("PUT", target, self._before.pop(target))
 
 
-def wait_new_effect(provider_url: str, admin_token: str, timeout: float) -> dict[str, Any] | None:
-    """Wait until the provider's effect ledger grows, and return the newest effect (its
-    ``created_at`` is the provider's wall clock): a side effect just committed whose caller,
-    held by the provider's ``delay_after_effect_seconds``, has not heard yet. None on timeout.
+@dataclass
+class HeldAnswer:
+    """What ``answer_held`` found: the new effect whose answer the provider holds (``id``,
+    ``created_at`` on the provider's wall clock; None if none came in time), and when the
+    provider let its answers go (set when the block is left)."""
 
-    A fault timed by this lands between a job's side effect and its caller's next step,
-    which a worker's process tree cannot show: a horse seen alive may be past its commit."""
-    url = f"{provider_url}/admin/ledger"
+    effect: dict[str, Any] | None = None
+    released_at: float | None = None
+
+
+@contextmanager
+def answer_held(stack: Any, params: Mapping[str, Any]) -> Iterator[HeldAnswer | None]:
+    """A strike's ``after_effect_at`` (a provider's name): arm that provider's answer hold
+    (stack/providers/hold.py), wait up to ``wait_busy`` seconds for a new effect whose answer
+    it holds, run the block (the strike), then let every held answer go. The caller of that
+    effect has committed its side effect and hears of it only after the strike, however long
+    the strike took to land: what a process tree cannot show (a horse seen alive may be past
+    its commit) and a fixed hold cannot promise (a slow kill outlived a 1 s one).
+    Yields None without ``after_effect_at`` (``chaos.deployment.Deployment`` ``stack``)."""
+    if "after_effect_at" not in params:
+        yield None
+        return
+    url = f"{stack.urls[str(params['after_effect_at'])]}/admin/hold"
+    held = HeldAnswer()
     # One client for the whole wait: a client per look cost ~20 CPU ms and as much delay (stack/loopback_http.py).
-    with loopback_http.client(headers={ADMIN_TOKEN_HEADER: admin_token}, timeout=5) as http:
+    with loopback_http.client(headers={ADMIN_TOKEN_HEADER: stack.settings.admin_token}, timeout=5) as http:
+        _admin(http.post(url))
+        try:
+            held.effect = _first_held(http, url, float(params.get("wait_busy", 5)))
+            yield held
+        finally:
+            held.released_at = float(_admin(http.delete(url))["released_at"])
 
-        def effects() -> list[dict[str, Any]]:
-            return http.get(url).json()["effects"]
 
-        baseline = len(effects())
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            current = effects()
-            if len(current) > baseline:
-                return max(current, key=lambda effect: effect["id"])
-            time.sleep(0.02)
+def _admin(response: Any) -> dict[str, Any]:
+    if response.status_code != 200:
+        raise NemesisError(f"{response.request.method} {response.request.url}: {response.status_code} {response.text}")
+    return response.json()
+
+
+def _first_held(http: Any, url: str, timeout: float) -> dict[str, Any] | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        held = _admin(http.get(url))["held"]
+        if held:
+            return held[0]
+        time.sleep(0.02)
     return None
 
 
-def wait_after_effect(stack: Any, params: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A kill's ``after_effect_at`` (a provider's name): wait up to ``wait_busy`` seconds for
-    that provider's next effect (``chaos.deployment.Deployment`` ``stack``). None without it."""
-    if "after_effect_at" not in params:
-        return None
-    return wait_new_effect(stack.urls[str(params["after_effect_at"])], stack.settings.admin_token,
-                           float(params.get("wait_busy", 5)))
-
-
-def after_effect_timing(params: Mapping[str, Any], effect: dict[str, Any] | None, killed_at: float) -> dict[str, Any]:
-    """What a fault start records of it: whether an effect came (``after_effect``) and how long
-    after its commit the kill landed (``effect_age_at_kill``), which must stay below the
-    provider's hold for the kill to fall before the answer."""
-    if "after_effect_at" not in params:
+def after_effect_timing(held: HeldAnswer | None, struck_at: float) -> dict[str, Any]:
+    """What a fault start records of ``answer_held``: whether an answer was held
+    (``after_effect``), how long after its effect's commit the strike landed
+    (``effect_age_at_kill``, measured only), and how long after the strike the provider let
+    the answer go (``answer_released_after_kill``: at or above 0 when the caller heard only
+    after the strike). Nothing without ``after_effect_at``."""
+    if held is None:
         return {}
-    age = None if effect is None else round(killed_at - float(effect["created_at"]), 4)
-    return {"after_effect": effect is not None, "effect_age_at_kill": age}
+    effect = held.effect
+    age = None if effect is None else round(struck_at - float(effect["created_at"]), 4)
+    released = None if held.released_at is None else round(held.released_at - struck_at, 4)
+    return {"after_effect": effect is not None, "effect_age_at_kill": age, "answer_released_after_kill": released}

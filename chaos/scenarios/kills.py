@@ -63,9 +63,11 @@ whose tree was down to 1 pid at the kill, nothing lost, reported valid)."""
 def _kill_ai_after_effect(seed: int, scenario: Scenario) -> list[FaultSpec]:
     """The AI provider records each narrative and answers 1.5 s late, for a window around the
     kill only (the jobs after it run at full speed, so the stuck job is seen sooner). The kill
-    waits for a new effect in the provider's ledger, not for a 2-pid tree: a horse seen alive
-    can already be past its commit (a CI run of 2 December killed a 2-pid tree on compose after
-    the job had committed, so nothing was lost and the control read valid)."""
+    waits until the provider holds a new narrative's answer (its answer hold, armed by the kill
+    and let go once the signal left: chaos/nemesis/provider.py ``answer_held``), not for a 2-pid
+    tree: a horse seen alive can already be past its commit (a CI run of 2 December killed a
+    2-pid tree on compose after the job had committed, so nothing was lost and the control read
+    valid)."""
     late = FaultSpec(at=1.0, kind="provider", target="ai_provider", duration=7.0,
                      params={"delay_after_effect_seconds": 1.5})
     return [late, *_one_busy_kill("worker_ai_1", after_effect_at="ai_provider")(seed, scenario)]

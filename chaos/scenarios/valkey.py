@@ -43,14 +43,16 @@ def _memory_pressure_background() -> dict:
 
 
 ANSWER_HELD_SECONDS = 1.0
-"""Around the kill, the AI provider answers this long after recording a narrative; the kill
-strikes as soon as a new one is recorded (0.02-0.13 s after it in 10 runs under a CPU hog).
-The horse's next step, releasing its limiter slot in Valkey, then falls in the outage, and so
-does its failure handling: the switch comes at least the Sentinels' down-after (2 s) after the
-kill, about 1 s later than the answer. So the job in flight is certainly lost with the old
-primary. Waiting only for a busy worker (a horse in its tree) missed that 1 time in 3 with two
-test workers on 2 cores: the horse was already past its last write, and the negative control
-read valid (docs/valkey.md)."""
+"""Around the kill, the AI provider answers this long after its answer hold lets a narrative's
+answer go; the failover nemesis arms that hold, kills the primary once a new narrative's answer
+is held, and lets it go once the kill has landed (``after_effect_at``, chaos/nemesis/provider.py
+``answer_held``). The horse's next step, releasing its limiter slot in Valkey, then falls in the
+outage, and so does its failure handling: the switch comes at least the Sentinels' down-after
+(2 s) after the kill, about 1 s later than the answer. So the job in flight is certainly lost
+with the old primary. Waiting only for a busy worker (a horse in its tree) missed that 1 time in
+3 with two test workers on 2 cores: the horse was already past its last write, and the negative
+control read valid (docs/valkey.md). Until the hold, this delay alone timed the answer, and a
+kill slower than it (1.56 s on a slow CI machine) came after the answer."""
 
 
 def _primary_kill(seed: int, scenario: Scenario) -> list[FaultSpec]:

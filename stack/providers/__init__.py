@@ -4,7 +4,8 @@ Both are built from the small kit below: an effect ledger (``ledger.py``) so a
 checker can count real side effects, fault knobs (``faults.py``) set through a
 loopback-only admin API, and one call pipeline (latency -> admission: revoked key,
 forced refusal, invalid payload, own calls/min window, credit -> work -> record the
-effect with its arrival time and cost -> optional delay or lost response -> answer).
+effect with its arrival time and cost -> optional hold (``hold.py``), delay or lost response
+-> answer).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from stack.admin_auth import require_admin
 from stack.config import Settings
 from stack.headers import RECEIVED_AT_HEADER
 from stack.providers.faults import Admission, FaultState, Faults, Refusal
+from stack.providers.hold import AnswerHold
 from stack.providers.ledger import EffectLedger, IdempotencyConflict, Recorded
 
 __all__ = ["RECEIVED_AT_HEADER", "Provider", "ResponseLost", "admin_router", "caller_guard", "health_router",
@@ -38,6 +40,7 @@ class Provider:
     work_seconds: float
     ledger: EffectLedger = field(init=False)
     faults: FaultState = field(init=False)
+    hold: AnswerHold = field(default_factory=AnswerHold)
     refusals: list[dict[str, Any]] = field(default_factory=list)
     """Every refused call (arrival, operation, status, Retry-After): what a retry-after check
     compares the next arrival of that operation with. In memory: a restarted provider starts empty."""
@@ -113,6 +116,7 @@ def perform(
         headers["Idempotent-Replayed"] = "true"
     else:
         # The effect is committed; the caller has not heard yet (unknown outcome window).
+        provider.hold.wait(recorded.effect.id, recorded.effect.created_at)
         time.sleep(provider.faults.current().delay_after_effect_seconds)
         if provider.faults.take_lost_response():
             return _lost_response(headers)
@@ -178,6 +182,21 @@ def admin_router(provider: Provider) -> APIRouter:
         require_admin(request, provider.settings.admin_token)
         provider.faults.clear()
         return provider.faults.as_dict()
+
+    @router.get("/hold")
+    def get_hold(request: Request) -> dict[str, Any]:
+        require_admin(request, provider.settings.admin_token)
+        return provider.hold.state()
+
+    @router.post("/hold")
+    def arm_hold(request: Request) -> dict[str, Any]:
+        require_admin(request, provider.settings.admin_token)
+        return provider.hold.arm()
+
+    @router.delete("/hold")
+    def release_hold(request: Request) -> dict[str, Any]:
+        require_admin(request, provider.settings.admin_token)
+        return provider.hold.release()
 
     return router
 

@@ -170,34 +170,77 @@ def post(ai_url: str, op: str) -> None:
     assert response.status_code == 201, response.text
 
 
-def test_wait_new_effect_returns_the_effect_whose_caller_has_not_heard_yet(ai_url: str) -> None:
-    """The failover and worker-kill nemeses strike on this: after a commit, before its answer."""
-    from chaos.nemesis.provider import after_effect_timing, wait_new_effect
+class _Stack:
+    """What ``answer_held`` reads of a deployment: the providers' URLs and the admin token."""
 
-    post(ai_url, "narrative-before")  # the baseline, not a new one
-    # The provider works 0.5 s before it records (the wait's baseline is read meanwhile), then holds the answer 1 s.
-    LANES.put(f"{ai_url}/admin/faults", json={"latency_seconds": 0.5, "delay_after_effect_seconds": 1.0}, headers=ADMIN)
+    def __init__(self, ai_url: str) -> None:
+        self.urls = {"ai_provider": ai_url}
+        self.settings = Settings(admin_token=ADMIN["X-Admin-Token"])
+
+
+TIMED = {"after_effect_at": "ai_provider", "wait_busy": 5.0}
+
+
+def test_a_held_answer_goes_only_after_the_strike_however_long_it_takes(ai_url: str) -> None:
+    """The failover and worker-kill nemeses strike on this: after a commit, before its answer, and
+    the answer waits for the strike to be over, not for a clock a slow strike can outlive."""
+    from chaos.nemesis.provider import after_effect_timing, answer_held
+
+    post(ai_url, "narrative-before")  # answered before the hold was armed: never held
+    # The provider works 0.3 s before it records, so the call below is recorded after the hold is armed.
+    LANES.put(f"{ai_url}/admin/faults", json={"latency_seconds": 0.3}, headers=ADMIN)
     caller = threading.Thread(target=post, args=(ai_url, "narrative-a1"))
     caller.start()
-    effect = wait_new_effect(ai_url, ADMIN["X-Admin-Token"], timeout=5.0)
-    age = after_effect_timing({"after_effect_at": "ai_provider"}, effect, time.time())["effect_age_at_kill"]
-    answered = not caller.is_alive()
-    caller.join()
-    assert effect is not None and effect["operation_id"] == "narrative-a1", effect
-    assert not answered and 0 <= age < 1.0, age  # still held by the provider when the wait returned
+    with answer_held(_Stack(ai_url), TIMED) as held:
+        assert held is not None and held.effect is not None
+        time.sleep(1.5)  # a strike slower than the 1 s fixed hold that a CI run outlived
+        answered_during_strike = not caller.is_alive()
+        struck_at = time.time()
+    caller.join(timeout=10)
+    [effect] = [e for e in LANES.get(f"{ai_url}/admin/ledger", headers=ADMIN).json()["effects"]
+                if e["operation_id"] == "narrative-a1"]
+    assert held.effect == {"id": effect["id"], "created_at": effect["created_at"]}
+    assert not answered_during_strike and not caller.is_alive()
+    timing = after_effect_timing(held, struck_at)
+    assert timing["after_effect"] is True and timing["effect_age_at_kill"] >= 1.5, timing
+    assert timing["answer_released_after_kill"] >= 0, timing
+    assert LANES.get(f"{ai_url}/admin/hold", headers=ADMIN).json() == {"armed": False, "held": []}
 
 
-def test_wait_new_effect_is_none_when_nothing_new_is_recorded(ai_url: str) -> None:
-    from chaos.nemesis.provider import after_effect_timing, wait_new_effect
+def test_a_strike_that_fails_still_lets_the_held_answer_go(ai_url: str) -> None:
+    from chaos.nemesis.provider import answer_held
+
+    LANES.put(f"{ai_url}/admin/faults", json={"latency_seconds": 0.3}, headers=ADMIN)
+    caller = threading.Thread(target=post, args=(ai_url, "narrative-a1"))
+    caller.start()
+    with pytest.raises(RuntimeError, match="the kill failed"):
+        with answer_held(_Stack(ai_url), TIMED):
+            raise RuntimeError("the kill failed")
+    caller.join(timeout=10)
+    assert not caller.is_alive()  # answered (post asserts its 201)
+    assert LANES.get(f"{ai_url}/admin/hold", headers=ADMIN).json()["armed"] is False
+
+
+def test_no_new_effect_in_time_is_none_and_a_replay_is_never_held(ai_url: str) -> None:
+    from chaos.nemesis.provider import after_effect_timing, answer_held
 
     post(ai_url, "narrative-a1")
-    assert wait_new_effect(ai_url, ADMIN["X-Admin-Token"], timeout=0.2) is None
-    timing = after_effect_timing({"after_effect_at": "ai_provider"}, None, time.time())
-    assert timing == {"after_effect": False, "effect_age_at_kill": None}
-    assert after_effect_timing({}, None, time.time()) == {}  # a kill not timed by an effect records nothing of it
+    with answer_held(_Stack(ai_url), {**TIMED, "wait_busy": 0.3}) as held:
+        post(ai_url, "narrative-a1")  # the same key again: a replay answers at once, hold or not
+    assert held is not None and held.effect is None and held.released_at is not None
+    timing = after_effect_timing(held, time.time())
+    assert timing["after_effect"] is False and timing["effect_age_at_kill"] is None, timing
+    assert after_effect_timing(None, time.time()) == {}  # a kill not timed by an effect records nothing of it
 
 
-def test_wait_new_effect_holds_one_client_for_the_whole_wait(ai_url: str, monkeypatch) -> None:
+def test_the_hold_needs_the_admin_token(ai_url: str) -> None:
+    for method in ("GET", "POST", "DELETE"):
+        assert LANES.request(method, f"{ai_url}/admin/hold").status_code == 403
+        assert LANES.request(method, f"{ai_url}/admin/hold", headers={"X-Admin-Token": "wrong"}).status_code == 403
+    assert LANES.get(f"{ai_url}/admin/hold", headers=ADMIN).json() == {"armed": False, "held": []}
+
+
+def test_the_wait_for_a_held_answer_holds_one_client(ai_url: str, monkeypatch) -> None:
     """A client per look cost ~20 CPU ms of SSL context each, and as much delay before the kill."""
     from chaos.nemesis import provider
     from stack import loopback_http
@@ -212,9 +255,9 @@ def test_wait_new_effect_holds_one_client_for_the_whole_wait(ai_url: str, monkey
         return http
 
     monkeypatch.setattr(loopback_http, "client", counted)
-    post(ai_url, "narrative-a1")
-    assert provider.wait_new_effect(ai_url, ADMIN["X-Admin-Token"], timeout=0.3) is None
-    assert len(built) == 1 and len(looks) >= 3, (len(built), len(looks))
+    with provider.answer_held(_Stack(ai_url), {**TIMED, "wait_busy": 0.3}) as held:
+        assert held is not None and held.effect is None
+    assert len(built) == 1 and len(looks) >= 5, (len(built), len(looks))  # arm, 3+ looks, release
 
 
 def test_loopback_clients_share_one_tls_context_and_ignore_proxy_variables(monkeypatch) -> None:

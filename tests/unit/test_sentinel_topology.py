@@ -296,9 +296,31 @@ class _SlowKillStack:
         return self.landed
 
 
-def test_the_effect_age_counts_until_the_kill_returned_and_autorestart_is_off_before_the_effect(monkeypatch):
-    """A kill that leaves late must show in ``effect_age_at_kill`` (the test's proof that the kill came
-    before the provider's answer); stamped before the kill, a late one read as early (a control read valid)."""
+def _recorded_hold(stack, effect_at: float):
+    """``answer_held`` as the nemeses use it, recording when it holds and when it lets go."""
+    from contextlib import contextmanager
+
+    from chaos.nemesis.provider import HeldAnswer
+
+    @contextmanager
+    def held(_stack, params):
+        stack.calls.append("effect")
+        answer = HeldAnswer(effect={"id": 1, "created_at": effect_at})
+        try:
+            yield answer
+        finally:
+            import time
+
+            stack.calls.append("release")
+            answer.released_at = time.time()
+
+    return held
+
+
+def test_the_held_answer_goes_after_the_kill_landed_and_autorestart_is_off_before_the_effect(monkeypatch):
+    """A kill that leaves late must still come before the provider's answer (the test's proof that a
+    job was in flight), and its lateness must show in ``effect_age_at_kill``; stamped before the kill,
+    a late one read as early."""
     import time
 
     from chaos.nemesis import failover
@@ -306,18 +328,32 @@ def test_the_effect_age_counts_until_the_kill_returned_and_autorestart_is_off_be
 
     stack = _SlowKillStack(kill_takes=0.3)
     effect_at = time.time()
-
-    def effect(_stack, _params):
-        stack.calls.append("effect")
-        return {"created_at": effect_at}
-
     monkeypatch.setattr(failover, "primary_address", lambda settings: ("127.0.0.1", 7000))
-    monkeypatch.setattr(failover, "wait_after_effect", effect)
+    monkeypatch.setattr(failover, "answer_held", _recorded_hold(stack, effect_at))
     monkeypatch.setattr(failover, "read_process_counters", lambda run_dir: {})
     monkeypatch.setattr(failover.FailoverNemesis, "_watch", lambda self, watch: None)
     nemesis = failover.FailoverNemesis(stack)
     start = nemesis.start(FaultSpec(at=3.0, kind="failover", target="primary", duration=8.0,
                                     params={"after_effect_at": "ai_provider"}))
-    assert stack.calls == ["autorestart False", "effect", "kill"]
+    assert stack.calls == ["autorestart False", "effect", "kill", "release"]
+    assert start["mid_job"] is True and start["after_effect"] is True, start
     assert start["effect_age_at_kill"] >= 0.3, start
+    assert start["answer_released_after_kill"] >= 0, start
     assert start["killed_at"] < effect_at + 0.3  # the timeline still counts from the signal's moment
+
+
+def test_a_worker_kill_lets_the_held_answer_go_only_after_its_signal(monkeypatch):
+    import time
+
+    from chaos.nemesis import process
+    from chaos.nemesis.base import FaultSpec
+
+    stack = _SlowKillStack(kill_takes=0.3)
+    stack.components = lambda: [type("C", (), {"name": "worker_ai_1"})()]
+    stack.kill = lambda name, sig: stack.calls.append("kill")
+    effect_at = time.time()
+    monkeypatch.setattr(process, "answer_held", _recorded_hold(stack, effect_at))
+    detail = process.ProcessNemesis(stack).start(FaultSpec(at=1.0, kind="kill", target="worker_ai_1", duration=5.0,
+                                                           params={"after_effect_at": "ai_provider"}))
+    assert stack.calls == ["effect", "autorestart False", "kill", "release"]
+    assert detail["after_effect"] is True and detail["answer_released_after_kill"] >= 0, detail
