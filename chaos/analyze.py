@@ -183,6 +183,7 @@ def analyze(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     report["failovers"] = failover_timelines(history or [])
     report["bounds"] = bounds
     report["interrupted"] = interrupted
+    report["plots_drawn"] = plots
     write_report(run_dir, report)
     return report
 

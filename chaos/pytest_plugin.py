@@ -24,6 +24,7 @@ __all__ = ["ChaosRun", "DEPRECATED_OPTIONS"]
 _RUNS_KEY = pytest.StashKey[list]()
 DEPRECATED_OPTIONS = {"--time-scale": "--chaos-time-scale", "--keep-stack": "--chaos-keep-stack"}
 """Old option names, still accepted for one release: old name -> new name."""
+PLOTS_CHOICES = ("failed", "always", "never")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--chaos-target", choices=("embedded", "compose"), default="embedded",
                     help="the deployment scenarios run against: embedded (local processes) or compose "
                          "(docker-compose.yml through the docker SDK; docs/compose.md)")
+    group.addoption("--chaos-plots", choices=PLOTS_CHOICES, default="failed",
+                    help="draw each run's PNG plots: for failed tests only (default; about 2 CPU s a run "
+                         "saved on the others), always, or never (proctor check RUN_DIR draws them later)")
     parser.addini("chaos_seed", "default seed for chaos scenarios", default="20261006")
 
 
@@ -132,7 +136,7 @@ def run_chaos(request: pytest.FixtureRequest, chaos_seed: int) -> Callable[[str]
         started = time.monotonic()
         result = run_scenario(scenario, chaos_seed, time_scale=request.config.getoption("chaos_time_scale"),
                               keep_stack=request.config.getoption("chaos_keep_stack"), progress=_progress(name),
-                              target=target)
+                              target=target, plots=request.config.getoption("chaos_plots") == "always")
         run = ChaosRun(result)
         request.config.stash[_RUNS_KEY].append(
             {"test": request.node.nodeid, "scenario": name, "seed": chaos_seed, "valid": run.valid,
@@ -175,8 +179,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
     run = item.stash.get(_LAST_RUN, None)
     if run is not None and report.when == "call" and report.failed:
+        if item.config.getoption("chaos_plots") == "failed":
+            _draw_plots(run)
         report.sections.append(("chaos", f"reproduce with:\n  {run.reproduce}\n{run.summary()}"))
     return report
+
+
+def _draw_plots(run: ChaosRun) -> None:
+    """A failed test's run folder gets its plots after all: judged again, with them (the same
+    verdict, from the same files). A plotting failure is the report's note, never the test's."""
+    from chaos.analyze import analyze
+
+    try:
+        analyze(run.run_dir, plots=True)
+    except Exception as exc:  # noqa: BLE001 - the test's own failure is what the report must show
+        print(f"[proctor] plots for {run.run_dir} failed: {type(exc).__name__}: {exc}")
 
 
 def _index_name(config: pytest.Config) -> tuple[str, str]:

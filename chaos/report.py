@@ -131,6 +131,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += _checker_section(name, check)
     lines += _settings_section(report)
     lines += [f"![{Path(p).stem}]({p})" for p in report.get("plots", [])]
+    if report.get("plots_drawn") is False:
+        lines += ["Plots not drawn in this judgement (about 2 CPU s a run): `proctor check RUN_DIR` draws them."]
     text = "\n".join(lines).rstrip() + "\n"
     while "\n\n\n" in text:  # sections end with a blank line; never stack two
         text = text.replace("\n\n\n", "\n\n")

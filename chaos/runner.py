@@ -106,7 +106,10 @@ def run_scenario(
     progress: Progress = lambda _msg: None,
     keep_stack: bool = False,
     target: str = DEFAULT_TARGET,
+    plots: bool = True,
 ) -> RunResult:
+    """Run one scenario and judge it; ``plots=False`` leaves the PNG plots undrawn (the pytest
+    plugin draws them for a failed test only: docs/harness.md)."""
     settings = dict(scenario.settings)
     if time_scale is not None:
         settings["time_scale"] = time_scale
@@ -131,14 +134,14 @@ def run_scenario(
         write_marker(run_dir, stop.signum, phase[0])
         deployment.stop()  # even with --keep-stack: an interrupted run leaves nothing running
         progress(f"interrupted by {stop.signal_name} during {phase[0]}: stack stopped; writing the report")
-        analyze(run_dir)
+        analyze(run_dir, plots=plots)
         raise
     except BaseException:
         _stop_or_keep(deployment, keep_stack, target, run_dir, progress)
         raise
     _stop_or_keep(deployment, keep_stack, target, run_dir, progress)
     progress("analyzing")
-    verdict = analyze(run_dir)
+    verdict = analyze(run_dir, plots=plots)
     result.verdict = verdict
     result.valid = verdict.get("valid")
     return result

@@ -7,6 +7,7 @@ pytest there in-process; the plugin arrives through the ``pytest11`` entry point
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,55 @@ def test_the_session_index_goes_under_the_results_dir(pytester: pytest.Pytester,
     result.assert_outcomes(passed=1)
     assert "| test_runs.py::test_runs | True | True |" in (results_env / "index.md").read_text()
     assert not (pytester.path / "results").exists()
+
+
+PLOTS_RECORDED = """
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import pytest
+
+    import chaos.analyze
+    import chaos.runner
+
+    @pytest.fixture(autouse=True)
+    def no_stack(monkeypatch):
+        def run(scenario, *args, **kwargs):
+            print("RUN", scenario.name, "plots", kwargs["plots"])
+            return SimpleNamespace(run_dir=Path(scenario.name), valid=True, verdict={"checkers": {}}, reproduce="r")
+
+        monkeypatch.setattr(chaos.runner, "run_scenario", run)
+        monkeypatch.setattr(chaos.analyze, "analyze", lambda run_dir, plots: print("DRAWN", run_dir, plots))
+
+    def test_passes(run_chaos):
+        run_chaos("worker_kill")
+
+    def test_fails(run_chaos):
+        run_chaos("web_node_kill")
+        assert False, "the scenario's verdict"
+"""
+
+
+@pytest.mark.parametrize("option, drawn_after_failure, plots_during_run", [
+    ((), ["DRAWN web_node_kill True"], False),
+    (("--chaos-plots", "always"), [], True),
+    (("--chaos-plots", "never"), [], False),
+])
+def test_plots_are_drawn_for_failed_tests_only_unless_asked(pytester: pytest.Pytester, option: tuple[str, ...],
+                                                            drawn_after_failure: list[str],
+                                                            plots_during_run: bool) -> None:
+    pytester.makepyfile(test_plots=PLOTS_RECORDED)
+    result = pytester.runpytest(*NO_LOCUST, "-s", *option)
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()  # the prints may share a line with pytest's progress
+    assert re.findall(r"RUN \w+ plots \w+", out) == [
+        f"RUN worker_kill plots {plots_during_run}", f"RUN web_node_kill plots {plots_during_run}"], out
+    assert re.findall(r"DRAWN \w+ \w+", out) == drawn_after_failure, out
+
+
+def test_a_bad_plots_choice_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_one():\n    pass\n")
+    result = pytester.runpytest(*NO_LOCUST, "--chaos-plots", "sometimes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--chaos-plots*invalid choice*sometimes*"])

@@ -156,6 +156,7 @@ def test_valid_run_writes_report_and_plots_and_exits_0(tmp_path: Path, capsys: p
     assert report["plots"] == ["throughput.png", "latency.png", "queues.png", "digest.png", "ai_lane.png"]  # an AI call
     for name in report["plots"]:
         assert (run / name).read_bytes()[:8] == PNG_MAGIC
+    assert "Plots not drawn" not in (run / "report.md").read_text()
     ai_call = next(d for d in report["case_durations"] if d["name"] == "CASE_AI_CALL_SECONDS")
     assert ai_call == {"name": "CASE_AI_CALL_SECONDS", "case_seconds": 10.0, "real_seconds": 0.1}
 
@@ -309,6 +310,8 @@ def test_missing_scenario_uses_defaults_and_says_so(tmp_path: Path) -> None:
     assert [n for n, c in report["checkers"].items() if c["valid"] is not True] == ["faults", "provider_limit"]
     assert report["harness_notes"] == ["scenario.json not found: default options used", "no time_scale in scenario.json: assumed 0.01"]
     assert "(scenario.json has no reproduce command)" in (run / "report.md").read_text()
+    assert report["plots"] == [] and report["plots_drawn"] is False
+    assert "Plots not drawn in this judgement" in (run / "report.md").read_text()  # and says how to draw them
 
 
 @pytest.mark.parametrize("seconds, text", [(0.0034, "3.4 ms"), (0.34, "340 ms"), (10, "10 s"), (450, "7.5 min"), (43200, "12 h"), (None, "-")])
