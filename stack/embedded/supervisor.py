@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Callable, Mapping, Sequence
 
 from stack.embedded import StackError
+from stack.embedded.spawn import Process, Spawner, spawner_from_env
 from stack.embedded.watchdog import Identity, collect_tree, identity, is_alive, signal_tree, snapshot
 
 __all__ = ["Probe", "ProcessSpec", "Supervisor", "PROJECT_ROOT", "BACKOFF_INITIAL", "BACKOFF_MAX"]
@@ -60,7 +61,7 @@ class _Component:
     spec: ProcessSpec
     log_path: Path
     autorestart: bool
-    popen: subprocess.Popen[bytes] | None = None
+    popen: Process | None = None  # a subprocess.Popen, or a child of the fork server (stack/embedded/spawn.py)
     ident: Identity | None = None
     started_at: float = 0.0
     starts: int = 0
@@ -121,7 +122,9 @@ class _Watchdog:
 
 
 class Supervisor:
-    def __init__(self, run_dir: Path, on_change: Callable[[], None] | None = None, watchdog: bool = True) -> None:
+    def __init__(self, run_dir: Path, on_change: Callable[[], None] | None = None, watchdog: bool = True,
+                 spawner: Spawner | None = None) -> None:
+        """``spawner``: how processes start (stack/embedded/spawn.py); None: ``$PROCTOR_SPAWN``'s choice."""
         self.run_dir = run_dir.resolve()
         self.log_dir = self.run_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -131,6 +134,8 @@ class Supervisor:
         self._closed = threading.Event()
         self._latest_lateness = 0.0  # the latest wake-up's delay past its tick, kept until reset
         self._watchdog = _Watchdog(self.log_dir / "watchdog.log") if watchdog else None
+        self._spawner = spawner or spawner_from_env(self.log_dir / "forkserver.log", on_server=self._protect)
+        self._spawner.prepare()
         self._monitor = threading.Thread(target=self._monitor_loop, name="supervisor-monitor", daemon=True)
         self._monitor.start()
 
@@ -290,14 +295,17 @@ class Supervisor:
             self._terminate([c for c in comps if c.spec.stop_stage == stage], grace)
         self._closed.set()
         self._monitor.join(timeout=2)
+        self._spawner.close()
         if self._watchdog:
             self._watchdog.close()
         self._changed()
 
     def detach(self) -> None:
-        """Stop supervising and release the watchdog: the children outlive this process."""
+        """Stop supervising and release the watchdog: the children outlive this process (and the
+        fork server, which ends here; its children carry on)."""
         self._closed.set()
         self._monitor.join(timeout=2)
+        self._spawner.close()
         if self._watchdog:
             self._watchdog.close()
             self._watchdog = None
@@ -339,11 +347,7 @@ class Supervisor:
             out.write(f"=== {stamp} start #{comp.starts + 1}: {' '.join(spec.argv)}\n".encode())
             out.flush()
             try:
-                comp.popen = subprocess.Popen(
-                    list(spec.argv), env=dict(spec.env) if spec.env is not None else None,
-                    cwd=spec.cwd or PROJECT_ROOT, stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                )
+                comp.popen = self._spawner.spawn(spec.argv, spec.env, spec.cwd or PROJECT_ROOT, out, spec.name)
             except OSError as exc:
                 raise StackError(f"cannot start {spec.name}: {' '.join(spec.argv)}: {exc}") from exc
         comp.ident = identity(comp.popen.pid)
@@ -356,6 +360,12 @@ class Supervisor:
         comp.spawn_began_at, comp.ready_at = spawn_began_at, None
         if self._watchdog and comp.ident:
             self._watchdog.register(comp.ident)
+
+    def _protect(self, pid: int) -> None:
+        """A helper process of the supervisor's own (the fork server): stopped with the rest if we die."""
+        ident = identity(pid)
+        if self._watchdog and ident:
+            self._watchdog.register(ident)
 
     def _terminate(self, comps: list[_Component], grace: float) -> None:
         """SIGTERM each main process group, SIGKILL every tree after ``grace``, reap."""
