@@ -75,9 +75,15 @@ def ping(client: Redis) -> bool:
         return False
 
 
-def wait_for(condition: Callable[[], bool], message: str, timeout: float = 15.0) -> None:
+def wait_for(condition: Callable[[], bool], message: str, timeout: float = 60.0,
+             process: subprocess.Popen[bytes] | None = None) -> None:
+    """Until ``condition`` holds. ``timeout`` guards against a hang, it is not what the test judges:
+    15 s was missed by a worker's start with the compose pass and two test workers on 2 cores.
+    A ``process`` that exits first fails the wait at once, with its exit status."""
     deadline = time.monotonic() + timeout
     while not condition():
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"{message}: the process exited with status {process.returncode}")
         assert time.monotonic() < deadline, message
         time.sleep(0.05)
 
@@ -279,7 +285,8 @@ def test_a_job_timeout_ends_a_runaway_job_and_the_worker_takes_the_next(settings
     worker = start_worker(slow, "merit")
     state = f"{WORKER_STATE_PREFIX}worker_merit_1"  # what the harness reads to see a job in flight
     try:
-        wait_for(lambda: valkey.get(state) == b"busy", "the worker never said busy while the runaway ran")
+        wait_for(lambda: valkey.get(state) == b"busy", "the worker never said busy while the runaway ran",
+                 process=worker)
         wait_for(lambda: job_field(valkey, "merit-a1-1", "status") == "failed", "the runaway job was never ended",
                  timeout=burn + 30)  # a hang guard; the verdict is below
         job = Job.fetch("merit-a1-1", connection=valkey, serializer=JOB_SERIALIZER)
@@ -353,20 +360,29 @@ def test_relay_keeps_looping_while_valkey_is_down(settings: Settings, caplog: py
     dead = valkey_client(settings.with_overrides(valkey_url=f"redis://127.0.0.1:{free_port()}/0"), "queue")
     stop = threading.Event()
     thread = threading.Thread(target=Relay(settings, make_engine(settings), dead).run_forever, args=(stop,))
+    def failed_passes() -> int:
+        return sum("relay pass failed" in r.message for r in caplog.records)
+
     with caplog.at_level(logging.ERROR, logger="proctor.relay"):
         thread.start()
-        time.sleep(0.8)
-        stop.set()
-        thread.join(timeout=10)
+        try:  # a second failed pass proves the loop went on after the first (a fixed 0.8 s saw one on a loaded machine)
+            wait_for(lambda: failed_passes() >= 2, "the relay stopped looping after a failed pass")
+        finally:
+            stop.set()
+            thread.join(timeout=10)
     assert not thread.is_alive()
-    assert sum("relay pass failed" in r.message for r in caplog.records) >= 2
     dead.close()
 
 
 def test_relay_process_stops_cleanly_on_sigterm(settings: Settings, valkey: Redis) -> None:
     env = {**os.environ, **settings.to_env(), "PYTHONPATH": str(REPO)}
     process = subprocess.Popen([sys.executable, "-m", "stack.relay"], env=env, cwd=REPO, stderr=subprocess.PIPE)
-    wait_for(lambda: row(settings, "merit-a1")["status"] == "enqueued", "the relay never enqueued")
+    try:
+        wait_for(lambda: row(settings, "merit-a1")["status"] == "enqueued", "the relay never enqueued", process=process)
+    except AssertionError:
+        process.kill()  # no orphan and no open pipe left for a later test to trip on
+        process.communicate()
+        raise
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=10)
     assert process.returncode == 0, stderr.decode()
@@ -377,7 +393,7 @@ def test_worker_keeps_a_liveness_key_and_stops_cleanly_on_sigterm(settings: Sett
     worker = start_worker(settings, "sms")
     pattern = liveness_key(f"worker_sms_1.{worker.pid}.*")  # the name ends in a per-start suffix
     try:
-        wait_for(lambda: bool(valkey.keys(pattern)), "no liveness key")
+        wait_for(lambda: bool(valkey.keys(pattern)), "no liveness key", process=worker)
         [key] = valkey.keys(pattern)
         assert 0 < valkey.pttl(key) <= 1000
         time.sleep(1.2)  # longer than the TTL: only refreshing keeps it
@@ -395,7 +411,7 @@ def test_a_sigterm_as_soon_as_the_worker_is_ready_is_a_clean_stop(settings: Sett
     ready = settings.run_dir / f"{lane}.ready"
     worker = start_worker(settings.with_overrides(ready_file=str(ready)), lane)
     try:
-        wait_for(ready.exists, "the worker never wrote its ready file")
+        wait_for(ready.exists, "the worker never wrote its ready file", process=worker)
     finally:
         status = sigterm_exit_status(worker, settings, lane)
     assert status == 0, worker_log(settings, lane)
@@ -434,7 +450,7 @@ def test_a_standby_that_loses_valkey_exits_non_zero(settings: Settings, tmp_path
         )
         worker = start_worker(standby, "sms")  # PROCTOR_COMPONENT worker_sms_1: not the lane holder
         try:
-            wait_for(lambda: "standby on" in worker_log(settings, "sms"), "the worker never stood by")
+            wait_for(lambda: "standby on" in worker_log(settings, "sms"), "the worker never stood by", process=worker)
         finally:
             server.kill()  # Valkey gone: the liveness beat gives up after one TTL (1 s here)
             status = exit_status(worker, 30, lambda: f"a standby without Valkey ran on:\n{worker_log(settings, 'sms')}")
