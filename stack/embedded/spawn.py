@@ -30,7 +30,7 @@ from stack.embedded import StackError
 from stack.embedded.forkserver import FD_ENV, PRIORITY_IDLE, PRIORITY_NICE
 from stack.embedded.watchdog import identity, is_alive
 
-__all__ = ["SPAWN_ENV", "ExecSpawner", "ForkSpawner", "Process", "Spawner", "fork_request",
+__all__ = ["SPAWN_ENV", "ExecSpawner", "ForkSpawner", "Process", "Spawner", "fork_request", "reap_helper",
            "spawner_from_env"]
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,15 @@ def _popen(argv: Sequence[str], env: Mapping[str, str] | None, cwd: Path, log_fi
     return subprocess.Popen(list(argv), env=dict(env) if env is not None else None, cwd=cwd,
                             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                             start_new_session=True, close_fds=True)
+
+
+def reap_helper(popen: subprocess.Popen[Any], grace: float = 5.0) -> None:
+    """Reap a helper process told to end (its channel closed): SIGKILL if it lingers past ``grace``."""
+    try:
+        popen.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
 
 
 class ExecSpawner:
@@ -220,11 +229,7 @@ class _ServerLink:
         except OSError:
             pass
         self._socket.close()
-        try:
-            self.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        reap_helper(self.popen)
 
 
 class ForkSpawner:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Callable, Mapping, Sequence
 
 from stack.embedded import StackError
-from stack.embedded.spawn import Process, Spawner, spawner_from_env
+from stack.embedded.spawn import Process, Spawner, reap_helper, spawner_from_env
 from stack.embedded.watchdog import Identity, collect_tree, identity, is_alive, signal_tree, snapshot
 
 __all__ = ["Probe", "ProcessSpec", "Supervisor", "PROJECT_ROOT", "BACKOFF_INITIAL", "BACKOFF_MAX"]
@@ -114,11 +114,7 @@ class _Watchdog:
                 self.popen.stdin.close()
             except (OSError, ValueError):
                 pass
-        try:
-            self.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        reap_helper(self.popen)
 
 
 class Supervisor:
