@@ -220,6 +220,8 @@ class _ServerLink:
                 self._exits[int(message["exit"])] = int(message["code"])
             else:
                 self._replies[int(message["id"])] = message
+                if "pid" in message:  # a recycled pid: the exit of its earlier holder is not this child's
+                    self._exits.pop(int(message["pid"]), None)
             self._changed.notify_all()
 
     def close(self) -> None:

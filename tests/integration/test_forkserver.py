@@ -122,6 +122,21 @@ def test_what_is_forked_and_what_is_not() -> None:
     assert fork_request([python, "-m", "m"], {**env, "PYTHONPATH": "/x"}, server_env) is None
 
 
+def test_a_recycled_pid_is_not_taken_for_dead() -> None:
+    import threading
+
+    from stack.embedded.spawn import _ServerLink
+
+    link = object.__new__(_ServerLink)  # its bookkeeping only, no server
+    link._changed, link._replies, link._exits, link.alive = threading.Condition(), {}, {}, True
+    link._take({"exit": 4242, "code": -9})  # an earlier component that had pid 4242
+    assert link.exit_code(4242, None) == -9
+    link._take({"id": 7, "pid": 4242})  # a new child got the same pid
+    assert link.exit_code(4242, None) is None
+    link._take({"exit": 4242, "code": 0})
+    assert link.exit_code(4242, None) == 0
+
+
 def test_the_spawn_policy_is_chosen_by_name(tmp_path: Path) -> None:
     assert isinstance(spawner_from_env(tmp_path / "log", environ={}), ForkSpawner)
     assert isinstance(spawner_from_env(tmp_path / "log", environ={"PROCTOR_SPAWN": "exec"}), ExecSpawner)
