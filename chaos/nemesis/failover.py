@@ -44,9 +44,10 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from chaos.nemesis.base import FaultSpec, NemesisError
-from chaos.nemesis.provider import after_effect_timing, answer_held
+from chaos.nemesis.provider import HeldAnswer, after_effect_timing, answer_held
 from chaos.observe.valkey_stats import read_process_counters
 from stack.components import LIVENESS_PREFIX
+from stack.embedded.watchdog import identity, is_alive
 from stack.valkey_client import primary_address, valkey_client
 
 if TYPE_CHECKING:
@@ -80,6 +81,41 @@ PARTITION_TOXIC = {"type": "timeout", "stream": "downstream", "attributes": {"ti
 """Drop everything the node sends, keep the connections open: a silent one-way partition."""
 
 
+class _ReleaseWhenGone:
+    """Let a held answer go as soon as the victim's processes are gone from ``/proc``, not when the
+    kill's call returns: a container engine returns only after its own bookkeeping (6.0-6.2 s
+    after the exit on a loaded machine, docs/valkey.md), and the answer must come in the outage,
+    before the Sentinels switch. Without a held answer, or pids this host can see, it does nothing."""
+
+    def __init__(self, pids: list[int], held: HeldAnswer | None) -> None:
+        self.gone_at: float | None = None
+        self._stop = threading.Event()
+        idents = [ident for ident in (identity(pid) for pid in pids) if ident is not None]
+        self._thread: threading.Thread | None = None
+        if held is not None and held.effect is not None and idents:
+            self._thread = threading.Thread(target=self._watch, args=(idents, held), name="release-when-gone",
+                                            daemon=True)
+            self._thread.start()
+
+    def _watch(self, idents: list[Any], held: HeldAnswer) -> None:
+        while not self._stop.is_set():
+            if not any(is_alive(ident) for ident in idents):
+                self.gone_at = time.time()
+                try:
+                    held.release()
+                except Exception:  # noqa: BLE001 - the block's end lets it go again
+                    pass
+                return
+            time.sleep(0.002)
+
+    def stop(self) -> float | None:
+        """After the kill's call returned: stop watching; when the processes were seen gone, if they were."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return self.gone_at
+
+
 class FailoverNemesis:
     kinds = frozenset({"failover", "partition"})
 
@@ -110,7 +146,7 @@ class FailoverNemesis:
             mid_job = (held is not None and held.effect is not None) or self._wait_busy(
                 fault.params.get("wait_busy_worker"), float(fault.params.get("wait_busy", 0)))
             killed_at = time.time()  # the signal's moment (an engine's kill returns once the container stopped)
-            struck_at = self._strike(fault, victim, old_address)
+            struck_at = self._strike(fault, victim, old_address, held, pids)
         # held answers go only now, after the strike landed: the job in flight hears in the outage
         before = read_process_counters(self.stack.run_dir)
         watch = _Watch(victim, old_address, killed_at, expected, time.monotonic() + self.ready_timeout,
@@ -122,17 +158,22 @@ class FailoverNemesis:
         return {"node": victim, "pids": pids, "killed_at": watch.killed_at, "mid_job": mid_job, **timing,
                 "primary_before": f"{old_address[0]}:{old_address[1]}", **({"link": self._cut[fault.target]} if fault.target in self._cut else {})}
 
-    def _strike(self, fault: FaultSpec, victim: str, old_address: tuple[str, int]) -> float:
+    def _strike(self, fault: FaultSpec, victim: str, old_address: tuple[str, int], held: HeldAnswer | None,
+                pids: list[int]) -> float:
         """Kill the primary or cut it off; when the strike landed. On a loaded machine a signal can
         leave well after it was sent, so a kill has landed at the engine's (or the supervisor's)
-        record of the exit; a cut has landed when its toxic is in place."""
+        record of the exit, or when its processes were seen gone, whichever came first; a cut has
+        landed when its toxic is in place."""
         if fault.kind == "partition":
             link = self._link_of(old_address[1])
             self._network_nemesis().start(self._toxic(link))
             self._cut[fault.target] = link
             return time.time()
+        gone = _ReleaseWhenGone(pids, held)
         self.stack.kill(victim)
-        return self.stack.kill_landed_at(victim) or time.time()
+        landed = self.stack.kill_landed_at(victim) or time.time()
+        gone_at = gone.stop()
+        return landed if gone_at is None else min(landed, gone_at)
 
     def _link_of(self, port: int) -> str:
         """The node link whose proxy is the address the node announces (the Sentinels' view of it)."""

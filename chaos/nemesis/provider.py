@@ -13,10 +13,11 @@ caller's next step, through the provider's answer hold (stack/providers/hold.py)
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from chaos.nemesis.base import FaultSpec, NemesisError
@@ -67,10 +68,19 @@ class ProviderNemesis:
 class HeldAnswer:
     """What ``answer_held`` found: the new effect whose answer the provider holds (``id``,
     ``created_at`` on the provider's wall clock; None if none came in time), and when the
-    provider let its answers go (set when the block is left)."""
+    provider let its answers go: at ``release()``, which a strike may call as soon as it
+    landed, else when the block is left."""
 
     effect: dict[str, Any] | None = None
     released_at: float | None = None
+    _let_go: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def release(self) -> None:
+        """Let the held answers go, once (later calls do nothing)."""
+        with self._lock:
+            if self.released_at is None and self._let_go is not None:
+                self.released_at = float(self._let_go()["released_at"])
 
 
 @contextmanager
@@ -86,15 +96,15 @@ def answer_held(stack: Any, params: Mapping[str, Any]) -> Iterator[HeldAnswer | 
         yield None
         return
     url = f"{stack.urls[str(params['after_effect_at'])]}/admin/hold"
-    held = HeldAnswer()
     # One client for the whole wait: a client per look cost ~20 CPU ms and as much delay (stack/loopback_http.py).
     with loopback_http.client(headers={ADMIN_TOKEN_HEADER: stack.settings.admin_token}, timeout=5) as http:
+        held = HeldAnswer(_let_go=lambda: _admin(http.delete(url)))
         _admin(http.post(url))
         try:
             held.effect = _first_held(http, url, float(params.get("wait_busy", 5)))
             yield held
         finally:
-            held.released_at = float(_admin(http.delete(url))["released_at"])
+            held.release()
 
 
 def _admin(response: Any) -> dict[str, Any]:

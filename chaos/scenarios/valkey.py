@@ -21,7 +21,7 @@ from chaos.load.filler import FillerSpec, filler_generator
 from chaos.nemesis import FaultSpec
 from chaos.observe.valkey_stats import valkey_sampler
 from chaos.runner import Scenario
-from chaos.scenarios.kills import KILL_BOUNDS, slow_ai_calls
+from chaos.scenarios.kills import KILL_BOUNDS, aim_seconds, slow_ai_calls
 from chaos.scenarios.tls import tls_churn_on
 from stack.deploy.links import NODE_LINKS
 
@@ -59,13 +59,14 @@ def _primary_kill(seed: int, scenario: Scenario) -> list[FaultSpec]:
     held = FaultSpec(at=2.0, kind="provider", target="ai_provider", duration=8.5,
                      params={"delay_after_effect_seconds": ANSWER_HELD_SECONDS})
     kill = FaultSpec(at=3.0, kind="failover", target="primary", duration=FAILOVER_DOWN_SECONDS,
-                     params={"after_effect_at": "ai_provider", "wait_busy_worker": "worker_ai_1", "wait_busy": 5.0})
+                     params={"after_effect_at": "ai_provider", "wait_busy_worker": "worker_ai_1",
+                             "wait_busy": aim_seconds(scenario, 3.0)})
     return [held, kill]
 
 
 def _primary_cut(seed: int, scenario: Scenario) -> list[FaultSpec]:
     return [FaultSpec(at=3.0, kind="partition", target="primary", duration=FAILOVER_DOWN_SECONDS,
-                      params={"wait_busy_worker": "worker_ai_1", "wait_busy": 5.0})]
+                      params={"wait_busy_worker": "worker_ai_1", "wait_busy": aim_seconds(scenario, 3.0)})]
 
 
 _OPTIONS = {"expect_ops": ["session", "start", "answer", "finish", "merit_card"]}

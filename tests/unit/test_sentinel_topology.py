@@ -357,3 +357,64 @@ def test_a_worker_kill_lets_the_held_answer_go_only_after_its_signal(monkeypatch
                                                            params={"after_effect_at": "ai_provider"}))
     assert stack.calls == ["effect", "autorestart False", "kill", "release"]
     assert detail["after_effect"] is True and detail["answer_released_after_kill"] >= 0, detail
+
+
+class _EngineLikeStack(_SlowKillStack):
+    """A kill whose call returns long after its process died, as a container engine's does."""
+
+    def __init__(self, victim, bookkeeping: float) -> None:
+        super().__init__(kill_takes=0.0)
+        self.victim, self.bookkeeping = victim, bookkeeping
+
+    def pids(self, name: str) -> list[int]:
+        return [self.victim.pid]
+
+    def kill(self, name: str) -> list[int]:
+        import signal
+        import time
+
+        self.calls.append("kill")
+        self.victim.send_signal(signal.SIGKILL)
+        self.victim.wait()
+        time.sleep(self.bookkeeping)
+        self.returned_at = self.landed = time.time()  # the engine's record, stamped late
+        return [self.victim.pid]
+
+
+def test_the_held_answer_goes_when_the_victim_is_gone_not_when_the_engine_returns(monkeypatch):
+    import subprocess
+    import sys
+    import time
+
+    from chaos.nemesis import failover
+    from chaos.nemesis.base import FaultSpec
+    from chaos.nemesis.provider import HeldAnswer
+
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stack = _EngineLikeStack(victim, bookkeeping=1.0)
+    released: list[float] = []
+    effect_at = time.time()
+
+    def held(_stack, params):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def hold():
+            answer = HeldAnswer(effect={"id": 1, "created_at": effect_at},
+                                _let_go=lambda: released.append(time.time()) or {"released_at": released[-1]})
+            try:
+                yield answer
+            finally:
+                answer.release()
+        return hold()
+
+    monkeypatch.setattr(failover, "primary_address", lambda settings: ("127.0.0.1", 7000))
+    monkeypatch.setattr(failover, "answer_held", held)
+    monkeypatch.setattr(failover, "read_process_counters", lambda run_dir: {})
+    monkeypatch.setattr(failover.FailoverNemesis, "_watch", lambda self, watch: None)
+    start = failover.FailoverNemesis(stack).start(FaultSpec(at=3.0, kind="failover", target="primary", duration=8.0,
+                                                            params={"after_effect_at": "ai_provider"}))
+    assert len(released) == 1  # once, though the block's end asks again
+    assert released[0] < stack.returned_at - 0.5, (released[0], stack.returned_at)  # before the engine's bookkeeping ended
+    assert 0 <= start["answer_released_after_kill"] < 0.5, start  # counted from the death seen, not the late record
+    assert start["effect_age_at_kill"] < 0.9, start
