@@ -147,7 +147,7 @@ class FailoverNemesis:
                 fault.params.get("wait_busy_worker"), float(fault.params.get("wait_busy", 0)))
             killed_at = time.time()  # the signal's moment (an engine's kill returns once the container stopped)
             struck_at = self._strike(fault, victim, old_address, held, pids)
-        # held answers go only now, after the strike landed: the job in flight hears in the outage
+        # held answers went once the victim was seen gone, or go now that the kill returned: after the strike either way
         before = read_process_counters(self.stack.run_dir)
         watch = _Watch(victim, old_address, killed_at, expected, time.monotonic() + self.ready_timeout,
                        counters_before=before)
