@@ -37,6 +37,7 @@ __all__ = [
     "mark_reenqueued",
     "mark_failed",
     "defer",
+    "enqueue_number_of",
     "lost_runs",
     "pending_for_attempt",
     "unfinished_summary",
@@ -86,11 +87,14 @@ def rows_for_attempt(conn: Connection, attempt_id: str) -> list[dict]:
 
 
 def mark_enqueued(conn: Connection, op: str, enqueue_number: int, job: str, now: float | None = None) -> bool:
-    """Record an enqueue; only moves pending/enqueued rows (a done row stays done). True if moved."""
+    """Record an enqueue; only moves pending/enqueued rows (a done row stays done) that no
+    enqueue as recent has reached yet: the job may have run and handed its row back (``defer``)
+    before this mark, and the mark must never undo that. True if moved."""
     now = time.time() if now is None else now
     result = conn.execute(
         update(outbox)
-        .where(outbox.c.operation_id == op, outbox.c.status.in_(("pending", "enqueued")))
+        .where(outbox.c.operation_id == op, outbox.c.status.in_(NON_FINAL_STATUSES),
+               outbox.c.attempts < enqueue_number)
         .values(status="enqueued", attempts=enqueue_number, job_id=job, enqueued_at=now, updated_at=now)
     )
     return result.rowcount == 1
@@ -181,11 +185,27 @@ def defer(conn: Connection, op: str, job: str, not_before: float, reason: str, n
     now = time.time() if now is None else now
     result = conn.execute(
         update(outbox)
-        .where(outbox.c.operation_id == op, outbox.c.status == "enqueued", outbox.c.job_id == job)
+        .where(outbox.c.operation_id == op, _held_by(job))
         .values(status="pending", not_before=not_before, updated_at=now, last_error=reason,
-                deferrals=outbox.c.deferrals + 1)
+                attempts=enqueue_number_of(job), job_id=job, deferrals=outbox.c.deferrals + 1)
     )
     return result.rowcount == 1
+
+
+def enqueue_number_of(job: str) -> int:
+    """The enqueue number in a job id (``stack.lanes.queues.job_id``: ``<operation_id>-<n>``)."""
+    return int(job.rsplit("-", 1)[1])
+
+
+def _held_by(job: str) -> ColumnElement[bool]:
+    """The row is ``job``'s to hand back: it points at the job, or the enqueue that sent the job
+    is not recorded yet. The relay and the reconciler mark a row only after Valkey accepted its
+    job, so a fast worker can run the job first. Without the second case its hand-back matched
+    nothing, the late mark set the row ``enqueued`` on a finished job, and no pass ever looked
+    at it again (a narrative stuck for good, rehearsal run 23). A stale job (the row moved on
+    to a newer enqueue) still matches nothing."""
+    return or_(and_(outbox.c.status == "enqueued", outbox.c.job_id == job),
+               and_(outbox.c.status.in_(NON_FINAL_STATUSES), outbox.c.attempts < enqueue_number_of(job)))
 
 
 def lost_runs(row: dict) -> int:
@@ -220,12 +240,14 @@ def mark_reenqueued(
 
 
 def mark_failed(conn: Connection, op: str, previous_job: str, reason: str, now: float | None = None) -> bool:
-    """Give up on an enqueued row (max attempts); the caller writes the failed_for_review outcome."""
+    """Give up on the row ``previous_job`` holds (``_held_by``: the reconciler's max attempts, or
+    the job's own verdict); the caller writes the failed_for_review outcome."""
     now = time.time() if now is None else now
     result = conn.execute(
         update(outbox)
-        .where(outbox.c.operation_id == op, outbox.c.status == "enqueued", outbox.c.job_id == previous_job)
-        .values(status="failed", updated_at=now, last_error=reason)
+        .where(outbox.c.operation_id == op, _held_by(previous_job))
+        .values(status="failed", attempts=enqueue_number_of(previous_job), job_id=previous_job,
+                updated_at=now, last_error=reason)
     )
     return result.rowcount == 1
 

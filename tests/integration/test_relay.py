@@ -37,6 +37,8 @@ from stack.lanes.worker import build_worker, liveness_key
 from stack.ledger import outbox, outcomes
 from stack.ledger.engine import init_ledger, make_engine
 from stack.ledger.schema import answers, attempts, audit_log, students
+import stack.relay as stack_relay
+from stack.lanes.enqueue import enqueue_operations
 from stack.relay import Relay
 
 OPS = ("merit-a1", "narrative-a1", "sms-a1")
@@ -343,6 +345,79 @@ def test_deferrals_do_not_use_up_the_attempts_of_a_later_crash(settings: Setting
     assert row(current, "merit-a1")["status"] == "enqueued"
     valkey.flushall()  # a second lost run reaches the limit: given up, for review
     assert relay(current, valkey).run_once().failed == ["merit-a1"]
+
+
+HandBack = Callable[[Settings, str, str], bool]
+
+
+def defer_now(settings: Settings, op: str, job: str) -> bool:
+    with make_engine(settings).begin() as conn:
+        return outbox.defer(conn, op, job, time.time(), "limiter: window")
+
+
+def give_up_now(settings: Settings, op: str, job: str) -> bool:
+    with make_engine(settings).begin() as conn:
+        return outbox.mark_failed(conn, op, job, "permanent: provider answered 400")
+
+
+HAND_BACKS = {"deferred": (defer_now, "pending"), "failed": (give_up_now, "failed")}
+
+
+@pytest.mark.parametrize("hand_back", sorted(HAND_BACKS))
+def test_a_job_that_hands_its_row_back_before_the_relay_marks_it_is_never_undone(
+        settings: Settings, valkey: Redis, hand_back: str) -> None:
+    """The relay marks a row only after Valkey accepted the job, so a fast worker can run the
+    job and hand the row back first. That hand-back must stick: rehearsal run 23 had it match
+    nothing, the late mark set the row ``enqueued`` on a finished job, and the narrative was
+    stuck for good (the reconciler treats a finished job as healthy)."""
+    act, status = HAND_BACKS[hand_back]
+    card_ready(settings)
+    first = relay(settings, valkey)
+
+    def worker_runs_first(current: Relay, items: list[tuple[str, str, int]]) -> list[str]:
+        enqueue_operations(current.redis, current.settings, items)
+        for _, op, number in items:
+            assert act(settings, op, f"{op}-{number}"), f"{op}: the hand-back matched nothing"
+        return current.mark(items)
+
+    first.send_and_mark = worker_runs_first
+    assert first.run_once().enqueued == []  # every mark found its row handed back already
+    for op in OPS[1:]:
+        found = row(settings, op)
+        assert (found["status"], found["job_id"], found["attempts"]) == (status, f"{op}-1", 1)
+    if status == "pending":
+        assert relay(settings, valkey).run_once().enqueued == list(OPS[1:])
+        assert {row(settings, op)["job_id"] for op in OPS[1:]} == {f"{op}-2" for op in OPS[1:]}
+
+
+def test_a_replacement_that_defers_before_the_reconciler_marks_it_stays_deferred(
+        settings: Settings, valkey: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same race on a re-enqueue: job 2 runs and defers before ``mark_reenqueued`` moves the
+    row from job 1 to job 2; the row must stay pending on job 2, not go back to ``enqueued``."""
+    relay(settings, valkey).run_once()
+    valkey.flushall()  # job 1 is lost: the reconciler replaces it with job 2
+    send = stack_relay.enqueue_operation
+
+    def worker_runs_first(redis: Redis, current: Settings, kind: str, op: str, number: int) -> str:
+        jid = send(redis, current, kind, op, number)
+        assert defer_now(settings, op, jid)
+        return jid
+
+    monkeypatch.setattr(stack_relay, "enqueue_operation", worker_runs_first)
+    assert relay(settings, valkey).run_once().reenqueued == []  # the deferral came first
+    found = row(settings, "merit-a1")
+    assert (found["status"], found["job_id"], found["attempts"], found["deferrals"]) == ("pending", "merit-a1-2", 2, 1)
+
+
+def test_a_stale_job_hands_nothing_back(settings: Settings, valkey: Redis) -> None:
+    """A job the row has moved on from (a newer enqueue is recorded) still matches nothing."""
+    relay(settings, valkey).run_once()
+    assert defer_now(settings, "merit-a1", "merit-a1-1")
+    relay(settings, valkey).run_once()
+    assert row(settings, "merit-a1")["job_id"] == "merit-a1-2"
+    assert not defer_now(settings, "merit-a1", "merit-a1-1")
+    assert not give_up_now(settings, "merit-a1", "merit-a1-1")
+    assert (row(settings, "merit-a1")["status"], row(settings, "merit-a1")["job_id"]) == ("enqueued", "merit-a1-2")
 
 
 def test_waiting_rows_never_hide_the_merit_rows_they_wait_for(settings: Settings) -> None:

@@ -278,12 +278,13 @@ def test_jobs_never_compute_a_position_of_their_own(providers: Settings, kind: s
 # -- the SMS lane's refusal classes (stack/lanes/sms_refusals.py, issue #11) -----------------------
 
 def sms_job_running(settings: Settings, monkeypatch: pytest.MonkeyPatch, op: str = "sms-a1") -> None:
-    """The relay enqueued the row as job <op>-1, and the job runs as that RQ job."""
+    """The relay enqueued the row as its next job, <op>-<attempts + 1>, and the job runs as that RQ job."""
     from stack.lanes import sms_refusals
 
     with make_engine(settings).begin() as conn:
-        assert outbox.mark_enqueued(conn, op, 1, f"{op}-1")
-    monkeypatch.setattr(sms_refusals, "_current_job_id", lambda: f"{op}-1")
+        number = outbox.get_row(conn, op)["attempts"] + 1
+        assert outbox.mark_enqueued(conn, op, number, f"{op}-{number}")
+    monkeypatch.setattr(sms_refusals, "_current_job_id", lambda: f"{op}-{number}")
 
 
 def test_sms_429_hands_the_row_back_until_retry_after_without_a_send(providers: Settings,
