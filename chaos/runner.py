@@ -26,6 +26,7 @@ from chaos.interrupt import Interrupted, write_marker
 from chaos.observe.monitor import admin_urls, require_samples, run_monitor
 from chaos.nemesis import CompositeNemesis, FaultSpec, ProcessNemesis, ProviderNemesis, WorkerStates, run_schedule
 from chaos.nemesis.ledger import LedgerNemesis
+from chaos.nemesis.runner import check_nesting
 from chaos.load.exam import WorkloadSpec, WorkloadStats, run_workload
 import stack.config as stack_config
 from stack.deploy.secrets import read_roster
@@ -160,6 +161,7 @@ def _run_on_stack(stack: Deployment, scenario: Scenario, seed: int, progress: Pr
     run_dir = stack.run_dir
     time_scale = stack.settings.time_scale
     faults = scenario.faults(seed, scenario)
+    check_nesting(faults)  # before the load: a schedule that could never play is the scenario's error
     reproduce = reproduce_command(scenario, seed, time_scale, target)
     meta = {**_scenario_meta(scenario, seed, stack, faults, reproduce), "target": target}
     _write_json(run_dir / "scenario.json", meta)

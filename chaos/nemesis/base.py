@@ -29,10 +29,17 @@ class FaultSpec:
     # of the second web node waits until the first is back, so the pool always keeps a node serving,
     # however long a slow machine takes to restart one.
     exclusive: str = ""
+    # The index, in the schedule, of a fault this one must land inside (chaos/nemesis/runner.py): it
+    # starts ``at - inside.at`` after that fault's start returned, and that fault lasts until
+    # ``inside.at + inside.duration - at`` after this one's start returned. The schedule's offsets
+    # hold however late a loaded machine runs either call, never only on an idle one.
+    inside: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         group = {"exclusive": self.exclusive} if self.exclusive else {}
-        return {"at": self.at, "kind": self.kind, "target": self.target, "duration": self.duration, **group, **self.params}
+        inside = {} if self.inside is None else {"inside": self.inside}
+        return {"at": self.at, "kind": self.kind, "target": self.target, "duration": self.duration,
+                **group, **inside, **self.params}
 
 
 class Nemesis(Protocol):
