@@ -195,13 +195,14 @@ def _nemesis_for(stack: Deployment, scenario: Scenario) -> CompositeNemesis:
     """Every nemesis a scheduled fault may name: processes (kill, pause, restart, scale), the fake
     providers' knobs (``provider``: targets are the deployment's URL names, e.g. ``ai_provider``)
     the ledger's write lock (``ledger_lock``) and, with links behind the fault proxy, the network (``toxic``)."""
-    members: list[Any] = [ProcessNemesis(stack, worker_states=WorkerStates(stack.settings)),
+    worker_states = WorkerStates(stack.settings)
+    members: list[Any] = [ProcessNemesis(stack, worker_states=worker_states),
                           ProviderNemesis(stack.urls, stack.settings.admin_token),
                           LedgerNemesis(stack)]  # connects only when a ledger_lock fault starts
     if scenario.valkey == "sentinel":
         from chaos.nemesis.failover import FailoverNemesis
 
-        members.append(FailoverNemesis(stack))
+        members.append(FailoverNemesis(stack, worker_states=worker_states))
     if scenario.sms_egress is not None:
         from chaos.nemesis.host import HostNemesis
 

@@ -79,10 +79,11 @@ it measured more node 503s at 100 req/s in all 5 pairs (docs/ramp.md); a quiet-m
 WORKER_MODELS = ("fork", "simple")
 """How a lane worker runs a job (stack/lanes/worker.py): ``fork``, RQ's ``Worker`` (a new horse process
 per job), or ``simple``, RQ's ``SimpleWorker`` (the job runs in the worker process itself)."""
-WORKER_MODEL_DEFAULTS = {"merit": "simple", "ai": "fork", "sms": "simple"}
+WORKER_MODEL_DEFAULTS = {"merit": "simple", "ai": "simple", "sms": "simple"}
 """Chosen by measurement (docs/embedded.md, "Worker models"): the fork was most of a merit or SMS job's
-CPU. The AI lane keeps forking: its jobs are long provider calls, where a fork is a small share, and a
-runaway one is ended by the parent killing its horse, outside the job's own process."""
+CPU, and the AI worker's forks were its biggest CPU cost after the web nodes in the ramp (60 % less
+AI-worker CPU without them, docs/ramp.md, 7 December 2026). A runaway job is ended by RQ's SIGALRM
+timeout in the worker itself; ``fork`` stays available per lane."""
 
 
 def _parse_port(name: str, raw: str) -> int:

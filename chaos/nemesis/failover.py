@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from chaos.nemesis.base import FaultSpec, NemesisError
+from chaos.nemesis.process import WorkerStates, running_a_job
 from chaos.nemesis.provider import HeldAnswer, after_effect_timing, answer_held
 from chaos.observe.valkey_stats import read_process_counters
 from stack.components import LIVENESS_PREFIX
@@ -119,9 +120,11 @@ class _ReleaseWhenGone:
 class FailoverNemesis:
     kinds = frozenset({"failover", "partition"})
 
-    def __init__(self, stack: Deployment, ready_timeout: float = 60.0) -> None:
+    def __init__(self, stack: Deployment, ready_timeout: float = 60.0, worker_states: WorkerStates | None = None) -> None:
+        """``worker_states``: None reads the process tree alone (a deployment whose workers all fork)."""
         self.stack = stack
         self.ready_timeout = ready_timeout
+        self.worker_states = worker_states
         self._watches: dict[str, _Watch] = {}
         self._cut: dict[str, str] = {}  # fault target -> the link carrying the partition toxic
         self._network: Any = None
@@ -141,7 +144,7 @@ class FailoverNemesis:
         if fault.kind != "partition":
             self.stack.set_autorestart(victim, False)  # before the effect too: the kill must follow it at once
         with answer_held(self.stack, fault.params) as held:
-            # An answer the provider holds proves a job in flight; without one, look for a horse
+            # An answer the provider holds proves a job in flight; without one, look for a running job
             # (one more poll of the engine for each try on compose).
             mid_job = (held is not None and held.effect is not None) or self._wait_busy(
                 fault.params.get("wait_busy_worker"), float(fault.params.get("wait_busy", 0)))
@@ -194,12 +197,12 @@ class FailoverNemesis:
         return FaultSpec(at=0.0, kind="toxic", target=link, duration=0.0, params=dict(PARTITION_TOXIC))
 
     def _wait_busy(self, worker: Any, timeout: float) -> bool:
-        """Kill while ``worker`` runs a job (its tree has a horse), so a job is in flight."""
+        """Kill while ``worker`` runs a job (a horse in its tree, or its published ``busy``), so a job is in flight."""
         if not worker:
             return False
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if len(self.stack.pids(str(worker))) > 1:
+            if running_a_job(str(worker), self.stack.pids(str(worker)), self.worker_states):
                 return True
             time.sleep(0.005)
         return False

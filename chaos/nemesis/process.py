@@ -61,6 +61,11 @@ class WorkerStates:
         return self._client
 
 
+def running_a_job(name: str, pids: list[int], states: WorkerStates | None) -> bool:
+    """A horse in the worker's tree (a forking worker), or the worker's own word that a job runs."""
+    return len(pids) > 1 or (states is not None and states.busy(name))
+
+
 class ProcessNemesis:
     kinds = frozenset({"kill", "pause", "restart", "scale"})
 
@@ -132,8 +137,7 @@ class ProcessNemesis:
         return detail
 
     def _busy(self, name: str, pids: list[int]) -> bool:
-        """A horse in the tree (a forking worker), or the worker's own word that a job runs."""
-        return len(pids) > 1 or (self.worker_states is not None and self.worker_states.busy(name))
+        return running_a_job(name, pids, self.worker_states)
 
     def _wait_idle(self, name: str, timeout: float) -> bool:
         """An idle RQ worker: no horse, and not ``busy``."""

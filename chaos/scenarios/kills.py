@@ -9,6 +9,7 @@ from dataclasses import replace
 from chaos.nemesis import FaultSpec, ProviderNemesis, periodic_schedule
 from chaos.runner import Scenario
 from chaos.load.exam import WorkloadSpec
+from stack.config import WORKER_MODEL_DEFAULTS
 
 __all__ = ["KILL_BOUNDS", "WEB_KILL_SCENARIOS", "WORKERS", "WORKER_KILL_SCENARIOS", "slow_ai_calls"]
 
@@ -154,7 +155,9 @@ WORKER_KILL_SCENARIOS: tuple[Scenario, ...] = (
         name="worker_kill_no_reconciler",
         description="negative control: reconciler off; an AI job killed after the provider recorded its narrative, before it answered, must be reported lost",
         workload=WorkloadSpec(arrival_rate=2.0, duration=5.0, questions=2),
-        settings={"reconciler_enabled": False},
+        # The AI lane forks here (the default is in-process since 7 December 2026), so the
+        # control keeps proving the horse's case: the tree read before the kill holds the horse.
+        settings={"reconciler_enabled": False, "worker_models": {**WORKER_MODEL_DEFAULTS, "ai": "fork"}},
         faults=_kill_ai_after_effect,
         options=_WORKER_KILL_OPTIONS,
         expect_valid=False,

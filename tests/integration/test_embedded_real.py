@@ -10,6 +10,7 @@ from typing import Iterator
 import httpx
 import pytest
 
+from stack.config import WORKER_MODEL_DEFAULTS
 from stack.deploy.secrets import login_body
 from stack.embedded.stack import EmbeddedStack, StackSpec
 from stack.embedded.watchdog import _read_stat
@@ -37,7 +38,10 @@ def _wait_gone(pids: set[int], timeout: float) -> set[int]:
 @pytest.fixture(scope="module")
 def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     spec = StackSpec(name="smoke", web=2, run_dir=tmp_path_factory.mktemp("real") / "run",
-                     settings_overrides={"time_scale": TIME_SCALE})
+                     # The AI lane forks a horse per job here, as a user may choose
+                     # (PROCTOR_WORKER_MODEL): the horse's kill below needs one.
+                     settings_overrides={"time_scale": TIME_SCALE,
+                                         "worker_models": {**WORKER_MODEL_DEFAULTS, "ai": "fork"}})
     seen: set[int] = set()
     with EmbeddedStack(spec) as stack:
         yield stack

@@ -218,6 +218,18 @@ def test_a_kill_waiting_for_a_job_sees_an_in_process_job_by_the_workers_state() 
     assert ProcessNemesis(ForkingWorker([[1000]])).start(quick)["mid_job"] is False
 
 
+def test_a_failover_waiting_for_a_job_sees_an_in_process_job_by_the_workers_state() -> None:
+    """The failover nemesis strikes while the AI worker runs a job; since 7 December 2026 that
+    worker runs jobs in-process, so a horse alone would never show it busy (the wait ran out and
+    the strike came late, with no job in flight)."""
+    from chaos.nemesis.failover import FailoverNemesis
+
+    said = FailoverNemesis(ForkingWorker([[1000]]), worker_states=SaidStates(["idle", "busy"]))  # type: ignore[arg-type]
+    assert said._wait_busy("worker_ai_1", 5.0) is True
+    assert FailoverNemesis(ForkingWorker([[1000]]))._wait_busy("worker_ai_1", 0.05) is False  # type: ignore[arg-type]
+    assert FailoverNemesis(ForkingWorker([[1000, 1001]]))._wait_busy("worker_ai_1", 0.05) is True  # type: ignore[arg-type]
+
+
 def test_a_pause_waiting_for_idle_thaws_a_worker_that_said_busy_once_frozen() -> None:
     fake = ForkingWorker([[1000]])
     pause = FaultSpec(at=0, kind="pause", target="worker_merit_1", duration=1, params={"wait_idle": 5.0})
