@@ -195,7 +195,7 @@ def _nemesis_for(stack: Deployment, scenario: Scenario) -> CompositeNemesis:
     """Every nemesis a scheduled fault may name: processes (kill, pause, restart, scale), the fake
     providers' knobs (``provider``: targets are the deployment's URL names, e.g. ``ai_provider``)
     the ledger's write lock (``ledger_lock``) and, with links behind the fault proxy, the network (``toxic``)."""
-    worker_states = WorkerStates(stack.settings)
+    worker_states = WorkerStates.of(stack)
     members: list[Any] = [ProcessNemesis(stack, worker_states=worker_states),
                           ProviderNemesis(stack.urls, stack.settings.admin_token),
                           LedgerNemesis(stack)]  # connects only when a ledger_lock fault starts

@@ -45,6 +45,17 @@ class WorkerStates:
         self.settings = settings
         self._client: Any = None
 
+    @classmethod
+    def of(cls, stack: Deployment) -> WorkerStates:
+        """Read at the harness's direct Valkey address (``stack.urls["valkey"]``) unless Sentinels
+        name the primary. On compose the settings' URL names the containers' service, which the
+        host cannot resolve: every read failed and said "not busy", so no in-process job was ever
+        seen and a kill waiting for one landed after its wait, not mid-job (rehearsal run 24)."""
+        settings = stack.settings
+        if not settings.valkey_sentinels:
+            settings = settings.with_overrides(valkey_url=stack.urls["valkey"])
+        return cls(settings)
+
     def busy(self, component: str) -> bool:
         from redis.exceptions import RedisError
 

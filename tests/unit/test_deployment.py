@@ -218,6 +218,22 @@ def test_a_kill_waiting_for_a_job_sees_an_in_process_job_by_the_workers_state() 
     assert ProcessNemesis(ForkingWorker([[1000]])).start(quick)["mid_job"] is False
 
 
+def test_worker_states_are_read_at_the_harness_direct_valkey_address() -> None:
+    """On compose the settings' URL names the containers' service (unresolvable from the host):
+    every read failed and said "not busy", so no in-process job was seen (rehearsal run 24)."""
+    from types import SimpleNamespace
+
+    from chaos.nemesis.process import WorkerStates
+    from stack.config import Settings
+
+    compose_like = SimpleNamespace(settings=Settings(valkey_url="rediss://valkey:6379/0"),
+                                   urls={"valkey": "rediss://127.0.0.1:40123/0"})
+    assert WorkerStates.of(compose_like).settings.valkey_url == "rediss://127.0.0.1:40123/0"  # type: ignore[arg-type]
+    sentinels = Settings(valkey_url="rediss://valkey:6379/0", valkey_sentinels="10.0.0.5:26379")
+    with_sentinels = SimpleNamespace(settings=sentinels, urls={"valkey": "rediss://127.0.0.1:40123/0"})
+    assert WorkerStates.of(with_sentinels).settings is sentinels  # type: ignore[arg-type]
+
+
 def test_a_failover_waiting_for_a_job_sees_an_in_process_job_by_the_workers_state() -> None:
     """The failover nemesis strikes while the AI worker runs a job; since 7 December 2026 that
     worker runs jobs in-process, so a horse alone would never show it busy (the wait ran out and
