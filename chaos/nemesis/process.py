@@ -51,9 +51,9 @@ class WorkerStates:
         name the primary. On compose the settings' URL names the containers' service, which the
         host cannot resolve: every read failed and said "not busy", so no in-process job was ever
         seen and a kill waiting for one landed after its wait, not mid-job (rehearsal run 24)."""
-        settings = stack.settings
-        if not settings.valkey_sentinels:
-            settings = settings.with_overrides(valkey_url=stack.urls["valkey"])
+        settings, direct = stack.settings, stack.urls.get("valkey")
+        if direct and not settings.valkey_sentinels:  # a deployment without Valkey keeps its settings
+            settings = settings.with_overrides(valkey_url=direct)
         return cls(settings)
 
     def busy(self, component: str) -> bool:
