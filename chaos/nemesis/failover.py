@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from chaos.nemesis.base import FaultSpec, NemesisError
-from chaos.nemesis.process import WorkerStates, running_a_job
+from chaos.nemesis.process import WorkerStates, wait_worker
 from chaos.nemesis.provider import HeldAnswer, after_effect_timing, answer_held
 from chaos.observe.valkey_stats import read_process_counters
 from stack.components import LIVENESS_PREFIX
@@ -198,14 +198,7 @@ class FailoverNemesis:
 
     def _wait_busy(self, worker: Any, timeout: float) -> bool:
         """Kill while ``worker`` runs a job (a horse in its tree, or its published ``busy``), so a job is in flight."""
-        if not worker:
-            return False
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if running_a_job(str(worker), self.stack.pids(str(worker)), self.worker_states):
-                return True
-            time.sleep(0.005)
-        return False
+        return bool(worker) and wait_worker(self.stack, self.worker_states, str(worker), timeout, busy=True)
 
     # ------------------------------------------------------------------ the watcher
     def _watch(self, watch: _Watch) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from chaos.nemesis.base import FaultSpec, NemesisError
@@ -75,6 +74,17 @@ class WorkerStates:
 def running_a_job(name: str, pids: list[int], states: WorkerStates | None) -> bool:
     """A horse in the worker's tree (a forking worker), or the worker's own word that a job runs."""
     return len(pids) > 1 or (states is not None and states.busy(name))
+
+
+def wait_worker(stack: Deployment, states: WorkerStates | None, name: str, timeout: float, busy: bool) -> bool:
+    """Poll the worker until it is running a job (``busy``) or not; False once ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if running_a_job(name, stack.pids(name), states) is busy:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
 
 
 class ProcessNemesis:
@@ -152,20 +162,11 @@ class ProcessNemesis:
 
     def _wait_idle(self, name: str, timeout: float) -> bool:
         """An idle RQ worker: no horse, and not ``busy``."""
-        return self._wait_tree(name, timeout, lambda pids: not self._busy(name, pids))
+        return wait_worker(self.stack, self.worker_states, name, timeout, busy=False)
 
     def _wait_busy(self, name: str, timeout: float) -> bool:
         """An RQ worker with a job running: a horse, or ``busy``."""
-        return self._wait_tree(name, timeout, lambda pids: self._busy(name, pids))
-
-    def _wait_tree(self, name: str, timeout: float, wanted: Callable[[list[int]], bool]) -> bool:
-        deadline = time.monotonic() + timeout
-        while True:
-            if wanted(self.stack.pids(name)):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
+        return wait_worker(self.stack, self.worker_states, name, timeout, busy=True)
 
     def _scale(self, fault: FaultSpec) -> dict[str, Any]:
         """``params``: ``count``; ``restore`` (default True) scales back at the fault's end.

@@ -14,7 +14,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from stack.config import Settings
-from stack.ledger.outbox import operation_id
+from stack.ledger.outbox import job_id, operation_id  # job_id: re-exported, the lanes name jobs with it
 
 __all__ = ["JOB_SERIALIZER", "LANES", "LANE_OF_KIND", "JOB_FUNCTION", "SHARED_LANE_ROUTES", "operation_id", "job_id", "lane_routes", "queue_for"]
 
@@ -38,10 +38,6 @@ JOB_FUNCTION = {
 }
 """Outbox kind -> importable job function (workers import jobs by dotted path)."""
 
-
-def job_id(operation: str, enqueue_number: int) -> str:
-    """A fresh RQ job id per enqueue, so a re-enqueue never reuses a finished/failed job id."""
-    return f"{operation}-{enqueue_number}"
 
 
 def lane_routes(settings: Settings) -> Mapping[str, str]:

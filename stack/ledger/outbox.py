@@ -37,6 +37,7 @@ __all__ = [
     "mark_reenqueued",
     "mark_failed",
     "defer",
+    "job_id",
     "enqueue_number_of",
     "lost_runs",
     "pending_for_attempt",
@@ -192,8 +193,13 @@ def defer(conn: Connection, op: str, job: str, not_before: float, reason: str, n
     return result.rowcount == 1
 
 
+def job_id(operation: str, enqueue_number: int) -> str:
+    """A fresh RQ job id per enqueue, so a re-enqueue never reuses a finished/failed job id."""
+    return f"{operation}-{enqueue_number}"
+
+
 def enqueue_number_of(job: str) -> int:
-    """The enqueue number in a job id (``stack.lanes.queues.job_id``: ``<operation_id>-<n>``)."""
+    """The enqueue number in a ``job_id``: the hand-backs compare it with the row's ``attempts``."""
     return int(job.rsplit("-", 1)[1])
 
 

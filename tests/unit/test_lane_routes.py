@@ -27,3 +27,11 @@ def test_a_bad_value_names_the_variable() -> None:
 
 def test_the_setting_reaches_child_processes() -> None:
     assert Settings().with_overrides(shared_lane=True).to_env()["PROCTOR_SHARED_LANE"] == "on"
+
+
+def test_a_job_ids_enqueue_number_reads_back_from_the_id() -> None:
+    """The hand-backs (stack/ledger/outbox.py ``_held_by``) compare it with the row's attempts."""
+    from stack.ledger.outbox import enqueue_number_of
+    from stack.lanes.queues import job_id
+
+    assert enqueue_number_of(job_id("narrative-a-1-b", 12)) == 12
