@@ -39,6 +39,7 @@ __all__ = [
     "VALKEY_TLS_PORT",
     "component_for_service",
     "forward_config",
+    "healthcheck",
     "override_document",
     "settings_env",
     "valkey_entry",
@@ -54,6 +55,9 @@ PROVIDER_FORWARDS = {"ai-provider": 8101, "sms-gateway": 8102}
 """Provider service -> the port its admin API listens on inside its container."""
 
 VALKEY_TLS_PORT = 6380  # docker/bin/proctor-valkey
+HEALTHCHECK_TIMING = {"interval": "2s", "timeout": "20s", "retries": 30, "start_period": "60s"}
+"""docker-compose.yml's ``x-healthcheck``: a 2 s interval until the first pass, then the check paces
+itself (docker/bin/proctor-health sleeps 15 s first), so the timeout covers the sleep and a check."""
 CRASH_RESTART = "on-failure"
 """The embedded supervisor's crash restart (an RQ worker exits on a Valkey error and comes back).
 The engine never restarts a container it was told to kill or stop, so a nemesis kill still
@@ -64,6 +68,11 @@ _SINGLETON_ROLES = {"valkey": "valkey", "valkey-2": "valkey", "sentinel-1": "sen
                     "ai-provider": "ai_provider", "sms-gateway": "sms_gateway", "log-store": "log_store",
                     "shipper": "shipper"}
 
+
+
+def healthcheck(*check: str) -> dict[str, Any]:
+    """A service's ``healthcheck:`` entry: ``proctor-health`` with ``check``, at the stack's timing."""
+    return {"test": ["CMD", "proctor-health", *check], **HEALTHCHECK_TIMING}
 
 def component_for_service(service: str) -> Component | None:
     """The component a compose service runs, or None for services the nemesis leaves alone."""
@@ -126,8 +135,7 @@ def override_document(env: Mapping[str, str], provider_ports: Mapping[str, int],
             "network_mode": f"service:{service}",
             "volumes": [f"{config_dir / (service + '-forward.cfg')}:/etc/proctor/forward.cfg:ro"],
             "depends_on": {service: {"condition": "service_healthy"}},
-            "healthcheck": {"test": ["CMD", "proctor-health", "process", "forward.cfg"], "interval": "2s",
-                            "timeout": "5s", "retries": 30, "start_period": "60s"},
+            "healthcheck": healthcheck("process", "forward.cfg"),
         }
     return {"services": services}
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from chaos.deployment.compose_files import healthcheck
 from stack.deploy.links import FIXED_LINKS, LINKS_OF_ROLE, UPSTREAM_OF
 
 __all__ = [
@@ -102,8 +103,7 @@ def faultproxy_service(ports: Mapping[str, int], api_host_port: int, config_path
         "env_file": [CREDENTIAL_ENV_FILE],  # FAULTPROXY_API_CREDENTIAL: the API is a control plane
         "networks": ["stack"],
         "ports": [f"127.0.0.1:{api_host_port}:{API_PORT}"],
-        "healthcheck": {"test": ["CMD", "proctor-health", "http-env-credential", f"http://127.0.0.1:{API_PORT}/proxies/{first}"],
-                        "interval": "2s", "timeout": "5s", "retries": 30, "start_period": "60s"},
+        "healthcheck": healthcheck("http-env-credential", f"http://127.0.0.1:{API_PORT}/proxies/{first}"),
     }
 
 

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from chaos.deployment.compose_files import healthcheck
 from stack.logship import rsyslog
 
 __all__ = ["LOG_STORE_HTTP_PORT", "LOG_STORE_RELP_PORT", "LOG_STORE_SERVICE", "SHIPPER_SERVICE", "add_log_shipping",
@@ -76,8 +77,7 @@ def add_log_shipping(services: dict[str, Any], logging_services: list[str], path
         "command": ["python", "-m", "stack.logship.store", "--host", "0.0.0.0", "--relp-port", str(LOG_STORE_RELP_PORT),
                     "--http-port", str(LOG_STORE_HTTP_PORT), "--ledger", "/srv/run/log_store/logs.db"],
         "ports": [f"127.0.0.1:{store_port}:{LOG_STORE_HTTP_PORT}"],
-        "healthcheck": {"test": ["CMD", "proctor-health", "http", f"http://127.0.0.1:{LOG_STORE_HTTP_PORT}/stats", "any"],
-                        "interval": "2s", "timeout": "5s", "retries": 30, "start_period": "60s"},
+        "healthcheck": healthcheck("http", f"http://127.0.0.1:{LOG_STORE_HTTP_PORT}/stats", "any"),
     }
     base = str(paths.config.parent)
     services[SHIPPER_SERVICE] = {
@@ -85,6 +85,5 @@ def add_log_shipping(services: dict[str, Any], logging_services: list[str], path
         "command": rsyslog.rsyslogd_argv(paths),
         "volumes": [f"{logs}:{logs}:ro", f"{base}:{base}"],
         "depends_on": {LOG_STORE_SERVICE: {"condition": "service_healthy"}},
-        "healthcheck": {"test": ["CMD", "proctor-health", "process", "rsyslogd"], "interval": "2s", "timeout": "5s",
-                        "retries": 30, "start_period": "60s"},
+        "healthcheck": healthcheck("process", "rsyslogd"),
     }
