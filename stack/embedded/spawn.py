@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -187,8 +188,6 @@ class _ServerLink:
 
     @staticmethod
     def _wait_gone(ident: Any, timeout: float | None) -> int | None:
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
         while ident is not None and is_alive(ident):
             if deadline is not None and time.monotonic() >= deadline:

@@ -108,6 +108,31 @@ def test_a_python_environment_the_server_lacks_is_started_fresh(sup: Supervisor,
     sup.kill("probe", signal.SIGKILL)
 
 
+def test_a_dead_fork_server_leaves_its_children_and_later_starts_are_fresh(tmp_path: Path, probe_dir: Path) -> None:
+    spawner = ForkSpawner(tmp_path / "run" / "logs" / "forkserver.log")
+    supervisor = Supervisor(tmp_path / "run", spawner=spawner)
+    try:
+        supervisor.start(_spec("first", probe_dir, "0", "--serve"))
+        supervisor.wait_ready("first", 30)
+        first = supervisor.pid("first")
+        server = spawner._server
+        assert server is not None and first is not None and _parent(first) == server.popen.pid
+        os.kill(server.popen.pid, signal.SIGKILL)
+        server.popen.wait()
+        deadline = time.monotonic() + 30
+        while server.alive and time.monotonic() < deadline:  # its reader thread sees the socket close
+            time.sleep(0.02)
+        assert not server.alive
+        supervisor.start(_spec("second", probe_dir, "4"))
+        assert _parent(supervisor._get("second").popen.pid) == os.getpid()  # a fresh process, not a fork
+        assert _exit_code(supervisor, "second") == 4
+        assert supervisor.pid("first") == first and _read_stat(first) is not None  # did not die with the server
+        supervisor.kill("first", signal.SIGKILL)
+        assert _exit_code(supervisor, "first") is not None  # its end is still seen, from /proc now
+    finally:
+        supervisor.stop_all(grace=2)
+
+
 def test_what_is_forked_and_what_is_not() -> None:
     server_env = {"PATH": "/bin", "PYTHONUNBUFFERED": "1"}
     env = {"PYTHONUNBUFFERED": "1", "A": "b"}
