@@ -158,7 +158,8 @@ class FailoverNemesis:
         watch.thread.start()
         self._watches[fault.target] = watch
         timing = after_effect_timing(held, struck_at)
-        return {"node": victim, "pids": pids, "killed_at": watch.killed_at, "mid_job": mid_job, **timing,
+        errors = self.worker_states.take_errors() if self.worker_states is not None else {}
+        return {"node": victim, "pids": pids, "killed_at": watch.killed_at, "mid_job": mid_job, **timing, **errors,
                 "primary_before": f"{old_address[0]}:{old_address[1]}", **({"link": self._cut[fault.target]} if fault.target in self._cut else {})}
 
     def _strike(self, fault: FaultSpec, victim: str, old_address: tuple[str, int], held: HeldAnswer | None,

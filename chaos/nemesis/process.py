@@ -38,11 +38,15 @@ __all__ = ["ProcessNemesis", "WorkerStates"]
 class WorkerStates:
     """Reads a worker component's published state (``stack.components.WORKER_STATE_PREFIX``) from
     Valkey as the harness user; the client is built on first use (redis-py is imported then, so the
-    harness's imports stay light). A read that fails says "not busy": the tree still speaks."""
+    harness's imports stay light). A read that fails says "not busy": the tree still speaks. Failed
+    reads are counted, and the nemesis that waited puts them in its fault's detail
+    (``state_read_errors``): silent ones once hid that no in-process job was ever seen on compose."""
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
         self._client: Any = None
+        self._failed = 0
+        self._last_error = ""
 
     @classmethod
     def of(cls, stack: Deployment) -> WorkerStates:
@@ -60,8 +64,16 @@ class WorkerStates:
 
         try:
             return self._valkey().get(f"{WORKER_STATE_PREFIX}{component}") == b"busy"
-        except RedisError:
+        except RedisError as exc:
+            self._failed += 1
+            self._last_error = f"{type(exc).__name__}: {exc}"
             return False
+
+    def take_errors(self) -> dict[str, Any]:
+        """``{"state_read_errors": {"count", "last"}}`` for the reads that failed since the last call; {} if none."""
+        failed, last = self._failed, self._last_error
+        self._failed, self._last_error = 0, ""
+        return {"state_read_errors": {"count": failed, "last": last}} if failed else {}
 
     def _valkey(self) -> Any:
         if self._client is None:
@@ -119,6 +131,7 @@ class ProcessNemesis:
         detail: dict[str, Any] = {}
         with answer_held(self.stack, fault.params) as held:
             detail["mid_job"] = self._wait_busy(fault.target, float(fault.params.get("wait_busy", 0)))
+            detail.update(self.worker_states.take_errors() if self.worker_states is not None else {})
             self.stack.set_autorestart(fault.target, False)
             if fault.params.get("freeze_first"):
                 # SIGSTOP first: requests already sent to the node stall in flight, so the kill

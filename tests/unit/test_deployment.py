@@ -208,6 +208,9 @@ class SaidStates:
     def busy(self, component: str) -> bool:
         return (self.states.pop(0) if len(self.states) > 1 else self.states[0]) == "busy"
 
+    def take_errors(self) -> dict:
+        return {}
+
 
 def test_a_kill_waiting_for_a_job_sees_an_in_process_job_by_the_workers_state() -> None:
     fake = ForkingWorker([[1000]])
@@ -232,6 +235,32 @@ def test_worker_states_are_read_at_the_harness_direct_valkey_address() -> None:
     sentinels = Settings(valkey_url="rediss://valkey:6379/0", valkey_sentinels="10.0.0.5:26379")
     with_sentinels = SimpleNamespace(settings=sentinels, urls={"valkey": "rediss://127.0.0.1:40123/0"})
     assert WorkerStates.of(with_sentinels).settings is sentinels  # type: ignore[arg-type]
+
+
+def test_failed_state_reads_are_counted_in_the_kills_detail() -> None:
+    """A read that fails says "not busy" (the tree still speaks), but the fault's detail names how
+    many failed and the last error: on compose every read once failed unseen (rehearsal run 24)."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from chaos.nemesis.process import WorkerStates
+    from stack.config import Settings
+
+    class Unreachable:
+        def get(self, key: str) -> bytes:
+            raise RedisConnectionError("Error -2 connecting to valkey:6379. Name or service not known.")
+
+    states = WorkerStates(Settings())
+    states._client = Unreachable()
+    kill = FaultSpec(at=0, kind="kill", target="worker_merit_1", duration=1, params={"wait_busy": 0.05})
+    detail = ProcessNemesis(ForkingWorker([[1000]]), worker_states=states).start(kill)
+    assert detail["mid_job"] is False
+    errors = detail["state_read_errors"]
+    assert errors["count"] >= 1 and "Name or service not known" in errors["last"]
+    assert states.take_errors() == {}  # taken once: the next fault counts its own
+    healthy = WorkerStates(Settings())
+    healthy._client = type("Idle", (), {"get": lambda self, key: b"idle"})()
+    again = ProcessNemesis(ForkingWorker([[1000]]), worker_states=healthy).start(kill)
+    assert "state_read_errors" not in again
 
 
 def test_a_failover_waiting_for_a_job_sees_an_in_process_job_by_the_workers_state() -> None:
