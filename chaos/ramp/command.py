@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,8 @@ from chaos.ramp.report import write_ramp_report
 from chaos.settle import SettleTerms
 from stack.cli_args import CliParser, csv_positive_floats, fraction, positive_float, positive_int
 
-__all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main", "verdict_code"]
+__all__ = ["EXIT_LOAD_GATE", "finalize", "haproxy_counters", "locust_argv", "main", "ramp_main", "reproduce_command",
+           "verdict_code"]
 
 EXIT_LOAD_GATE = 3
 LOCUSTFILE = Path(__file__).resolve().parents[2] / "loadtests" / "exam_ramp.py"  # chaos/ramp/command.py -> repo
@@ -87,6 +89,11 @@ def _final_read(run_dir: Path, config: dict[str, Any], settings: dict[str, str],
     return read.settle
 
 
+def reproduce_command(argv: Sequence[str]) -> str:
+    """The Locust command line the run was started with: its own argv names the locustfile (``-f``)."""
+    return "locust " + shlex.join(argv) if argv else "locust -f loadtests/exam_ramp.py"
+
+
 def _write_scenario(run_dir: Path, config: dict[str, Any], settings: dict[str, str],
                     settle: dict[str, Any] | None = None) -> None:
     scenario = {"name": "ramp", "description": "Locust ramp (loadtests/exam_ramp.py)", "seed": config["seed"],
@@ -95,7 +102,7 @@ def _write_scenario(run_dir: Path, config: dict[str, Any], settings: dict[str, s
                              and "KEY" not in k},
                 "options": {"expect_ops": ["session", "start", "answer", "finish"]},
                 "workload": {k: config[k] for k in ("plan", "exam_code", "questions", "polls", "max_tries")},
-                "faults": [], "settle_wait": settle, "reproduce": "locust -f loadtests/exam_ramp.py " + " ".join(config.get("argv", []))}
+                "faults": [], "settle_wait": settle, "reproduce": reproduce_command(config.get("argv", []))}
     (run_dir / "scenario.json").write_text(json.dumps(scenario, indent=2))
 
 

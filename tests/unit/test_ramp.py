@@ -368,3 +368,14 @@ def test_haproxy_counters_separate_its_own_5xx_from_the_nodes(tmp_path):
 def test_haproxy_counters_say_why_when_the_socket_is_gone(tmp_path):
     assert "show stat failed" in haproxy_counters(str(tmp_path / "missing.sock"))["note"]
     assert haproxy_counters("") == {"note": "no HAProxy stats socket given"}
+
+
+def test_the_reproduce_line_is_the_locust_command_as_it_was_given() -> None:
+    """Locust's own argv already names the locustfile: the line used to say ``-f`` twice."""
+    from chaos.ramp.command import reproduce_command
+
+    argv = ["-f", "loadtests/exam_ramp.py", "--headless", "--host", "http://127.0.0.1:8080", "--ramp-roster",
+            "/tmp/a roster.json"]
+    assert reproduce_command(argv) == ("locust -f loadtests/exam_ramp.py --headless --host http://127.0.0.1:8080 "
+                                       "--ramp-roster '/tmp/a roster.json'")
+    assert reproduce_command([]) == "locust -f loadtests/exam_ramp.py"
