@@ -1,7 +1,8 @@
 """How the supervisor starts a component's process: a policy chosen once, when the supervisor starts.
 
 - ``ForkSpawner`` (the default): a ``python -m MODULE`` component is forked from the fork server
-  (stack/embedded/forkserver.py), which imported the third-party libraries once; anything else
+  (stack/embedded/forkserver.py), which imported the third-party libraries once, and which every
+  stack of the process shares (``ServerPool``); anything else
   (valkey-server, haproxy, the fault proxy under another interpreter, a caller's own command)
   is started as before. A ``nice -n N`` or ``chrt --idle 0`` prefix becomes the child's own
   call. A component whose ``PYTHON*`` environment differs from the server's (a ``PYTHONPATH``
@@ -15,6 +16,7 @@ session with its log as stdout and stderr, and the supervisor gets an object wit
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -31,8 +33,8 @@ from stack.embedded import StackError
 from stack.embedded.forkserver import FD_ENV, PRIORITY_IDLE, PRIORITY_NICE
 from stack.embedded.watchdog import identity, is_alive
 
-__all__ = ["SPAWN_ENV", "ExecSpawner", "ForkSpawner", "Process", "Spawner", "fork_request", "reap_helper",
-           "spawner_from_env"]
+__all__ = ["PROCESS_POOL", "SPAWN_ENV", "ExecSpawner", "ForkSpawner", "Process", "ServerPool", "Spawner",
+           "fork_request", "reap_helper", "spawner_from_env"]
 
 log = logging.getLogger(__name__)
 
@@ -233,19 +235,63 @@ class _ServerLink:
         reap_helper(self.popen)
 
 
-class ForkSpawner:
-    """Forks ``python -m`` components from one fork server, started with the first of them."""
+class ServerPool:
+    """Holds one fork server for every stack that uses the pool, in turn or at once.
 
-    def __init__(self, server_log: Path, on_server: Any = None) -> None:
-        """``on_server``: called with the server's pid once it started (the supervisor registers it
-        with its watchdog)."""
+    A process that runs many stacks (pytest, ``proctor sweep``) paid the server's imports, about
+    2 CPU s, once per stack; with the process's pool (``PROCESS_POOL``, the default) it pays them once.
+    The server holds no state of any stack: it has imported libraries, and each request carries the
+    child's whole environment, directory and log. It ends when its socket closes: at this process's
+    exit (``atexit``, or the kernel's closing of the socket after a kill), and the watchdog of every
+    stack that used it knows its pid, so it never outlives the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._link: _ServerLink | None = None
+        self._closes_at_exit = False
+
+    def attach(self, server_log: Path) -> tuple[_ServerLink, bool]:
+        """The running server (started now, its output in ``server_log``, if none is alive), and
+        whether this call started it."""
+        with self._lock:
+            if self._link is not None and self._link.alive:
+                return self._link, False
+            if self._link is not None:
+                self._link.close()  # it died: reap it before its successor starts
+            server_log.parent.mkdir(parents=True, exist_ok=True)
+            with open(server_log, "ab") as out:
+                self._link = _ServerLink(out)
+            if not self._closes_at_exit:
+                atexit.register(self.close)
+                self._closes_at_exit = True
+            return self._link, True
+
+    def close(self) -> None:
+        """Let the server go and reap it; the next ``attach`` starts another."""
+        with self._lock:
+            if self._link is not None:
+                self._link.close()
+                self._link = None
+
+
+PROCESS_POOL = ServerPool()
+
+
+class ForkSpawner:
+    """Forks ``python -m`` components from the process's fork server, started with the first of them."""
+
+    def __init__(self, server_log: Path, on_server: Any = None, pool: ServerPool | None = None) -> None:
+        """``on_server``: called with the server's pid once this stack uses it (the supervisor registers
+        it with its watchdog). ``pool``: where the server comes from (default: the process's)."""
         self.server_log = server_log
         self._on_server = on_server
+        self._pool = PROCESS_POOL if pool is None else pool
         self._server: _ServerLink | None = None
         self._lock = threading.Lock()
 
     def prepare(self) -> None:
-        """Start the server now, so that its imports overlap the start of what is not forked."""
+        """Start the server now (or join the running one), so that its imports overlap the start of
+        what is not forked."""
         self._running_server()
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: Path, log_file: IO[bytes],
@@ -261,20 +307,23 @@ class ForkSpawner:
     def _running_server(self) -> _ServerLink | None:
         with self._lock:
             if self._server is not None and not self._server.alive:
+                # This stack's children were forked by it, and their exits are no longer reported;
+                # rather than mix two servers in one stack, the rest of it starts fresh processes.
                 log.warning("the fork server ended; components start as fresh processes from now on")
                 return None
             if self._server is None:
-                self.server_log.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.server_log, "ab") as out:
-                    self._server = _ServerLink(out)
+                self._server, started = self._pool.attach(self.server_log)
+                if not started:
+                    with open(self.server_log, "a") as out:
+                        out.write(f"forkserver: this stack uses the running fork server, pid {self._server.popen.pid}\n")
                 if self._on_server is not None:
                     self._on_server(self._server.popen.pid)
             return self._server
 
     def close(self) -> None:
+        """This stack is done with the server; it keeps serving the process's next stack."""
         with self._lock:
-            if self._server is not None:
-                self._server.close()
+            self._server = None
 
 
 def spawner_from_env(server_log: Path, on_server: Any = None, environ: Mapping[str, str] | None = None) -> Spawner:

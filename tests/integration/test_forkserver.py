@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from stack.embedded import StackError
-from stack.embedded.spawn import ExecSpawner, ForkSpawner, fork_request, spawner_from_env
+from stack.embedded.spawn import ExecSpawner, ForkSpawner, ServerPool, fork_request, spawner_from_env
 from stack.embedded.supervisor import ProcessSpec, Supervisor
 from stack.embedded.watchdog import _read_stat
 
@@ -44,8 +44,19 @@ def probe_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def sup(tmp_path: Path) -> Iterator[Supervisor]:
-    supervisor = Supervisor(tmp_path / "run", spawner=ForkSpawner(tmp_path / "run" / "logs" / "forkserver.log"))
+def pool() -> Iterator[ServerPool]:
+    """A fork server of the test's own: the process's one serves the other tests' stacks, which a
+    test that kills its server must not touch."""
+    own = ServerPool()
+    try:
+        yield own
+    finally:
+        own.close()
+
+
+@pytest.fixture
+def sup(tmp_path: Path, pool: ServerPool) -> Iterator[Supervisor]:
+    supervisor = Supervisor(tmp_path / "run", spawner=ForkSpawner(tmp_path / "run" / "logs" / "forkserver.log", pool=pool))
     try:
         yield supervisor
     finally:
@@ -108,8 +119,9 @@ def test_a_python_environment_the_server_lacks_is_started_fresh(sup: Supervisor,
     sup.kill("probe", signal.SIGKILL)
 
 
-def test_a_dead_fork_server_leaves_its_children_and_later_starts_are_fresh(tmp_path: Path, probe_dir: Path) -> None:
-    spawner = ForkSpawner(tmp_path / "run" / "logs" / "forkserver.log")
+def test_a_dead_fork_server_leaves_its_children_and_later_starts_are_fresh(tmp_path: Path, probe_dir: Path,
+                                                                          pool: ServerPool) -> None:
+    spawner = ForkSpawner(tmp_path / "run" / "logs" / "forkserver.log", pool=pool)
     supervisor = Supervisor(tmp_path / "run", spawner=spawner)
     try:
         supervisor.start(_spec("first", probe_dir, "0", "--serve"))
@@ -131,6 +143,41 @@ def test_a_dead_fork_server_leaves_its_children_and_later_starts_are_fresh(tmp_p
         assert _exit_code(supervisor, "first") is not None  # its end is still seen, from /proc now
     finally:
         supervisor.stop_all(grace=2)
+    # the next stack of the process gets a new server from the pool, and forks from it
+    later = Supervisor(tmp_path / "later", spawner=ForkSpawner(tmp_path / "later" / "logs" / "forkserver.log", pool=pool))
+    try:
+        later.start(_spec("third", probe_dir, "0", "--serve"))
+        later.wait_ready("third", 30)
+        replacement = later._spawner._server
+        assert replacement is not None and replacement.alive and replacement.popen.pid != server.popen.pid
+        assert _parent(later.pid("third")) == replacement.popen.pid
+    finally:
+        later.stop_all(grace=2)
+
+
+def test_stacks_of_one_process_share_its_fork_server(tmp_path: Path, probe_dir: Path, pool: ServerPool) -> None:
+    def stack(name: str) -> Supervisor:
+        return Supervisor(tmp_path / name, spawner=ForkSpawner(tmp_path / name / "logs" / "forkserver.log", pool=pool))
+
+    first, second = stack("first"), stack("second")
+    try:
+        first.start(_spec("a", probe_dir, "0", "--serve"))
+        second.start(_spec("b", probe_dir, "0", "--serve"))  # at once: both stacks running
+        first.wait_ready("a", 30)
+        second.wait_ready("b", 30)
+        server = first._spawner._server
+        assert server is not None and second._spawner._server is server
+        assert _parent(first.pid("a")) == _parent(second.pid("b")) == server.popen.pid
+        first.stop_all(grace=2)  # one stack done: the server keeps serving the other
+        assert server.alive and server.popen.poll() is None
+        second.kill("b", signal.SIGKILL)
+        assert _exit_code(second, "b") == -9  # still reported over the server's socket
+        assert "uses the running fork server, pid %d" % server.popen.pid in (second.log_dir / "forkserver.log").read_text()
+    finally:
+        first.stop_all(grace=2)
+        second.stop_all(grace=2)
+    pool.close()  # what the process's own pool does at exit
+    assert server.popen.poll() is not None
 
 
 def test_what_is_forked_and_what_is_not() -> None:
@@ -173,11 +220,18 @@ RUNNER = '''
 import os, sys, time
 from pathlib import Path
 from stack.embedded.supervisor import ProcessSpec, Supervisor
-sup = Supervisor(Path(sys.argv[1]))
-sup.start(ProcessSpec("probe", [sys.executable, "-m", "probe_component", "0", "--serve"],
-                      env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=Path(sys.argv[2]), settle=0.2))
+def probe():
+    return ProcessSpec("probe", [sys.executable, "-m", "probe_component", "0", "--serve"],
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=Path(sys.argv[2]), settle=0.2)
+earlier = Supervisor(Path(sys.argv[1]) / "earlier")  # a stack before, stopped: the process's server stays
+earlier.start(probe())
+earlier.wait_ready("probe", 30)
+earlier_server = earlier._spawner._server.popen.pid
+earlier.stop_all(grace=2)
+sup = Supervisor(Path(sys.argv[1]) / "now")
+sup.start(probe())
 sup.wait_ready("probe", 30)
-print(sup.pid("probe"), sup._spawner._server.popen.pid, flush=True)
+print(sup.pid("probe"), sup._spawner._server.popen.pid, earlier_server, flush=True)
 time.sleep(120)
 '''
 
@@ -186,8 +240,9 @@ def test_a_runner_killed_with_sigkill_leaves_neither_server_nor_component(tmp_pa
     runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path / "run"), str(probe_dir)],
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        component, server = (int(word) for word in runner.stdout.readline().split())
-        assert _parent(component) == server
+        words = runner.stdout.readline().split()
+        component, server, earlier_server = (int(word) for word in words)
+        assert _parent(component) == server == earlier_server  # the process's own server, kept between stacks
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
         deadline = time.monotonic() + 30
