@@ -266,6 +266,14 @@ class ServerPool:
                 self._closes_at_exit = True
             return self._link, True
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the live server and of the children it has reaped (each stack's components).
+        The process's own ``RUSAGE_CHILDREN`` sees them only once the server itself is reaped, at the
+        process's end; suite_time.py adds this, so a file's CPU still counts its stacks."""
+        with self._lock:
+            link = self._link
+        return 0.0 if link is None else _tree_cpu_seconds(link.popen.pid)
+
     def close(self) -> None:
         """Let the server go and reap it; the next ``attach`` starts another."""
         with self._lock:
@@ -275,6 +283,16 @@ class ServerPool:
 
 
 PROCESS_POOL = ServerPool()
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """utime + stime + cutime + cstime of ``pid`` (its own CPU and its reaped children's), 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().decode(errors="replace").rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 class ForkSpawner:

@@ -255,3 +255,30 @@ def test_a_runner_killed_with_sigkill_leaves_neither_server_nor_component(tmp_pa
             os.killpg(runner.pid, signal.SIGKILL)
             runner.wait()
         runner.stdout.close()
+
+
+def test_the_pool_counts_the_cpu_of_what_its_server_forked(tmp_path: Path, probe_dir: Path, pool: ServerPool) -> None:
+    """suite_time.py adds it: the components' CPU reaches this process's rusage only when the shared
+    server is reaped, at the process's end."""
+    (probe_dir / "burner.py").write_text("import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end:\n    pass\n")
+    supervisor = Supervisor(tmp_path / "run", spawner=ForkSpawner(tmp_path / "run" / "logs" / "forkserver.log", pool=pool))
+    try:
+        supervisor.start(_spec("first", probe_dir, "0"))  # answered once the server's imports are done
+        assert _exit_code(supervisor, "first") == 0
+        pool_before, reaped_before = pool.cpu_seconds(), _reaped_cpu_seconds()
+        supervisor.start(ProcessSpec("burner", [sys.executable, "-m", "burner"], env={**os.environ}, cwd=probe_dir,
+                                     autorestart=False, settle=0.0))
+        assert _exit_code(supervisor, "burner") == 0
+        assert pool.cpu_seconds() - pool_before >= 0.3
+        assert _reaped_cpu_seconds() - reaped_before < 0.1  # not ours to see: the server reaped it
+    finally:
+        supervisor.stop_all(grace=2)
+    pool.close()
+    assert pool.cpu_seconds() == 0.0  # no server, nothing more to count
+
+
+def _reaped_cpu_seconds() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
