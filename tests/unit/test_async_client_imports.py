@@ -1,9 +1,9 @@
 """The harness's async HTTP client imports nothing per request (issue #22 part 4).
 
-httpcore 1.0 asks ``import sniffio`` on every pooled request (``current_async_library``). anyio 4.10 and
-later no longer require sniffio, so without it installed each request made a failed import: a search
-of every ``sys.path`` entry, about a quarter of the client's CPU (2.6-3.5 against 1.6-2.1 CPU ms per
-request, measured in docs/harness.md). ``sniffio`` is a base dependency for that reason; this test
+httpcore 1.0 asks ``import sniffio`` on every pooled request (``current_async_library``), and anyio
+(4.16 here) no longer requires sniffio, so without it installed each request made failed imports: a
+search of every ``sys.path`` entry, about a quarter of the client's CPU (2.6-3.5 against 1.6-2.1 CPU
+ms per request, docs/dependencies.md). ``sniffio`` is a base dependency for that reason; this test
 fails when it is missing again, or when any other per-request import appears.
 """
 
@@ -24,7 +24,7 @@ class _ImportCounter(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self.names: list[str] = []
 
-    def find_spec(self, fullname, path, target=None):  # noqa: ANN001, ANN201 - the finder protocol
+    def find_spec(self, fullname: str, path: object, target: object = None) -> None:
         self.names.append(fullname)
         return None
 
