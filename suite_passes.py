@@ -50,10 +50,11 @@ __all__ = ["COMPOSE_TESTS", "LONG_FILES_FIRST", "Pass", "long_files_first", "mai
 REPO = Path(__file__).resolve().parent
 T = TypeVar("T")
 LONG_FILES_FIRST = ("chaos/", "tests/integration/", "tests/security/")
-"""The main pass hands whole files to its workers in collection order (``--dist loadfile``), and a file
-that starts stacks takes minutes where a unit file takes seconds. As collected (tests/ before
-chaos/), the longest came last and the pass ended on one or two of them while the other workers
-sat idle; longest first, the short files fill the end (the root conftest.py sorts, docs/harness.md)."""
+"""The main pass hands whole files to its workers (``--dist loadfile``), and a file that starts stacks
+takes minutes where a unit file takes seconds. xdist's default order (the files with the most tests
+first) put the chaos files, a few long tests each, last, so the pass ended on them while other
+workers sat idle. With ``--no-loadscope-reorder`` xdist keeps the collection's order, which the
+root conftest.py sorts with ``long_files_first``: the short files fill the end (docs/harness.md)."""
 COMPOSE_TESTS = (
     # The issue #13 scenarios, each with its negative control, the Valkey failover on the Sentinel topology
     # (issue #25), the SMS worker failover with its reserved egress address and the log store outage (issue
@@ -108,7 +109,9 @@ def long_files_first(items: list[T]) -> list[T]:
 def passes(workers: int, pytest_args: list[str], python: str = sys.executable) -> tuple[Pass, Pass]:
     main_ports, compose_ports = split_ports(workers, listen_ports())
     pytest = [python, "-m", "pytest"]
-    spread = ["-n", str(workers), "--dist", "loadfile"] if workers > 0 else []
+    # xdist's own order (files with the most tests first) put the chaos files, a few long tests each,
+    # last; --no-loadscope-reorder keeps the collection's, which long_files_first sorted
+    spread = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"] if workers > 0 else []
     main = Pass("main", [*pytest, *spread, "--ignore=tests/compose", "--durations=25",
                          "--junitxml=results/junit.xml", *pytest_args], main_ports)
     # --timeout: a hang guard for a cold machine (engine, base and image are built inside the first test).

@@ -31,10 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 GENEROUS = ["--p99", "60", "--max-failure-ratio", "1", "--min-rate-ratio", "0"]
 
 
-def _ramp(name: str, steps: str, step_seconds: float, env: dict[str, str] | None = None) -> tuple[int, Path, str]:
+def _ramp(name: str, steps: str, step_seconds: float, env: dict[str, str] | None = None,
+          slots: int | None = None) -> tuple[int, Path, str]:
     run_dir = new_run_dir(name)
+    room = ["--max-in-flight", str(slots)] if slots else []
     argv = [sys.executable, "-m", "chaos.cli", "ramp", "--steps", steps, "--step-seconds", str(step_seconds),
-            "--questions", "5", "--run-dir", str(run_dir), *GENEROUS, "--", "--loglevel", "WARNING"]
+            "--questions", "5", "--run-dir", str(run_dir), *GENEROUS, *room, "--", "--loglevel", "WARNING"]
     # One stream, as a terminal shows it: Locust's tables go to stderr, the verdict to stdout.
     done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=240, check=False)
@@ -119,7 +121,11 @@ def _ticks(run_dir: Path, n: int) -> bool:
 
 
 def test_short_ramp_keeps_every_invariant_and_stops_its_stack():
-    code, run_dir, output = _ramp("ramp-short", "25,50,100", 13)
+    # 25 and 50 req/s with room for 10 s of latency at the top step. A 100 req/s step on a 2-core
+    # machine shared with two other chaos stacks had p99s of 2.4, 3.7, 6.2 and then 8.7 s in four
+    # rehearsals; the last filled the default 200 slots (2 s each), so the generator fell behind and
+    # the verdict was unknown, not valid (docs/harness.md). The invariants are what this test is about.
+    code, run_dir, output = _ramp("ramp-short", "25,50", 13, slots=500)
     print(output[-2500:])
     assert code == EXIT_VALID, output[-4000:]
     _assert_verdict_comes_last(output, "ramp: PASS")
@@ -128,7 +134,7 @@ def test_short_ramp_keeps_every_invariant_and_stops_its_stack():
     assert report["invariants"]["valid"] is True
     answers = json.loads((run_dir / "report.json").read_text())["checkers"]["answers"]["counts"]
     assert answers["acknowledged"] > 0 and answers["lost"] == 0 and answers["duplicated"] == 0, answers
-    assert len(report["steps"]) == 3 and all(step["completed"] > 0 for step in report["steps"]), report["steps"]
+    assert len(report["steps"]) == 2 and all(step["completed"] > 0 for step in report["steps"]), report["steps"]
     web = report["valkey"]["web_1"]  # each component's own counters, connection timeouts included (none here)
     assert web["connects"] > 0 and web["timeout_total"] == 0, report["valkey"]
     assert "| the seed's load test (seed figure, not measured here) | - | - | - | - | 2,854 | - |" in (

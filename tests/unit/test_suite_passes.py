@@ -37,6 +37,7 @@ def test_the_main_pass_leaves_the_container_tests_to_the_compose_pass() -> None:
     main, compose = suite_passes.passes(3, ["-x", "--chaos-seed", "7"], python="py")
     assert main.argv[:5] == ["py", "-m", "pytest", "-n", "3"]
     assert "--ignore=tests/compose" in main.argv and "--chaos-target" not in main.argv
+    assert "--no-loadscope-reorder" in main.argv  # files in the collection's order: long_files_first's
     assert compose.argv[compose.argv.index("--chaos-target") + 1] == "compose"
     assert "-n" not in compose.argv  # one process: its tests share one engine and one image build
     # the compose stack test last: the scenarios' session fixture started the engine, so it leaves it running
