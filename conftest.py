@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import suite_passes
 import suite_time
 from stack.deploy.ports import PORT_RANGE_ENV, listen_ports, port_slice
 
@@ -42,3 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker.startswith("gw") and worker[2:].isdigit() and count > 1:
         os.environ[PORT_RANGE_ENV] = port_slice(int(worker[2:]), count, listen_ports())
     suite_time.register(config)  # where the wall time goes, per file: results/suite-time.tsv
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike: xdist requires one order
+        items[:] = suite_passes.long_files_first(items)

@@ -39,13 +39,22 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import TypeVar
 from pathlib import Path
 
 from stack.deploy.ports import PORT_RANGE_ENV, listen_ports
 
-__all__ = ["COMPOSE_TESTS", "Pass", "main", "passes", "setup_ahead", "split_ports"]
+__all__ = ["COMPOSE_TESTS", "LONG_FILES_FIRST", "Pass", "long_files_first", "main", "passes", "setup_ahead",
+           "split_ports"]
 
 REPO = Path(__file__).resolve().parent
+T = TypeVar("T")
+LONG_FILES_FIRST = ("chaos/", "tests/integration/", "tests/security/")
+"""The main pass hands whole files to its workers (``--dist loadfile``), and a file that starts stacks
+takes minutes where a unit file takes seconds. xdist's default order (the files with the most tests
+first) put the chaos files, a few long tests each, last, so the pass ended on them while other
+workers sat idle. With ``--no-loadscope-reorder`` xdist keeps the collection's order, which the
+root conftest.py sorts with ``long_files_first``: the short files fill the end (docs/harness.md)."""
 COMPOSE_TESTS = (
     # The issue #13 scenarios, each with its negative control, the Valkey failover on the Sentinel topology
     # (issue #25), the SMS worker failover with its reserved egress address and the log store outage (issue
@@ -87,12 +96,22 @@ def split_ports(workers: int, ports: range) -> tuple[str, str]:
     return f"{ports.start}-{compose_low - 1}", f"{compose_low}-{compose_low + size - 1}"
 
 
+def long_files_first(items: list[T]) -> list[T]:
+    """``items`` (pytest items, anything with a ``nodeid``) with the files of ``LONG_FILES_FIRST`` first,
+    in that order; stable, so the order within each file and of files within a folder stays."""
+    def rank(item: T) -> int:
+        path = item.nodeid.split("::", 1)[0]  # type: ignore[attr-defined]
+        return next((i for i, folder in enumerate(LONG_FILES_FIRST) if path.startswith(folder)), len(LONG_FILES_FIRST))
+
+    return sorted(items, key=rank)
+
+
 def passes(workers: int, pytest_args: list[str], python: str = sys.executable) -> tuple[Pass, Pass]:
     main_ports, compose_ports = split_ports(workers, listen_ports())
     pytest = [python, "-m", "pytest"]
-    # xdist's own order (--loadscope-reorder: the files with the most tests first) is kept: the long
-    # chaos files first left the cores idler, not busier (docs/harness.md, rehearsal run 30)
-    spread = ["-n", str(workers), "--dist", "loadfile"] if workers > 0 else []
+    # xdist's own order (files with the most tests first) put the chaos files, a few long tests each,
+    # last; --no-loadscope-reorder keeps the collection's, which long_files_first sorted
+    spread = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"] if workers > 0 else []
     main = Pass("main", [*pytest, *spread, "--ignore=tests/compose", "--durations=25",
                          "--junitxml=results/junit.xml", *pytest_args], main_ports)
     # --timeout: a hang guard for a cold machine (engine, base and image are built inside the first test).

@@ -37,6 +37,7 @@ def test_the_main_pass_leaves_the_container_tests_to_the_compose_pass() -> None:
     main, compose = suite_passes.passes(3, ["-x", "--chaos-seed", "7"], python="py")
     assert main.argv[:5] == ["py", "-m", "pytest", "-n", "3"]
     assert "--ignore=tests/compose" in main.argv and "--chaos-target" not in main.argv
+    assert "--no-loadscope-reorder" in main.argv  # files in the collection's order: long_files_first's
     assert compose.argv[compose.argv.index("--chaos-target") + 1] == "compose"
     assert "-n" not in compose.argv  # one process: its tests share one engine and one image build
     # the compose stack test last: the scenarios' session fixture started the engine, so it leaves it running
@@ -45,6 +46,25 @@ def test_the_main_pass_leaves_the_container_tests_to_the_compose_pass() -> None:
         assert run.argv[-3:] == ["-x", "--chaos-seed", "7"]  # the user's pytest options reach both passes
     assert main.log is None and compose.log == REPO / suite_passes.COMPOSE_LOG
     assert suite_passes.passes(0, [], python="py")[0].argv[3] != "-n"  # 0 workers: one process
+
+
+def test_the_main_pass_hands_out_the_long_files_first() -> None:
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+        def __repr__(self) -> str:
+            return self.nodeid
+
+    collected = [Item(n) for n in ("tests/checkers/test_a.py::t1", "tests/integration/test_b.py::t1",
+                                   "tests/unit/test_c.py::t1", "tests/security/test_d.py::t1",
+                                   "tests/integration/test_b.py::t2", "chaos/test_e.py::t1", "chaos/test_f.py::t1",
+                                   "chaos/test_e.py::t2", "conftest_like_other.py::t")]
+    ordered = [item.nodeid for item in suite_passes.long_files_first(collected)]
+    assert ordered == ["chaos/test_e.py::t1", "chaos/test_f.py::t1", "chaos/test_e.py::t2",
+                       "tests/integration/test_b.py::t1", "tests/integration/test_b.py::t2",
+                       "tests/security/test_d.py::t1",
+                       "tests/checkers/test_a.py::t1", "tests/unit/test_c.py::t1", "conftest_like_other.py::t"]
 
 
 def test_every_parity_test_named_exists() -> None:
