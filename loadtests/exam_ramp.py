@@ -34,7 +34,8 @@ from ramp_arrivals import ARRIVAL_MODES, DISTRIBUTIONS, ArrivalSchedule, Generat
 from ramp_distributed import DRAIN_LIMIT, SCHEDULE_GRACE, MasterSide, WorkerSide, is_loopback, require_token
 from ramp_plan import DEFAULT_STEPS, RampPlan, parse_steps
 from ramp_stack import PROJECT_ROOT, EmbeddedRampStack, StackStartError, read_manifest
-from ramp_student import QUESTIONS, RosterExhausted, Student, StudentCursor, StudentPool, history_for, students_needed
+from ramp_student import (QUESTIONS, RosterExhausted, SlotConnection, Student, StudentCursor, StudentPool, history_for,
+                          students_needed)
 from ramp_wire import TOKEN_ENV
 from stack.paths import new_run_dir
 
@@ -412,6 +413,7 @@ class ExamStudent(FastHttpUser):
         generator = _generator(options, self.cursor, self.history)
         self.meter, self.arrivals, self.students = generator["meter"], generator["arrivals"], generator.get("students")
         self.student: Student | None = None
+        self.connection = SlotConnection()  # this slot's client keeps one pooled connection between requests
 
     def wait_time(self) -> float:
         return 0.0 if self.arrivals is not None else self._pace(self)
@@ -453,7 +455,7 @@ class ExamStudent(FastHttpUser):
         except RosterExhausted as exc:  # every student sat the exam once: stop, never reuse one
             _roster_exhausted(self.environment, exc)
         try:
-            student.step(self.client, intended)
+            student.step(self.client, intended, self.connection)
         finally:
             if self.students is not None:
                 self.students.release(student)

@@ -10,6 +10,10 @@ Like the chaos workload, a student signs in with its roster access code, starts 
 Idempotency-Key, answers each question with its own key, retries an unknown outcome under
 the same key as a new process (the old request may still be in flight), finishes and
 polls its merit card. A definite failure (4xx) ends the student; the next one begins.
+
+A request whose kept-alive connection the server closed as it went out (no response at all)
+is sent once more on a new connection within the same operation, as browsers do
+(``SlotConnection``); every call of a student may be repeated safely (keys, or idempotent).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import random
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,8 +161,43 @@ class StudentPool:
             self._idle.append(student)
 
 
+STALE_CONNECTION_ERRORS = (ConnectionResetError, BrokenPipeError)
+CLOSED_BEFORE_ANY_RESPONSE = "HTTPConnectionClosed"
+"""What a request meets when the server closed its kept-alive connection as the request went out: a reset,
+a broken pipe, or geventhttpclient's ``HTTPConnectionClosed`` (no byte of a response), known here by its
+name because this module must not import gevent (the harness's pytest imports it)."""
+
+
+@dataclass
+class SlotConnection:
+    """What a sending slot (a Locust user and its client's pool) knows of its connection.
+
+    HAProxy closes a client connection idle for ``timeout http-keep-alive`` (10 s here), and a
+    pooled connection checked alive just before that close carries the next request into it: no
+    response, and geventhttpclient resends only idempotent methods. With 1,000 open-model slots
+    at 100 req/s each slot idles about 10 s, so a healthy stack lost a login that way in a
+    knee run (docs/ramp.md). Browsers resend a request once when a reused connection closes
+    before any response (Chromium: ``ShouldResendRequest``, any method), so the student does too,
+    on a reused connection only: a new connection closed without an answer is the server's, and
+    stays an unknown outcome."""
+
+    kept_alive: bool = False  # the last response left its connection in the pool for the next request
+
+    def after(self, response: Any) -> None:
+        connection = str(response.headers.get("Connection", "")).lower()
+        self.kept_alive = bool(response.status_code) and connection != "close"
+
+    def closed_under(self, response: Any, reused: bool) -> bool:
+        """The request met a close of its reused connection before any response."""
+        if not reused or response.status_code:
+            return False  # Locust's response has an ``error`` only when no response came
+        error = response.error
+        return isinstance(error, STALE_CONNECTION_ERRORS) or any(
+            cls.__name__ == CLOSED_BEFORE_ANY_RESPONSE for cls in type(error).__mro__)
+
+
 class Student:
-    """A state machine: each ``step`` sends exactly one request."""
+    """A state machine: each ``step`` sends exactly one request (twice at most: ``SlotConnection``)."""
 
     def __init__(self, student_id: str, access_code: str, exam_code: str, rng: random.Random,
                  history: HistoryWriter, options: Any) -> None:
@@ -172,32 +212,48 @@ class Student:
         self.finished = self.done = False
         self.tries = 0
 
-    def step(self, client: Any, intended: tuple[float, float] | None = None) -> None:
+    def step(self, client: Any, intended: tuple[float, float] | None = None,
+             connection: SlotConnection | None = None) -> None:
         """One request. ``intended`` (open model): its scheduled start as (wall, monotonic); the
         invoke and the completion then carry ``intended`` (epoch seconds) and the completion
-        ``corrected_latency`` (seconds from the intended start), beside ``latency`` (from the send)."""
+        ``corrected_latency`` (seconds from the intended start), beside ``latency`` (from the send).
+        ``connection``: the slot's; a request its reused connection closed under is sent once more
+        (the completion then carries ``resent``), and Locust counts the lost send as a failure."""
         f, method, path, value, body, headers = self._next_call()
+        connection = connection or SlotConnection()
         scheduled = {"intended": round(intended[0], 6)} if intended else {}
         self.history.append(self.process, "invoke", f, value, **scheduled)
         started = time.monotonic()
-        status = node = error = None
-        data: dict[str, Any] = {}
+        for send in (1, 2):
+            status, node, data, error, closed = self._send(client, connection, method, path, body, headers, f,
+                                                           may_resend=send == 1)
+            if not closed:
+                break
+        resent = {"resent": send - 1} if send > 1 else {}
+        kind = classify(status)
+        if kind != "ok" and error is None:
+            error = str(data.get("detail", data))[:300] if data else f"HTTP {status}"
+        self.history.append(self.process, kind, f, value, status=status, node=node, receipt_id=data.get("receipt_id"),
+                            latency=round(time.monotonic() - started, 6), error=error, **scheduled, **resent,
+                            corrected_latency=round(time.monotonic() - intended[1], 6) if intended else None)
+        self._advance(f, kind, data)
+
+    def _send(self, client: Any, connection: SlotConnection, method: str, path: str, body: Any,
+              headers: dict[str, str], f: str, may_resend: bool) -> tuple[int | None, Any, dict[str, Any], str | None, bool]:
+        """One send: (status, node, body, error, closed under a reused connection and to be resent)."""
+        reused = connection.kept_alive
         with client.request(method, path, json=body, headers=headers, name=f, catch_response=True) as response:
             status = response.status_code or None  # FastHttpUser: 0 when no response came
             node = response.headers.get("X-Proctor-Node") if status else None
             data = _json(response)
             error = None if status else f"{type(response.error).__name__}: {response.error}"[:300]
+            closed = may_resend and connection.closed_under(response, reused)
             if status and 200 <= status < 300:
                 response.success()
             else:
-                response.failure(error or f"HTTP {status}")
-        kind = classify(status)
-        if kind != "ok" and error is None:
-            error = str(data.get("detail", data))[:300] if data else f"HTTP {status}"
-        self.history.append(self.process, kind, f, value, status=status, node=node, receipt_id=data.get("receipt_id"),
-                            latency=round(time.monotonic() - started, 6), error=error, **scheduled,
-                            corrected_latency=round(time.monotonic() - intended[1], 6) if intended else None)
-        self._advance(f, kind, data)
+                response.failure(f"{error} (resent on a new connection)" if closed else error or f"HTTP {status}")
+        connection.after(response)
+        return status, node, data, error, closed
 
     def _next_call(self) -> tuple[str, str, str, dict[str, Any], dict[str, Any] | None, dict[str, str]]:
         auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}

@@ -160,7 +160,9 @@ def error_split(done: Sequence[Op]) -> dict[str, Any]:
             client[(op.error or "?").split(":", 1)[0]] += 1
     return {"layers": {name: layers.get(name, 0) for name in ("load_balancer", "application", "client", "rejected")},
             "by_node": {node: dict(c) for node, c in sorted(by_node.items())},
-            "rejected": dict(rejected), "client": dict(client)}
+            "rejected": dict(rejected), "client": dict(client),
+            # sent twice: the reused connection closed under the first send (loadtests/ramp_student.py)
+            "resent": sum(1 for op in done if op.extra.get("resent"))}
 
 
 def time_series(ticks: list[dict[str, Any]], done: Sequence[Op], bucket: float = 1.0) -> dict[str, list[Any]]:

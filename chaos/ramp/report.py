@@ -55,7 +55,8 @@ def _markdown(report: dict[str, Any]) -> str:
               f"| seed's ramp (incident) | {SEED_LINE['application']} | {SEED_LINE['load_balancer']} | - | - |",
               f"| this run | {split['application']} | {split['load_balancer']} | {split['client']} | {split['rejected']} |",
               "", f"By node (5xx): `{json.dumps(report['errors']['by_node'])}`",
-              f"Rejected: `{json.dumps(report['errors']['rejected'])}`; client: `{json.dumps(report['errors']['client'])}`",
+              f"Rejected: `{json.dumps(report['errors']['rejected'])}`; client: `{json.dumps(report['errors']['client'])}`; "
+              f"resent after a kept-alive connection closed under them: {report['errors'].get('resent', 0)}",
               "", "HAProxy's own counters (stats socket, since the stack started): "
               f"`{json.dumps(report['haproxy'])}`", "",
               "## Valkey connections per component (the stack's own counters)", "",

@@ -24,7 +24,8 @@ from chaos.ramp.merge import merge_histories
 ROOT = Path(__file__).resolve().parents[2]
 
 from ramp_plan import RampPlan, parse_steps  # noqa: E402
-from ramp_student import HistoryWriter, RosterExhausted, Student, StudentCursor, classify, students_needed  # noqa: E402
+from ramp_student import (HistoryWriter, RosterExhausted, SlotConnection, Student, StudentCursor,  # noqa: E402
+                          classify, students_needed)
 
 
 # ---------------------------------------------------------------- plan
@@ -48,10 +49,13 @@ def test_bad_pacing_names_the_option():
 
 # ---------------------------------------------------------------- student
 class FakeResponse:
-    def __init__(self, status: int, body: dict, node: str | None = "web_1") -> None:
+    def __init__(self, status: int, body: dict, node: str | None = "web_1", error: BaseException | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         self.status_code, self._body = status, body
-        self.headers = {"X-Proctor-Node": node} if node else {}
-        self.error = None if status else ConnectionResetError("reset by peer")
+        self.headers = {**({"X-Proctor-Node": node} if node else {}), **(headers or {})}
+        if not status:  # as Locust's response: an ``error`` only when no response came
+            self.error = error or ConnectionResetError("reset by peer")
+        self.failed: str | None = None
 
     def json(self):
         return self._body
@@ -59,8 +63,8 @@ class FakeResponse:
     def success(self):
         pass
 
-    def failure(self, _message):
-        pass
+    def failure(self, message):
+        self.failed = message
 
 
 class FakeClient:
@@ -98,6 +102,60 @@ def test_student_retries_an_unknown_answer_under_the_same_key_as_a_new_process(t
     assert answer_ops[0].process == answer_ops[1].process != answer_ops[2].process
     assert answer_ops[1].error.startswith("ConnectionResetError") and answer_ops[3].node == "web_1"
     assert "secret-code" not in (tmp_path / "h.jsonl").read_text()  # access codes stay out of the history
+
+
+class HTTPConnectionClosed(Exception):
+    """Named as geventhttpclient's (which this process must not import: gevent)."""
+
+
+def _closed() -> FakeResponse:
+    """No response at all: the kept-alive connection was closed as the request went out."""
+    return FakeResponse(0, {}, node=None, error=HTTPConnectionClosed("connection closed."))
+
+
+def _student_ops(tmp_path: Path, script: list[FakeResponse], steps: int,
+                 connection: SlotConnection | None = None) -> tuple[FakeClient, list[Op]]:
+    history = HistoryWriter(tmp_path / "h.jsonl")
+    student = Student("student-00001", "secret-code", "NOVA-101", __import__("random").Random(1), history, _options())
+    client = FakeClient(script)
+    for _ in range(steps):
+        student.step(client, connection=connection or SlotConnection())
+    history.close()
+    return client, read_history(tmp_path / "h.jsonl").ops
+
+
+def test_a_request_its_reused_connection_closed_under_is_resent_once_in_the_same_operation(tmp_path):
+    lost = _closed()
+    client, ops = _student_ops(tmp_path, [FakeResponse(201, {"token": "t"}), lost, FakeResponse(201, {"attempt_id": "a1"})],
+                               steps=2, connection=SlotConnection())
+    starts = [sent for sent in client.sent if sent[1] == "/v1/attempts"]
+    assert len(starts) == 2 and starts[0][3]["Idempotency-Key"] == starts[1][3]["Idempotency-Key"]
+    start_ops = [op for op in ops if op.f == "start"]
+    assert [op.type for op in start_ops] == ["invoke", "ok"]  # one operation, its outcome known
+    assert start_ops[1].extra["resent"] == 1
+    assert lost.failed is not None and "resent" in lost.failed  # Locust still counts the lost send
+    assert error_split([op for op in ops if op.type != "invoke"])["resent"] == 1
+
+
+def test_a_new_connection_closed_without_an_answer_stays_an_unknown_outcome(tmp_path):
+    client, ops = _student_ops(tmp_path, [_closed(), FakeResponse(201, {"token": "t"})], steps=1)
+    assert len(client.sent) == 1  # the slot's first request: the server's close, not a stale connection
+    assert [op.type for op in ops] == ["invoke", "info"] and "resent" not in ops[1].extra
+
+
+def test_a_reused_connection_closed_twice_is_resent_once_then_unknown(tmp_path):
+    client, ops = _student_ops(tmp_path, [FakeResponse(201, {"token": "t"}), _closed(), _closed(), _closed()],
+                               steps=2, connection=SlotConnection())
+    assert len(client.sent) == 3  # the login, the start and its one resend
+    assert [op.type for op in ops if op.f == "start"] == ["invoke", "info"]
+
+
+def test_a_response_that_closes_its_connection_leaves_nothing_to_reuse(tmp_path):
+    closing = FakeResponse(201, {"token": "t"}, headers={"Connection": "close"})
+    client, ops = _student_ops(tmp_path, [closing, _closed(), FakeResponse(201, {"attempt_id": "a1"})],
+                               steps=2, connection=SlotConnection())
+    assert len(client.sent) == 2
+    assert [op.type for op in ops if op.f == "start"] == ["invoke", "info"]
 
 
 def test_the_cursor_hands_each_student_out_once_and_says_when_the_roster_is_used_up(tmp_path):
