@@ -84,14 +84,9 @@ def test_bad_options_are_named_with_exit_2(argv: list[str], named: str, capsys: 
     assert named in capsys.readouterr().err
 
 
-def test_by_default_the_compose_pass_runs_alongside_the_main_one() -> None:
+def test_by_default_the_compose_pass_runs_after_the_main_one() -> None:
     args, _ = suite_passes.parse([])
-    assert (args.workers, args.compose) == (3, "alongside")
-
-
-def test_make_test_runs_the_compose_pass_alongside_by_default() -> None:
-    makefile = (Path(suite_passes.__file__).parent / "Makefile").read_text()
-    assert "COMPOSE_PASS ?= alongside" in makefile.splitlines()
+    assert (args.workers, args.compose) == (3, "after")
 
 
 def test_options_before_the_separator_are_ours_and_after_it_pytests() -> None:
