@@ -224,9 +224,8 @@ class Student:
         scheduled = {"intended": round(intended[0], 6)} if intended else {}
         self.history.append(self.process, "invoke", f, value, **scheduled)
         started = time.monotonic()
-        for send in (1, 2):
-            status, node, data, error, closed = self._send(client, connection, method, path, body, headers, f,
-                                                           may_resend=send == 1)
+        for send in (1, 2):  # a resend goes out on a new connection, which is never resent (closed_under)
+            status, node, data, error, closed = self._send(client, connection, method, path, body, headers, f)
             if not closed:
                 break
         resent = {"resent": send - 1} if send > 1 else {}
@@ -239,7 +238,7 @@ class Student:
         self._advance(f, kind, data)
 
     def _send(self, client: Any, connection: SlotConnection, method: str, path: str, body: Any,
-              headers: dict[str, str], f: str, may_resend: bool) -> tuple[int | None, Any, dict[str, Any], str | None, bool]:
+              headers: dict[str, str], f: str) -> tuple[int | None, Any, dict[str, Any], str | None, bool]:
         """One send: (status, node, body, error, closed under a reused connection and to be resent)."""
         reused = connection.kept_alive
         with client.request(method, path, json=body, headers=headers, name=f, catch_response=True) as response:
@@ -247,7 +246,7 @@ class Student:
             node = response.headers.get("X-Proctor-Node") if status else None
             data = _json(response)
             error = None if status else f"{type(response.error).__name__}: {response.error}"[:300]
-            closed = may_resend and connection.closed_under(response, reused)
+            closed = connection.closed_under(response, reused)
             if status and 200 <= status < 300:
                 response.success()
             else:

@@ -113,13 +113,13 @@ def _closed() -> FakeResponse:
     return FakeResponse(0, {}, node=None, error=HTTPConnectionClosed("connection closed."))
 
 
-def _student_ops(tmp_path: Path, script: list[FakeResponse], steps: int,
-                 connection: SlotConnection | None = None) -> tuple[FakeClient, list[Op]]:
+def _student_ops(tmp_path: Path, script: list[FakeResponse], steps: int) -> tuple[FakeClient, list[Op]]:
+    """``steps`` requests of one student through one slot (one ``SlotConnection``)."""
     history = HistoryWriter(tmp_path / "h.jsonl")
     student = Student("student-00001", "secret-code", "NOVA-101", __import__("random").Random(1), history, _options())
-    client = FakeClient(script)
+    client, connection = FakeClient(script), SlotConnection()
     for _ in range(steps):
-        student.step(client, connection=connection or SlotConnection())
+        student.step(client, connection=connection)
     history.close()
     return client, read_history(tmp_path / "h.jsonl").ops
 
@@ -127,7 +127,7 @@ def _student_ops(tmp_path: Path, script: list[FakeResponse], steps: int,
 def test_a_request_its_reused_connection_closed_under_is_resent_once_in_the_same_operation(tmp_path):
     lost = _closed()
     client, ops = _student_ops(tmp_path, [FakeResponse(201, {"token": "t"}), lost, FakeResponse(201, {"attempt_id": "a1"})],
-                               steps=2, connection=SlotConnection())
+                               steps=2)
     starts = [sent for sent in client.sent if sent[1] == "/v1/attempts"]
     assert len(starts) == 2 and starts[0][3]["Idempotency-Key"] == starts[1][3]["Idempotency-Key"]
     start_ops = [op for op in ops if op.f == "start"]
@@ -145,7 +145,7 @@ def test_a_new_connection_closed_without_an_answer_stays_an_unknown_outcome(tmp_
 
 def test_a_reused_connection_closed_twice_is_resent_once_then_unknown(tmp_path):
     client, ops = _student_ops(tmp_path, [FakeResponse(201, {"token": "t"}), _closed(), _closed(), _closed()],
-                               steps=2, connection=SlotConnection())
+                               steps=2)
     assert len(client.sent) == 3  # the login, the start and its one resend
     assert [op.type for op in ops if op.f == "start"] == ["invoke", "info"]
 
@@ -153,7 +153,7 @@ def test_a_reused_connection_closed_twice_is_resent_once_then_unknown(tmp_path):
 def test_a_response_that_closes_its_connection_leaves_nothing_to_reuse(tmp_path):
     closing = FakeResponse(201, {"token": "t"}, headers={"Connection": "close"})
     client, ops = _student_ops(tmp_path, [closing, _closed(), FakeResponse(201, {"attempt_id": "a1"})],
-                               steps=2, connection=SlotConnection())
+                               steps=2)
     assert len(client.sent) == 2
     assert [op.type for op in ops if op.f == "start"] == ["invoke", "info"]
 
