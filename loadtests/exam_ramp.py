@@ -206,9 +206,14 @@ def _remember_signals(environment) -> None:
                           else _state.setdefault("signal", "SIGTERM"))
 
 
-def _students_needed(options) -> int:
+def _students_needed(options, senders: bool = True) -> int:
+    """Students the plan can use up: those who finish, and (``senders``) one unfinished student per
+    sender (open-model slot, closed-model user) at the end. A roster we enrol counts them all; a
+    roster we are given must hold the finishing ones at least, and a run that still runs out of
+    students stops with RosterExhausted (the default 1,000 slots would refuse a default roster)."""
     plan = plan_of(options)
-    return students_needed(sum(rate * plan.step_seconds for rate in plan.steps), options.ramp_questions)
+    held = (slots_of(options) if options.ramp_arrivals == "open" else plan.most_users) if senders else 0
+    return students_needed(plan.offered_requests, options.ramp_questions, held)
 
 
 def _check_roster(roster_path: str, options) -> None:
@@ -217,7 +222,7 @@ def _check_roster(roster_path: str, options) -> None:
         enrolled = len(json.loads(Path(roster_path).read_text()).get("exams", {}).get(options.ramp_exam, {}))
     except (OSError, ValueError) as exc:
         sys.exit(f"exam_ramp: --ramp-roster {roster_path}: {exc}")
-    needed = _students_needed(options)
+    needed = _students_needed(options, senders=False)
     if enrolled < needed:
         sys.exit(f"exam_ramp: the roster has {enrolled} students of {options.ramp_exam}; this plan needs up to "
                  f"{needed} (one attempt each, {options.ramp_questions + 3} requests a student at least): "

@@ -61,6 +61,15 @@ class RampPlan:
     def duration(self) -> float:
         return self.step_seconds * len(self.steps)
 
+    @property
+    def offered_requests(self) -> float:
+        return sum(rate * self.step_seconds for rate in self.steps)
+
+    @property
+    def most_users(self) -> int:
+        """Closed model: the users of the busiest step."""
+        return max(self.users_for(rate) for rate in self.steps)
+
     def users_for(self, rate: float) -> int:
         return max(1, math.ceil(rate / self.per_user_rate - 1e-9))
 

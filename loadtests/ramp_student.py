@@ -82,12 +82,17 @@ class HistoryWriter:
             self._file.close()
 
 
-def students_needed(total_requests: float, questions: int) -> int:
+def students_needed(total_requests: float, questions: int, senders: int = 0) -> int:
     """Students a plan of ``total_requests`` uses up at most when every student makes its whole
     flow (session, start, ``questions`` answers, finish; polls only add requests, so fewer
-    students). One ending early on a definite failure uses fewer requests: the cursor then
-    stops the run with RosterExhausted instead of reusing a student."""
-    return -(-int(total_requests) // (questions + 3))
+    students), plus the students that can be part-way through when the plan ends, one per
+    sender (``senders``): a closed-model user holds one student at a time, and an open-model
+    StudentPool takes a new student only when all of its unfinished ones are in flight, so it
+    never holds more of them than in-flight slots (a slow stack keeps every slot busy, and
+    each slot then holds a student of its own; rehearsal run 38 ran out of students so). One ending
+    early on a definite failure uses fewer requests: the cursor then stops the run with
+    RosterExhausted instead of reusing a student."""
+    return -(-int(total_requests) // (questions + 3)) + senders
 
 
 def history_for(run_dir: Path, role: str) -> HistoryWriter:

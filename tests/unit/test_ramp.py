@@ -173,6 +173,13 @@ def test_the_cursor_hands_each_student_out_once_and_says_when_the_roster_is_used
 def test_students_needed_bounds_the_roster_a_plan_uses():
     assert students_needed(23 * 100, 20) == 100  # session + start + 20 answers + finish = 23 requests each
     assert students_needed(23 * 100 + 1, 20) == 101
+    assert students_needed(23 * 100, 20, senders=400) == 500  # each sender can hold an unfinished student
+
+
+def test_a_plan_offers_its_rates_for_its_steps_and_its_busiest_step_has_the_most_users():
+    plan = RampPlan((20.0, 40.0), 6.0, 1.0)
+    assert (plan.offered_requests, plan.most_users) == (360.0, 40)
+    assert RampPlan((40.0, 20.0), 6.0, 2.0).most_users == 20  # the busiest step, not the last one
 
 
 def test_a_definite_failure_ends_the_student():
