@@ -18,17 +18,17 @@ demo: setup
 	$(PY) -m chaos.cli demo
 
 # make test = two pytest passes (suite_passes.py): the main pass on TEST_WORKERS pytest-xdist workers, then
-# the compose pass (the container tests: scenarios against docker-compose.yml, the compose stack test) in one
-# process, skipped with one line when no engine answers and none can be installed. Its set-up (engine, base and
-# stack images) runs ahead, beside the main pass, in the CPU the main pass leaves idle, and holds the engine it
-# started until the compose pass is done (results/compose-setup-ahead.log). COMPOSE_PASS=alongside runs
-# it beside the main pass (its output in results/compose-pass.log, shown when it ends): about 5 min shorter,
-# but it keeps both cores saturated, and two load-sensitive negative controls missed there (docs/harness.md),
-# so it is not the gate's default. COMPOSE_PASS=skip runs no compose pass. --durations and the junit files
-# say where the suite's wall time goes, every CI run.
+# the compose pass (the container tests: scenarios against docker-compose.yml, the compose stack test) on
+# COMPOSE_WORKERS, skipped with one line when no engine answers and none can be installed. Its set-up (engine,
+# base and stack images) runs ahead, beside the main pass, in the CPU the main pass leaves idle, and holds the
+# engine it started until the compose pass is done (results/compose-setup-ahead.log). COMPOSE_PASS=alongside
+# starts the compose pass as soon as that set-up is ready, beside the main pass (its output in
+# results/compose-pass.log, shown when it ends); COMPOSE_PASS=skip runs no compose pass (docs/harness.md).
+# --durations and the junit files say where the suite's wall time goes, every CI run.
 COMPOSE_PASS ?= after
+COMPOSE_WORKERS ?= 2
 test: setup lint
-	$(PY) suite_passes.py --workers $(TEST_WORKERS) --compose $(COMPOSE_PASS) -- $(PYTEST_ARGS)
+	$(PY) suite_passes.py --workers $(TEST_WORKERS) --compose $(COMPOSE_PASS) --compose-workers $(COMPOSE_WORKERS) -- $(PYTEST_ARGS)
 
 # ruff, configured in pyproject.toml ([tool.ruff]): seconds, before any test runs.
 lint: setup-python

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 import suite_passes
+from chaos.deployment import compose_nets
 import suite_time
 from stack.deploy.ports import PORT_RANGE_ENV, listen_ports, port_slice
 
@@ -42,6 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if worker.startswith("gw") and worker[2:].isdigit() and count > 1:
         os.environ[PORT_RANGE_ENV] = port_slice(int(worker[2:]), count, listen_ports())
+        os.environ.update(compose_nets.for_worker(int(worker[2:])))  # the compose pass's projects side by side
     suite_time.register(config)  # where the wall time goes, per file: results/suite-time.tsv
 
 

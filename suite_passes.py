@@ -2,19 +2,22 @@
 
 The main pass runs every test but the container ones on pytest-xdist workers; the compose
 pass runs the container tests (the scenarios' parity tests against docker-compose.yml, then
-the compose stack's own test) in one process. By default the compose pass runs after the
-main pass, and its set-up (engine packages, dockerd, base and stack images: minutes on a
-fresh machine) runs ahead, beside the main pass, in the CPU the main pass leaves idle
-(``python -m chaos.deployment.compose_setup --ahead``: nice 19, the engine's containers at
-the lowest CPU weight); it holds the engine it started until the compose pass is done.
-``--compose alongside`` runs the whole compose pass beside the main one. That saves about
-5 minutes on 2 cores but keeps both cores saturated, and load-sensitive negative controls
-have missed there (docs/harness.md), so it is not the gate's default.
+the compose stack's own test). Its set-up (engine packages, dockerd, base and stack images:
+minutes on a fresh machine) runs ahead, beside the main pass, in the CPU the main pass leaves
+idle (``python -m chaos.deployment.compose_setup --ahead``: nice 19, the engine's containers
+at the lowest CPU weight); it holds the engine it started until the compose pass is done.
+Once that set-up is ready the compose pass runs on ``--compose-workers`` xdist workers (each
+worker's projects on networks of their own, conftest.py); without it, in one process, so two
+workers never build the same image.
+
+By default the compose pass starts after the main pass. ``--compose alongside`` starts it as
+soon as its set-up ahead is ready, beside the main pass: shorter, but both cores saturated,
+where load-sensitive tests have missed before (docs/harness.md).
 
 What keeps the two apart when they run together:
 - ports: each pass draws from its own part of the port range (``PROCTOR_PORT_RANGE``;
   the main pass's workers split theirs again, conftest.py), so no two stacks race for a port;
-- the engine: only the compose pass starts, uses and stops dockerd;
+- the engine: only the compose set-up ahead and the compose pass start, use and stop dockerd;
 - output: alongside, the compose pass writes ``results/compose-pass.log``, printed whole
   when it ends, so the two passes' lines never interleave; each writes its own junit file
   and ``suite-time`` rows (suite_time.py).
@@ -24,7 +27,8 @@ stacks down); if this process dies without a word, the kernel sends both SIGINT
 (``PR_SET_PDEATHSIG``), so no pass outlives it. At the end it prints each pass's time and
 how busy the machine's cores were (/proc/stat, every process, containers included).
 
-Usage: python suite_passes.py [--workers N] [--compose after|alongside|skip] [-- PYTEST_ARGS...]
+Usage: python suite_passes.py [--workers N] [--compose after|alongside|skip] [--compose-workers N]
+       [-- PYTEST_ARGS...]
 Exit: 0 when both passes passed; else the first non-zero exit of the main pass, then the compose pass;
 130 or 143 when SIGINT or SIGTERM cut the run.
 """
@@ -39,7 +43,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Callable, TypeVar
 from pathlib import Path
 
 from stack.deploy.ports import PORT_RANGE_ENV, listen_ports
@@ -72,6 +76,9 @@ COMPOSE_LOG = "results/compose-pass.log"
 SETUP_LOG = "results/compose-setup-ahead.log"
 SETUP_READY = "results/compose-setup-ahead.ready"
 MODES = ("alongside", "after", "skip")
+COMPOSE_WORKERS = 2
+"""The compose pass's nine tests took 390 s in one process on a fresh machine, waiting mostly (containers
+coming up, time-scaled schedules); loadfile on two workers packs them into about half (docs/harness.md)."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -82,6 +89,7 @@ class Pass:
     port_range: str | None  # None: draws no port (the set-up ahead)
     log: Path | None = None  # None: the terminal
     ready: Path | None = None  # the set-up ahead writes it when done
+    spread: list[str] = field(default_factory=list)  # pytest-xdist options, given only when the set-up is ready
     process: subprocess.Popen | None = field(default=None, repr=False)
     started: float = 0.0
     took: float = 0.0
@@ -106,18 +114,25 @@ def long_files_first(items: list[T]) -> list[T]:
     return sorted(items, key=rank)
 
 
-def passes(workers: int, pytest_args: list[str], python: str = sys.executable) -> tuple[Pass, Pass]:
-    main_ports, compose_ports = split_ports(workers, listen_ports())
-    pytest = [python, "-m", "pytest"]
+def _spread(workers: int) -> list[str]:
     # xdist's own order (files with the most tests first) put the chaos files, a few long tests each,
     # last; --no-loadscope-reorder keeps the collection's, which long_files_first sorted
-    spread = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"] if workers > 0 else []
-    main = Pass("main", [*pytest, *spread, "--ignore=tests/compose", "--durations=25",
+    return ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"] if workers > 0 else []
+
+
+def passes(workers: int, pytest_args: list[str], python: str = sys.executable,
+           compose_workers: int = 1) -> tuple[Pass, Pass]:
+    """``compose_workers`` > 1: the compose pass on that many xdist workers, each with a project network of
+    its own (conftest.py), once the set-up ahead has the engine and the images ready (else one process:
+    two workers must never build the same image)."""
+    main_ports, compose_ports = split_ports(workers, listen_ports())
+    pytest = [python, "-m", "pytest"]
+    main = Pass("main", [*pytest, *_spread(workers), "--ignore=tests/compose", "--durations=25",
                          "--junitxml=results/junit.xml", *pytest_args], main_ports)
     # --timeout: a hang guard for a cold machine (engine, base and image are built inside the first test).
     compose = Pass("compose", [*pytest, "--chaos-target", "compose", "--timeout", "1500",
                                "--junitxml=results/junit-compose.xml", *COMPOSE_TESTS, *pytest_args],
-                   compose_ports, log=REPO / COMPOSE_LOG)
+                   compose_ports, log=REPO / COMPOSE_LOG, spread=_spread(compose_workers) if compose_workers > 1 else [])
     return main, compose
 
 
@@ -128,22 +143,44 @@ def setup_ahead(python: str = sys.executable) -> Pass:
                 None, log=REPO / SETUP_LOG, ready=ready)
 
 
+def _setup_state(setup: Pass) -> str | None:
+    """What the set-up ahead wrote (ready, unavailable, failed), ``ended with exit N``, or None while it runs."""
+    assert setup.ready is not None and setup.process is not None
+    if setup.ready.exists():
+        return setup.ready.read_text().strip()
+    return f"ended with exit {setup.process.returncode}" if _ended(setup) else None
+
+
 def _await_setup(setup: Pass, caught: list[int]) -> None:
     """Until the set-up ahead is ready (or ended, or the run was cut): the compose pass then finds it done."""
-    ready = setup.ready
-    assert ready is not None
-    if not ready.exists() and not _ended(setup):
+    if _setup_state(setup) is None:
         print(f"suite: main pass done; waiting for the compose set-up ahead (log {_shown(setup.log)})", flush=True)
-    while not ready.exists() and not _ended(setup) and not caught:
+    while _setup_state(setup) is None and not caught:
         time.sleep(0.2)
-    setup.took = time.monotonic() - setup.started  # until ready (it then holds the engine, which is no work):
-    if ready.exists():  # when it wrote the file, not when the main pass let us look
-        setup.took -= max(0.0, time.time() - ready.stat().st_mtime)
-    assert setup.process is not None
-    state = ready.read_text().strip() if ready.exists() else f"ended with exit {setup.process.returncode}"
-    print(f"suite: compose set-up ahead: {state} after {setup.took:.0f} s (log {_shown(setup.log)}):", flush=True)
+
+
+def _time_setup(setup: Pass) -> None:
+    """The set-up ahead's time until it was ready (it then holds the engine, which is no work): when it wrote
+    the file, not when the runner looked."""
+    assert setup.ready is not None
+    setup.took = time.monotonic() - setup.started
+    if setup.ready.exists():
+        setup.took -= max(0.0, time.time() - setup.ready.stat().st_mtime)
+
+
+def _show_setup(setup: Pass) -> None:
+    print(f"suite: compose set-up ahead: {_setup_state(setup)} after {setup.took:.0f} s (log {_shown(setup.log)}):",
+          flush=True)
     sys.stdout.write(setup.log.read_text(errors="replace") if setup.log is not None and setup.log.exists() else "")
     sys.stdout.flush()
+
+
+def _start_compose(compose: Pass, setup: Pass | None) -> None:
+    """The compose pass on its xdist workers only when the set-up ahead has the engine and images ready;
+    else in one process, whose own set-up builds (or reports) what is missing once."""
+    if compose.spread and setup is not None and _setup_state(setup) == "ready":
+        compose.argv = [*compose.argv[:3], *compose.spread, *compose.argv[3:]]
+    start(compose)
 
 
 def _release(setup: Pass | None) -> None:
@@ -184,12 +221,14 @@ def _ended(run: Pass) -> bool:
     return True
 
 
-def finish(run: Pass, *others: Pass) -> int:
-    """Wait for ``run`` to end, noting meanwhile when each of ``others`` ends (each pass's own time)."""
+def finish(run: Pass, *others: Pass, tick: Callable[[], None] = lambda: None) -> int:
+    """Wait for ``run`` to end, noting meanwhile when each of ``others`` ends (each pass's own time), and
+    calling ``tick`` about twice a second."""
     assert run.process is not None
     while not _ended(run):
         for other in others:
             _ended(other)
+        tick()
         try:
             run.process.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
@@ -227,10 +266,11 @@ def cores_busy(before: tuple[int, int], after: tuple[int, int], cores: int) -> f
 
 
 def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = None) -> int:
-    """``setup``: the compose set-up ahead (``after`` only), started beside the main pass, awaited before the
-    compose pass, and released (it stops the engine it started) when the compose pass is done."""
+    """``setup``: the compose set-up ahead, started beside the main pass, and released (it stops the engine it
+    started) when the compose pass is done. ``after``: the compose pass starts once the main pass is done and
+    the set-up is ready; ``alongside``: as soon as the set-up is ready (without one, at once)."""
     running = [main_pass] + ([compose] if mode != "skip" else [])
-    setup = setup if mode == "after" else None
+    setup = setup if mode != "skip" else None
     caught: list[int] = []
     ticks = cpu_ticks()
 
@@ -238,25 +278,37 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = N
         caught.append(signum)
         _interrupt(running)
 
+    def start_alongside() -> None:
+        if compose.process is not None or caught or (setup is not None and _setup_state(setup) is None):
+            return
+        if setup is not None:
+            _time_setup(setup)
+        _start_compose(compose, setup)
+        print(f"suite: the compose pass runs alongside from now on ({' '.join(compose.spread) or 'one process'}, "
+              f"ports {compose.port_range}; log {_shown(compose.log)}, shown when it ends)", flush=True)
+
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if mode == "alongside":
-            start(compose)
-            print(f"suite: the compose pass runs alongside (ports {compose.port_range}; log {_shown(compose.log)}, "
-                  "shown when it ends)", flush=True)
         if setup is not None:
             if setup.ready is not None:
                 setup.ready.unlink(missing_ok=True)
             start(setup)
             print(f"suite: the compose pass's set-up runs ahead, beside the main pass, at nice 19 (log "
                   f"{_shown(setup.log)})", flush=True)
+        if mode == "alongside":
+            start_alongside()
         start(main_pass)
-        codes = {"main": finish(main_pass, compose, *([setup] if setup is not None else []))}
-        if setup is not None and not caught:
+        codes = {"main": finish(main_pass, compose, *([setup] if setup is not None else []),
+                                tick=start_alongside if mode == "alongside" else lambda: None)}
+        if setup is not None and compose.process is None and not caught:
             _await_setup(setup, caught)
-        if mode == "after" and not caught:
-            print("suite: main pass done; the compose pass runs now", flush=True)
-            start(compose)
+            _time_setup(setup)
+        if setup is not None and setup.took:
+            _show_setup(setup)
+        if compose.process is None and mode != "skip" and not caught:
+            print(f"suite: main pass done; the compose pass runs now ({' '.join(compose.spread) or 'one process'})",
+                  flush=True)
+            _start_compose(compose, setup)
         if compose.process is not None:
             if compose.log is not None and compose.process.poll() is None:
                 print(f"suite: main pass done; waiting for the compose pass (log {_shown(compose.log)})", flush=True)
@@ -294,18 +346,23 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--workers", type=int, default=3, help="pytest-xdist workers of the main pass (0: one process)")
     p.add_argument("--compose", choices=MODES, default="after",
                    help="when the compose pass runs: after the main pass (default), alongside it, or not at all")
+    p.add_argument("--compose-workers", type=int, default=COMPOSE_WORKERS,
+                   help=f"pytest-xdist workers of the compose pass once its set-up ahead is ready (default "
+                        f"{COMPOSE_WORKERS}; 1: one process)")
     args = p.parse_args(ours)
     if args.workers < 0:
         p.error(f"--workers must be 0 or more, not {args.workers}")
+    if args.compose_workers < 1:
+        p.error(f"--compose-workers must be 1 or more, not {args.compose_workers}")
     return args, pytest_args
 
 
 def main(argv: list[str] | None = None) -> int:
     args, pytest_args = parse(sys.argv[1:] if argv is None else argv)
-    main_pass, compose = passes(args.workers, pytest_args)
+    main_pass, compose = passes(args.workers, pytest_args, compose_workers=args.compose_workers)
     if args.compose != "alongside":
         compose.log = None  # nothing to interleave with: the compose pass writes to the terminal, as the main one
-    return run_passes(main_pass, compose, args.compose, setup_ahead() if args.compose == "after" else None)
+    return run_passes(main_pass, compose, args.compose, setup_ahead() if args.compose != "skip" else None)
 
 
 if __name__ == "__main__":

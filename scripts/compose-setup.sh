@@ -213,12 +213,15 @@ weigh_engine_cgroup
 build_base
 build_image
 write_secrets
-printf 'PROCTOR_IMAGE=%s\nPROCTOR_BASE_IMAGE=%s\n' "$IMAGE" "$BASE" >"$STATE/compose.env"
+# Written aside and renamed: the compose pass's workers run this for their projects at the same time, and
+# a reader must never find the file empty.
+printf 'PROCTOR_IMAGE=%s\nPROCTOR_BASE_IMAGE=%s\n' "$IMAGE" "$BASE" >"$STATE/compose.env.$$"
+mv -f "$STATE/compose.env.$$" "$STATE/compose.env"
 
 if [ "${1:-}" = --up ]; then
   t0=$(now)
-  docker-compose -p "$PROJECT" --env-file "$STATE/compose.env" up -d --no-build >"$STATE/up.log" 2>&1 \
-    || die "docker-compose up failed (log: $STATE/up.log; docker-compose -p $PROJECT logs for more)"
+  docker-compose -p "$PROJECT" --env-file "$STATE/compose.env" up -d --no-build >"$RUN/up.log" 2>&1 \
+    || die "docker-compose up failed (log: $RUN/up.log; docker-compose -p $PROJECT logs for more)"
   wait_healthy
   took up "$t0" "every service healthy; API on http://127.0.0.1:${PROCTOR_HTTP_PORT:-8080}"
 fi

@@ -44,6 +44,7 @@ from typing import Any
 
 from chaos.deployment.compose_egress import (CONTAINER_UID, EGRESS_NETWORK, STANDBY_PROFILE, EgressAddresses,
                                              EngineAddressMove, add_egress)
+from chaos.deployment import compose_nets
 from chaos.deployment.compose_engine import Engine, EngineError
 from chaos.deployment.compose_files import (PROVIDER_FORWARDS, PYTHON_SERVICES, component_for_service, settings_env,
                                             valkey_entry, write_override)
@@ -90,7 +91,7 @@ class ComposeSpec:
     valkey_maxclients: int | None = None
     valkey: str = "single"  # "sentinel": docker-compose.sentinel.yml on top (primary, replica, 3 Sentinels)
     project: str = ""  # default: proctor-<pid>-<time>; one project (fresh volumes, fresh ledger) per run
-    net_prefix: str = ""  # default: $PROCTOR_COMPOSE_NET or 172.29.213 (wave 1's tests use .113, users .13)
+    net_prefix: str = ""  # default: $PROCTOR_COMPOSE_NET or 172.29.213 (compose_nets.py)
     sms_egress: str | None = None  # a failover policy (stack.deploy.egress.FAILOVER_POLICIES): the egress network
     egress_prefix: str = ""  # default: $PROCTOR_COMPOSE_EGRESS_NET or 172.29.214
     log_shipping: str | None = None  # a shipper policy (stack.logship.rsyslog.LOG_POLICIES): shipper and log store
@@ -146,11 +147,11 @@ class ComposeDeployment:
     # ------------------------------------------------------------ lifecycle
     @property
     def net(self) -> str:
-        return self.spec.net_prefix or os.environ.get("PROCTOR_COMPOSE_NET", "172.29.213")
+        return self.spec.net_prefix or compose_nets.project_net()
 
     @property
     def egress_addresses(self) -> EgressAddresses:
-        return EgressAddresses(self.spec.egress_prefix or os.environ.get("PROCTOR_COMPOSE_EGRESS_NET", "172.29.214"))
+        return EgressAddresses(self.spec.egress_prefix or compose_nets.egress_net())
 
     def _env(self) -> dict[str, str]:
         net = self.net

@@ -39,13 +39,19 @@ def test_the_main_pass_leaves_the_container_tests_to_the_compose_pass() -> None:
     assert "--ignore=tests/compose" in main.argv and "--chaos-target" not in main.argv
     assert "--no-loadscope-reorder" in main.argv  # files in the collection's order: long_files_first's
     assert compose.argv[compose.argv.index("--chaos-target") + 1] == "compose"
-    assert "-n" not in compose.argv  # one process: its tests share one engine and one image build
+    assert "-n" not in compose.argv and compose.spread == []  # one process unless asked
     # the compose stack test last: the scenarios' session fixture started the engine, so it leaves it running
     assert compose.argv.index("tests/compose") > max(compose.argv.index(t) for t in suite_passes.COMPOSE_TESTS[:-1])
     for run in (main, compose):
         assert run.argv[-3:] == ["-x", "--chaos-seed", "7"]  # the user's pytest options reach both passes
     assert main.log is None and compose.log == REPO / suite_passes.COMPOSE_LOG
     assert suite_passes.passes(0, [], python="py")[0].argv[3] != "-n"  # 0 workers: one process
+
+
+def test_the_compose_pass_keeps_its_workers_aside_until_its_set_up_is_ready() -> None:
+    main, compose = suite_passes.passes(3, [], python="py", compose_workers=2)
+    assert compose.spread == ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
+    assert "-n" not in compose.argv  # given at its start, and only if the set-up ahead is ready
 
 
 def test_the_main_pass_hands_out_the_long_files_first() -> None:
@@ -76,7 +82,8 @@ def test_every_parity_test_named_exists() -> None:
 
 
 @pytest.mark.parametrize(("argv", "named"), [(["--workers", "-1"], "--workers"), (["--compose", "later"], "--compose"),
-                                             (["--workers", "two"], "--workers")])
+                                             (["--workers", "two"], "--workers"),
+                                             (["--compose-workers", "0"], "--compose-workers")])
 def test_bad_options_are_named_with_exit_2(argv: list[str], named: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         suite_passes.parse(argv)
@@ -86,7 +93,7 @@ def test_bad_options_are_named_with_exit_2(argv: list[str], named: str, capsys: 
 
 def test_by_default_the_compose_pass_runs_after_the_main_one() -> None:
     args, _ = suite_passes.parse([])
-    assert (args.workers, args.compose) == (3, "after")
+    assert (args.workers, args.compose, args.compose_workers) == (3, "after", 2)
 
 
 def test_options_before_the_separator_are_ours_and_after_it_pytests() -> None:
@@ -145,10 +152,10 @@ def _setup_ahead(tmp_path: Path, code: str = SETUP_AHEAD) -> suite_passes.Pass:
                              log=tmp_path / "setup.log", ready=tmp_path / "ready")
 
 
-def _stamped(name: str, tmp_path: Path) -> suite_passes.Pass:
+def _stamped(name: str, tmp_path: Path, seconds: float = 0.3) -> suite_passes.Pass:
     """A pass that notes when it started and ended."""
     code = (f"import time, pathlib; d = pathlib.Path({str(tmp_path)!r}); d.joinpath('{name}.start').write_text(repr(time.time()));"
-            f" time.sleep(0.3); d.joinpath('{name}.end').write_text(repr(time.time()))")
+            f" time.sleep({seconds}); d.joinpath('{name}.end').write_text(repr(time.time()))")
     return _pass(name, code, tmp_path)
 
 
@@ -184,12 +191,40 @@ def test_a_failed_set_up_ahead_leaves_the_verdict_to_the_compose_pass(tmp_path: 
     assert "ended with exit 1" in out and "mmdebstrap failed" in out
 
 
-@pytest.mark.parametrize("mode", ["alongside", "skip"])
-def test_only_the_compose_pass_after_the_main_one_has_a_set_up_ahead(tmp_path: Path, mode: str) -> None:
+def test_skip_has_no_set_up_ahead(tmp_path: Path) -> None:
     setup = _setup_ahead(tmp_path)
     assert suite_passes.run_passes(_pass("main", "pass", tmp_path), _pass("compose", "pass", tmp_path, log=True),
-                                   mode, setup) == 0
+                                   "skip", setup) == 0
     assert setup.process is None
+
+
+def test_alongside_the_compose_pass_starts_once_its_set_up_is_ready_before_the_main_pass_ends(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    setup = _setup_ahead(tmp_path)  # ready after 0.8 s
+    main = _stamped("main", tmp_path, seconds=3.0)
+    compose = _stamped("compose", tmp_path)
+    compose.log = tmp_path / "compose.log"
+    assert suite_passes.run_passes(main, compose, "alongside", setup) == 0
+    assert _at(tmp_path / "ready.at") <= _at(tmp_path / "compose.start") < _at(tmp_path / "main.end")
+    assert _at(tmp_path / "released.at") >= _at(tmp_path / "compose.end")  # held the engine through the pass
+    out = capsys.readouterr().out
+    assert "the compose pass runs alongside from now on" in out and "compose set-up ahead: ready after" in out
+
+
+ARGV = "import sys, pathlib; pathlib.Path({!r}).write_text(' '.join(sys.argv[1:]))"  # as pytest's, after -m pytest
+
+
+@pytest.mark.parametrize(("mode", "state", "spread"), [("after", "ready", True), ("alongside", "ready", True),
+                                                        ("after", "failed", False), ("alongside", "unavailable", False)])
+def test_the_compose_pass_gets_its_workers_only_when_its_set_up_is_ready(tmp_path: Path, mode: str, state: str,
+                                                                         spread: bool) -> None:
+    setup = _setup_ahead(tmp_path, f"import pathlib; pathlib.Path({str(tmp_path / 'ready')!r}).write_text('{state}')")
+    workers = ["-n", "2", "--dist", "loadfile"]
+    compose = suite_passes.Pass("compose", [sys.executable, "-c", ARGV.format(str(tmp_path / "argv")), "the-tests"],
+                                "20000-20999", log=tmp_path / "compose.log", spread=workers)
+    assert suite_passes.run_passes(_pass("main", "import time; time.sleep(0.5)", tmp_path), compose, mode, setup) == 0
+    given = (tmp_path / "argv").read_text()
+    assert given == ("-n 2 --dist loadfile the-tests" if spread else "the-tests"), given
 
 
 def test_make_tests_set_up_ahead_is_compose_setup_with_a_ready_file() -> None:
