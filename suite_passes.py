@@ -11,10 +11,8 @@ worker's projects on networks of their own, conftest.py); without it, in one pro
 workers never build the same image.
 
 By default the compose pass starts after the main pass. ``--compose alongside`` starts it as
-soon as its set-up ahead is ready, beside the main pass, taking only the CPU the main pass
-leaves idle (``take_idle_cpu_only``: nice 19, the containers at the lowest weight until the
-main pass is done): with both at full weight, load-sensitive tests of the main pass missed
-(docs/harness.md).
+soon as its set-up ahead is ready, beside the main pass: shorter, but both cores saturated,
+where load-sensitive tests have missed before (docs/harness.md).
 
 What keeps the two apart when they run together:
 - ports: each pass draws from its own part of the port range (``PROCTOR_PORT_RANGE``;
@@ -48,7 +46,6 @@ from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 from pathlib import Path
 
-from chaos.deployment.compose_setup import ENGINE_CPU_SHARES, LOWEST_CPU_SHARES, weigh_engine
 from stack.deploy.ports import PORT_RANGE_ENV, listen_ports
 
 __all__ = ["COMPOSE_TESTS", "LONG_FILES_FIRST", "Pass", "long_files_first", "main", "passes", "setup_ahead",
@@ -79,7 +76,6 @@ COMPOSE_LOG = "results/compose-pass.log"
 SETUP_LOG = "results/compose-setup-ahead.log"
 SETUP_READY = "results/compose-setup-ahead.ready"
 MODES = ("alongside", "after", "skip")
-ENGINE_SHARES_ENV = "PROCTOR_DOCKER_CPU_SHARES"  # scripts/compose-setup.sh; "keep": leave the weight as set
 COMPOSE_WORKERS = 2
 """The compose pass's nine tests took 390 s in one process on a fresh machine, waiting mostly (containers
 coming up, time-scaled schedules); loadfile on two workers packs them into about half (docs/harness.md)."""
@@ -94,8 +90,6 @@ class Pass:
     log: Path | None = None  # None: the terminal
     ready: Path | None = None  # the set-up ahead writes it when done
     spread: list[str] = field(default_factory=list)  # pytest-xdist options, given only when the set-up is ready
-    nice: int = 0  # the pass and everything it starts
-    env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen | None = field(default=None, repr=False)
     started: float = 0.0
     took: float = 0.0
@@ -204,23 +198,15 @@ def _die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
 
 
-def _preexec(nice: int) -> Callable[[], None]:
-    def preexec() -> None:
-        _die_with_parent()
-        if nice:
-            os.nice(nice)
-    return preexec
-
-
 def start(run: Pass) -> None:
-    env = {**os.environ, **run.env, **({PORT_RANGE_ENV: run.port_range} if run.port_range is not None else {})}
+    env = {**os.environ, **({PORT_RANGE_ENV: run.port_range} if run.port_range is not None else {})}
     out = None
     if run.log is not None:
         run.log.parent.mkdir(parents=True, exist_ok=True)
         out = run.log.open("w")
     # Its own process group: a terminal's Ctrl-C reaches the runner, which passes it on to both, once.
     run.process = subprocess.Popen(run.argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                   start_new_session=True, preexec_fn=_preexec(run.nice))
+                                   start_new_session=True, preexec_fn=_die_with_parent)
     if out is not None:
         out.close()
     run.started = time.monotonic()
@@ -279,12 +265,10 @@ def cores_busy(before: tuple[int, int], after: tuple[int, int], cores: int) -> f
     return cores * (after[0] - before[0]) / total if total > 0 else 0.0
 
 
-def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = None,
-               weigh: Callable[[int], bool] = lambda shares: False) -> int:
+def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = None) -> int:
     """``setup``: the compose set-up ahead, started beside the main pass, and released (it stops the engine it
     started) when the compose pass is done. ``after``: the compose pass starts once the main pass is done and
-    the set-up is ready; ``alongside``: as soon as the set-up is ready (without one, at once), its containers
-    weighed by ``weigh`` at the lowest CPU weight until the main pass is done, then at the engine's own."""
+    the set-up is ready; ``alongside``: as soon as the set-up is ready (without one, at once)."""
     running = [main_pass] + ([compose] if mode != "skip" else [])
     setup = setup if mode != "skip" else None
     caught: list[int] = []
@@ -299,9 +283,6 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = N
             return
         if setup is not None:
             _time_setup(setup)
-        if weigh(LOWEST_CPU_SHARES):
-            print(f"suite: the engine's containers weigh {LOWEST_CPU_SHARES} (cgroup v1 cpu.shares) while the main "
-                  "pass runs", flush=True)
         _start_compose(compose, setup)
         print(f"suite: the compose pass runs alongside from now on ({' '.join(compose.spread) or 'one process'}, "
               f"ports {compose.port_range}; log {_shown(compose.log)}, shown when it ends)", flush=True)
@@ -319,8 +300,6 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = N
         start(main_pass)
         codes = {"main": finish(main_pass, compose, *([setup] if setup is not None else []),
                                 tick=start_alongside if mode == "alongside" else lambda: None)}
-        if mode == "alongside" and compose.process is not None and weigh(ENGINE_CPU_SHARES):
-            print(f"suite: main pass done; the engine's containers weigh {ENGINE_CPU_SHARES} again", flush=True)
         if setup is not None and compose.process is None and not caught:
             _await_setup(setup, caught)
             _time_setup(setup)
@@ -383,18 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     main_pass, compose = passes(args.workers, pytest_args, compose_workers=args.compose_workers)
     if args.compose != "alongside":
         compose.log = None  # nothing to interleave with: the compose pass writes to the terminal, as the main one
-        return run_passes(main_pass, compose, args.compose, setup_ahead() if args.compose != "skip" else None)
-    take_idle_cpu_only(compose)
-    return run_passes(main_pass, compose, args.compose, setup_ahead(), weigh=weigh_engine)
-
-
-def take_idle_cpu_only(compose: Pass) -> None:
-    """Alongside, the compose pass takes only the CPU the main pass leaves idle, as its set-up ahead does: its
-    processes at nice 19 and the engine's containers at the lowest weight (set and restored by the runner,
-    so the scripts the pass runs keep it). Both cores busy made load-sensitive tests of the main pass miss
-    (docs/harness.md); once the main pass is done nothing competes, so the niceness costs nothing then."""
-    compose.nice = 19
-    compose.env[ENGINE_SHARES_ENV] = "keep"
+    return run_passes(main_pass, compose, args.compose, setup_ahead() if args.compose != "skip" else None)
 
 
 if __name__ == "__main__":

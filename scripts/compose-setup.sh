@@ -8,8 +8,7 @@
 #                scripts/compose-stop-engine.sh stops it, and only that one)
 #      cgroup    on cgroup v1 (cgroupfs driver), an engine this script started gets a CPU weight of
 #                $PROCTOR_DOCKER_CPU_SHARES (default 16384) for its `docker` cgroup: otherwise every
-#                container together weighs as much as one busy host process (docs/compose.md);
-#                `keep` leaves the weight to whoever set it (make test's compose pass alongside)
+#                container together weighs as much as one busy host process (docs/compose.md)
 #   3. base      no registry: mmdebstrap a bookworm minbase from the machine's own apt source and
 #                `docker import` it as proctor-base:bookworm (skipped when that image exists)
 #   4. image     build proctor-stack:<source hash> from docker/Dockerfile with a wheelhouse built
@@ -103,8 +102,7 @@ engine_is_ours() { [ -f "$STATE/dockerd.pid" ] && kill -0 "$(cat "$STATE/dockerd
 # container's own scope, so there is nothing to do there.
 weigh_engine_cgroup() {
   local shares=/sys/fs/cgroup/cpu/docker/cpu.shares
-  [ "$ENGINE_CPU_SHARES" = keep ] && return 0
-  case $ENGINE_CPU_SHARES in ''|*[!0-9]*) die "PROCTOR_DOCKER_CPU_SHARES must be a whole number or keep, not '$ENGINE_CPU_SHARES'";; esac
+  case $ENGINE_CPU_SHARES in ''|*[!0-9]*) die "PROCTOR_DOCKER_CPU_SHARES must be a whole number, not '$ENGINE_CPU_SHARES'";; esac
   [ "$(docker info --format '{{.CgroupVersion}} {{.CgroupDriver}}' 2>/dev/null)" = "1 cgroupfs" ] || return 0
   if ! engine_is_ours; then
     echo "compose-setup: cgroup   left the engine's cpu.shares as they are (not an engine this script started)"

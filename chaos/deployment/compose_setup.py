@@ -24,8 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["ENGINE_CPU_SHARES", "LOWEST_CPU_SHARES", "engine_answers", "prepare_engine", "stop_engine",
-           "unavailable_reason", "weigh_engine"]
+__all__ = ["engine_answers", "prepare_engine", "stop_engine", "unavailable_reason"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +44,7 @@ def unavailable_reason() -> str | None:
             "apt-get); install Docker with Compose to run the compose scenarios")
 
 
-AHEAD_ENV = {"PROCTOR_COMPOSE_BUILD_NICE": "19", "PROCTOR_DOCKER_CPU_SHARES": "2"}  # LOWEST_CPU_SHARES
+AHEAD_ENV = {"PROCTOR_COMPOSE_BUILD_NICE": "19", "PROCTOR_DOCKER_CPU_SHARES": "2"}
 """Set-up ahead of the compose pass takes only idle CPU: its host build steps at nice 19, the engine's
 containers (the image build's) at cgroup v1's lowest weight; the compose pass's own set-up restores
 the engine's weight before any scenario runs."""
@@ -141,37 +140,18 @@ def main(argv: list[str] | None = None) -> int:
                       say=lambda line: print(line, flush=True))
 
 
-def _our_dockerd(state: Path) -> int | None:
-    """The pid of the dockerd set-up started, if the pid it kept still names a dockerd."""
-    pid_file = state / "dockerd.pid"
-    pid = int(pid_file.read_text().strip() or 0) if pid_file.exists() else 0
-    comm = Path(f"/proc/{pid}/comm")
-    return pid if pid > 0 and comm.exists() and comm.read_text().strip() == "dockerd" else None  # reused: not ours
-
-
 def stop_engine(state: Path = REPO / ".compose") -> None:
     """Stop the dockerd that set-up started, by the pid it kept, if that pid still names a dockerd."""
-    pid = _our_dockerd(state)
-    if pid is not None:
+    pid_file = state / "dockerd.pid"
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text().strip() or 0)
+    comm = Path(f"/proc/{pid}/comm")
+    if pid > 0 and comm.exists() and comm.read_text().strip() == "dockerd":  # a reused pid is someone else's
         os.kill(pid, signal.SIGTERM)
-        while Path(f"/proc/{pid}/comm").exists():  # dockerd stops its containers first; it always ends
+        while comm.exists():  # dockerd stops its containers first; it always ends
             time.sleep(0.2)
-    (state / "dockerd.pid").unlink(missing_ok=True)
-
-
-ENGINE_CPU_SHARES = 16384
-"""scripts/compose-setup.sh's weight for the engine's containers, all together: 16 busy nice-0 processes'."""
-LOWEST_CPU_SHARES = 2
-ENGINE_CGROUP = Path("/sys/fs/cgroup/cpu/docker/cpu.shares")
-
-
-def weigh_engine(shares: int, state: Path = REPO / ".compose", cgroup: Path = ENGINE_CGROUP) -> bool:
-    """cgroup v1: give the containers of an engine set-up started (never a user's) ``shares`` of CPU
-    weight together, as the script does; False when there is no such engine or cgroup."""
-    if _our_dockerd(state) is None or not cgroup.parent.is_dir():
-        return False
-    cgroup.write_text(f"{shares}\n")
-    return True
+    pid_file.unlink()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ failed), and never stops an engine that was already running."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -152,28 +151,3 @@ def test_the_compose_scripts_refuse_an_unknown_option_before_they_change_anythin
 def test_the_compose_scripts_print_their_usage(script: str) -> None:
     done = subprocess.run([f"scripts/{script}", "--help"], cwd=compose_setup.REPO, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith(f"Usage: scripts/{script}"), done
-
-
-def _named_dockerd(tmp_path: Path) -> subprocess.Popen:
-    """A process the kernel calls dockerd (a copy of sleep by that name): what set-up's pid file must name."""
-    binary = tmp_path / "dockerd"
-    shutil.copy(shutil.which("sleep"), binary)
-    return subprocess.Popen([str(binary), "30"])
-
-
-def test_the_engine_is_weighed_only_when_it_is_the_one_set_up_started(tmp_path: Path) -> None:
-    state, cgroup = tmp_path / "state", tmp_path / "cpu" / "docker" / "cpu.shares"
-    state.mkdir()
-    cgroup.parent.mkdir(parents=True)
-    assert not compose_setup.weigh_engine(2, state, cgroup)  # no pid file: a user's engine, never changed
-    (state / "dockerd.pid").write_text(str(os.getpid()))  # a pid that names another program
-    assert not compose_setup.weigh_engine(2, state, cgroup) and not cgroup.exists()
-    dockerd = _named_dockerd(tmp_path)
-    try:
-        (state / "dockerd.pid").write_text(str(dockerd.pid))
-        assert compose_setup.weigh_engine(2, state, cgroup) and cgroup.read_text() == "2\n"
-        assert compose_setup.weigh_engine(16384, state, cgroup) and cgroup.read_text() == "16384\n"
-        assert not compose_setup.weigh_engine(2, state, tmp_path / "v2" / "cpu.shares")  # no cgroup v1 folder
-    finally:
-        dockerd.kill()
-        dockerd.wait()

@@ -325,38 +325,3 @@ def test_a_runner_killed_outright_releases_its_set_up_ahead(tmp_path: Path) -> N
     while not all(_ended(pid) for pid in pids):  # pytest-timeout guards a hang
         time.sleep(0.05)
     assert (tmp_path / "setup.int").exists(), "the set-up ahead got no SIGINT"
-
-
-def test_alongside_the_containers_weigh_least_until_the_main_pass_is_done(tmp_path: Path,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    weights: list[tuple[int, bool, bool]] = []  # (shares, compose started, main ended)
-    main, compose = _stamped("main", tmp_path, seconds=1.5), _stamped("compose", tmp_path, seconds=1.5)
-    compose.log = tmp_path / "compose.log"
-
-    def weigh(shares: int) -> bool:
-        weights.append((shares, (tmp_path / "compose.start").exists() or compose.process is not None,
-                        (tmp_path / "main.end").exists()))
-        return True
-
-    assert suite_passes.run_passes(main, compose, "alongside", _setup_ahead(tmp_path), weigh=weigh) == 0
-    assert weights == [(2, False, False), (16384, True, True)]  # lowest before the pass starts, restored after main
-    out = capsys.readouterr().out
-    assert "containers weigh 2" in out and "weigh 16384 again" in out
-
-
-def test_after_the_main_pass_the_runner_leaves_the_weight_to_the_scripts(tmp_path: Path) -> None:
-    weighed: list[int] = []
-    assert suite_passes.run_passes(_pass("main", "pass", tmp_path), _pass("compose", "pass", tmp_path), "after",
-                                   _setup_ahead(tmp_path), weigh=lambda shares: weighed.append(shares) or True) == 0
-    assert weighed == []
-
-
-NICE = "import os, pathlib; pathlib.Path({!r}).write_text(f\"{{os.nice(0)}} {{os.environ['PROCTOR_DOCKER_CPU_SHARES']}}\")"
-
-
-def test_alongside_the_compose_pass_runs_at_nice_19_and_keeps_the_weight_set_for_it(tmp_path: Path) -> None:
-    main, compose = suite_passes.passes(1, [], compose_workers=1)
-    compose.argv = [sys.executable, "-c", NICE.format(str(tmp_path / "nice"))]
-    suite_passes.take_idle_cpu_only(compose)
-    assert suite_passes.run_passes(_pass("main", "pass", tmp_path), compose, "alongside") == 0
-    assert (tmp_path / "nice").read_text() == "19 keep"
