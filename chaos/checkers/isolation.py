@@ -100,11 +100,31 @@ def _pickups(jobs: Sequence[LaneJob]) -> list[float]:
     return pickups
 
 
+def _execution(job: LaneJob) -> float | None:
+    return job.ended_at - job.started_at if job.started_at is not None and job.ended_at is not None else None
+
+
+def slowdown(job: LaneJob, merit: Sequence[LaneJob], typical: float, observed_at: float) -> float:
+    """How much slower than ``typical`` (the median execution) the lane ran while ``job`` waited: the
+    slowest *other* merit job whose execution overlapped the wait, at least 1. A busy machine slows
+    every job alike for a moment (rehearsal run 43: two merit jobs took 0.24 s against a median of
+    0.026 s, and the job behind one waited 0.1376 s against a bound of 0.1372 s), so the bound scales
+    by the slowness seen beside the wait. The job's own execution begins when its wait ends, so a
+    wait cannot excuse itself, and a wait with no merit job running beside it keeps the plain bound."""
+    if typical <= 0:  # a clock too coarse to time a job: no ratio to take
+        return 1.0
+    until = job.started_at if job.started_at is not None else observed_at
+    ratios = [took / typical for other in merit if (took := _execution(other)) is not None
+              and other.started_at < until and other.ended_at > job.enqueued_at]  # type: ignore[operator]
+    return max([1.0, *ratios])
+
+
 def merit_wait_bound(jobs: Sequence[LaneJob], workers: int) -> dict[str, Any]:
-    """``{"value", "formula", "terms"}``; value None (with a note) when no merit job ran."""
-    formula = "(workers + burst) * (execution + pickup)"
+    """``{"value", "formula", "terms"}``; value None (with a note) when no merit job ran. A job's own
+    limit is ``value`` times its ``slowdown``."""
+    formula = "(workers + burst) * (execution + pickup) * slowdown"
     merit = [j for j in jobs if j.kind == "merit"]
-    ran = [j.ended_at - j.started_at for j in merit if j.started_at is not None and j.ended_at is not None]
+    ran = [took for j in merit if (took := _execution(j)) is not None]
     if not ran:
         return {"value": None, "formula": formula, "terms": {"workers": workers},
                 "note": "no merit job ran: its service time cannot be measured"}
@@ -113,7 +133,8 @@ def merit_wait_bound(jobs: Sequence[LaneJob], workers: int) -> dict[str, Any]:
     arrivals = burst(sorted(j.enqueued_at for j in merit if j.enqueued_at is not None), per_job * workers)
     terms = {"workers": workers, "execution": round(execution, 4), "pickup": round(pickup, 4),
              "per_job": round(per_job, 4), "burst": arrivals, "measured_jobs": len(ran)}
-    return {"value": round((workers + arrivals) * per_job, 4), "formula": formula, "terms": terms}
+    return {"value": round((workers + arrivals) * per_job, 4), "formula": formula, "terms": terms,
+            "typical_execution": execution}
 
 
 def _exercised(merit: Iterable[LaneJob], ai: Sequence[LaneJob], observed_at: float) -> int:
@@ -135,9 +156,8 @@ def check_isolation(jobs: Sequence[LaneJob], observed_at: float, merit_workers: 
             behind.append({"merit_job": m.job_id, "ai_job": blocker.job_id, "queue": m.queue,
                            "worker": m.worker, "ai_worker": blocker.worker, "waited": round(_waits_for(m, observed_at), 4)})
     waits = {m.job_id: _waits_for(m, observed_at) for m in merit}
-    over = [] if bound["value"] is None else [
-        {"merit_job": job_id, "waited": round(w, 4), "bound": bound["value"], "started": job_id in _started(merit)}
-        for job_id, w in sorted(waits.items(), key=lambda kv: -kv[1]) if w > bound["value"]]
+    over = [] if bound["value"] is None else _over_bound(merit, waits, bound, observed_at)
+    bound.pop("typical_execution", None)
     overlapping = _exercised(merit, ai, observed_at)
     details = {"bound": bound, "merit_wait": summarize(waits.values()),
                "never_started": sum(m.started_at is None for m in merit), "ai_jobs_overlapping_merit": overlapping}
@@ -151,8 +171,16 @@ def check_isolation(jobs: Sequence[LaneJob], observed_at: float, merit_workers: 
     return unknown_unless_invalid(result, reasons)
 
 
-def _started(merit: Sequence[LaneJob]) -> set[str]:
-    return {m.job_id for m in merit if m.started_at is not None}
+def _over_bound(merit: Sequence[LaneJob], waits: dict[str, float], bound: dict[str, Any],
+                observed_at: float) -> list[dict[str, Any]]:
+    over = []
+    for m in sorted(merit, key=lambda job: -waits[job.job_id]):
+        factor = slowdown(m, merit, bound["typical_execution"], observed_at)
+        limit = round(bound["value"] * factor, 4)
+        if waits[m.job_id] > limit:
+            over.append({"merit_job": m.job_id, "waited": round(waits[m.job_id], 4), "bound": limit,
+                         "slowdown": round(factor, 2), "started": m.started_at is not None})
+    return over
 
 
 def isolation_from_run(run_dir: Path, spec: Any) -> Result:

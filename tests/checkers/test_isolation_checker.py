@@ -53,7 +53,8 @@ def test_a_merit_job_still_queued_when_observed_counts_its_wait_as_a_lower_bound
     assert result.valid is False
     assert result.details["never_started"] == 1
     assert result.examples["wait_over_bound"][0] == {"merit_job": "merit-a60-1", "waited": 6.0,
-                                                    "bound": result.details["bound"]["value"], "started": False}
+                                                    "bound": result.details["bound"]["value"], "slowdown": 1.0,
+                                                    "started": False}
 
 
 def test_a_slow_merit_lane_without_any_ai_job_breaks_only_the_bound() -> None:
@@ -220,3 +221,63 @@ def test_ai_jobs_overlapping_merit_are_counted_exactly_with_touching_edges_inclu
     result = check_isolation(jobs, observed_at=20.0, merit_workers=1)
     assert result.details["ai_jobs_overlapping_merit"] == 2
     assert result.valid is True, result.to_dict()
+
+
+# ---------------------------------------------------------------- a busy machine's slow moment (rehearsal run 43)
+def _stall(at: float) -> list[LaneJob]:
+    """After the valid jobs: both merit workers run a job ten times the median (0.2 s against 0.01 s)
+    from ``at``, and a merit job queued 0.02 s later waits for one of them and picks up slowly: 0.28 s,
+    against a plain bound of (2 + 1) * 0.02 = 0.06 s."""
+    return [merit(80, at, at + 0.01, at + 0.21, worker="w1"), merit(81, at, at + 0.01, at + 0.21, worker="w2"),
+            merit(82, at + 0.02, at + 0.30, at + 0.31, worker="w1")]
+
+
+def test_a_wait_behind_merit_jobs_a_busy_moment_slowed_is_within_the_slowed_bound() -> None:
+    result = check_isolation(isolated() + _stall(16.0), observed_at=20.0, merit_workers=2)
+    assert result.valid is True and result.counts["wait_over_bound"] == 0, result.to_dict()
+    assert result.details["merit_wait"]["max"] == pytest.approx(0.28)
+
+
+def test_a_slow_moment_elsewhere_does_not_excuse_a_wait() -> None:
+    """The same slow jobs two seconds before a wait that no merit job ran beside: over the plain bound."""
+    late = merit(83, 18.0, 18.28, 18.29, worker="w3")  # 0.28 s, no merit job running beside it
+    result = check_isolation(isolated() + _stall(16.0)[:2] + [late], observed_at=20.0, merit_workers=2)
+    assert result.violations == ["wait_over_bound"], result.to_dict()
+    assert result.examples["wait_over_bound"][0]["merit_job"] == "merit-a83-1"
+    assert result.examples["wait_over_bound"][0]["slowdown"] == 1.0
+
+
+def test_a_wait_cannot_excuse_itself_with_its_own_slow_execution() -> None:
+    late = merit(84, 18.0, 18.28, 20.28, worker="w3")  # waited 0.28 s, then ran 2 s: only others count
+    result = check_isolation(isolated() + [late], observed_at=30.0, merit_workers=2)
+    assert result.violations == ["wait_over_bound"], result.to_dict()
+
+
+def test_a_slowed_bound_and_its_slowdown_are_reported_rounded() -> None:
+    """A merit job ran 3.777 times the median (0.01 s) while another waited 0.88 s: over even the
+    slowed bound, (2 + 2) * 0.02 * 3.777 = 0.30216 s, reported as 0.3022 with a slowdown of 3.78."""
+    slow = merit(85, 17.0, 17.01, 17.04777, worker="w1")
+    late = merit(86, 17.02, 17.9, 17.91, worker="w2")
+    result = check_isolation(isolated() + [slow, late], observed_at=20.0, merit_workers=2)
+    assert result.details["bound"]["value"] == 0.08
+    assert result.examples["wait_over_bound"][0] == {"merit_job": "merit-a86-1", "waited": 0.88, "bound": 0.3022,
+                                                    "slowdown": 3.78, "started": True}
+
+
+def test_a_merit_job_that_ended_as_the_wait_began_did_not_run_beside_it() -> None:
+    """Exact in binary: a slow job (0.5 s, the median 0.125 s) ends at the very instant the late job is
+    queued, so the late job's 0.75 s wait has only the plain bound (1 + 1) * 0.25 = 0.5 s."""
+    slow = merit(87, 19.0, 19.25, 19.75, worker="w")
+    late = merit(88, 19.75, 20.5, 20.625, worker="w2")
+    result = check_isolation(_dyadic_lane(slow, late), observed_at=30.0, merit_workers=1)
+    assert result.examples["wait_over_bound"][0]["slowdown"] == 1.0, result.to_dict()
+
+
+def test_merit_jobs_that_took_no_time_leave_the_slowdown_at_one() -> None:
+    """Every execution 0 s (a coarse clock): the median is 0, and no ratio can be taken, not even of
+    the job that ran while the late one waited."""
+    instant = [merit(n, 10.0 + n, 10.5 + n, 10.5 + n, worker="w") for n in range(3)]
+    instant.append(merit(5, 20.5, 21.0, 21.0, worker="w"))
+    late = merit(9, 20.0, 22.0, 22.0, worker="w2")
+    result = check_isolation(instant + [ai(1, 20.5, 21.0, worker="w-ai"), late], observed_at=30.0, merit_workers=1)
+    assert result.examples["wait_over_bound"][0]["slowdown"] == 1.0, result.to_dict()
