@@ -36,7 +36,7 @@ from chaos.bounds import burst
 from chaos.checkers.base import Result, build_result, summarize, unknown_unless_invalid
 
 __all__ = ["LANE_JOBS_FILE", "NAME", "LaneJob", "check_isolation", "isolation_from_run", "merit_wait_bound",
-           "parse_lane_jobs"]
+           "parse_lane_jobs", "slowdown"]
 
 NAME = "isolation"
 LANE_JOBS_FILE = "lane_jobs.json"
