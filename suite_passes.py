@@ -77,8 +77,8 @@ SETUP_LOG = "results/compose-setup-ahead.log"
 SETUP_READY = "results/compose-setup-ahead.ready"
 MODES = ("alongside", "after", "skip")
 COMPOSE_WORKERS = 2
-"""The compose pass's nine tests took 390 s in one process on a fresh machine, waiting mostly (containers
-coming up, time-scaled schedules); loadfile on two workers packs them into about half (docs/harness.md)."""
+"""The compose pass's 19 tests took 350-405 s in one process on a fresh machine, waiting mostly (containers
+coming up, time-scaled schedules); loadfile on two workers packs them into about 230 s (docs/harness.md)."""
 _PR_SET_PDEATHSIG = 1
 
 
