@@ -104,6 +104,10 @@ def _execution(job: LaneJob) -> float | None:
     return job.ended_at - job.started_at if job.started_at is not None and job.ended_at is not None else None
 
 
+def _executions(merit: Sequence[LaneJob]) -> list[float]:
+    return [took for j in merit if (took := _execution(j)) is not None]
+
+
 def slowdown(job: LaneJob, merit: Sequence[LaneJob], typical: float, observed_at: float) -> float:
     """How much slower than ``typical`` (the median execution) the lane ran while ``job`` waited: the
     slowest *other* merit job whose execution overlapped the wait, at least 1. A busy machine slows
@@ -124,7 +128,7 @@ def merit_wait_bound(jobs: Sequence[LaneJob], workers: int) -> dict[str, Any]:
     limit is ``value`` times its ``slowdown``."""
     formula = "(workers + burst) * (execution + pickup) * slowdown"
     merit = [j for j in jobs if j.kind == "merit"]
-    ran = [took for j in merit if (took := _execution(j)) is not None]
+    ran = _executions(merit)
     if not ran:
         return {"value": None, "formula": formula, "terms": {"workers": workers},
                 "note": "no merit job ran: its service time cannot be measured"}
@@ -133,8 +137,7 @@ def merit_wait_bound(jobs: Sequence[LaneJob], workers: int) -> dict[str, Any]:
     arrivals = burst(sorted(j.enqueued_at for j in merit if j.enqueued_at is not None), per_job * workers)
     terms = {"workers": workers, "execution": round(execution, 4), "pickup": round(pickup, 4),
              "per_job": round(per_job, 4), "burst": arrivals, "measured_jobs": len(ran)}
-    return {"value": round((workers + arrivals) * per_job, 4), "formula": formula, "terms": terms,
-            "typical_execution": execution}
+    return {"value": round((workers + arrivals) * per_job, 4), "formula": formula, "terms": terms}
 
 
 def _exercised(merit: Iterable[LaneJob], ai: Sequence[LaneJob], observed_at: float) -> int:
@@ -156,8 +159,7 @@ def check_isolation(jobs: Sequence[LaneJob], observed_at: float, merit_workers: 
             behind.append({"merit_job": m.job_id, "ai_job": blocker.job_id, "queue": m.queue,
                            "worker": m.worker, "ai_worker": blocker.worker, "waited": round(_waits_for(m, observed_at), 4)})
     waits = {m.job_id: _waits_for(m, observed_at) for m in merit}
-    over = [] if bound["value"] is None else _over_bound(merit, waits, bound, observed_at)
-    bound.pop("typical_execution", None)
+    over = [] if bound["value"] is None else _over_bound(merit, waits, bound["value"], observed_at)
     overlapping = _exercised(merit, ai, observed_at)
     details = {"bound": bound, "merit_wait": summarize(waits.values()),
                "never_started": sum(m.started_at is None for m in merit), "ai_jobs_overlapping_merit": overlapping}
@@ -171,12 +173,13 @@ def check_isolation(jobs: Sequence[LaneJob], observed_at: float, merit_workers: 
     return unknown_unless_invalid(result, reasons)
 
 
-def _over_bound(merit: Sequence[LaneJob], waits: dict[str, float], bound: dict[str, Any],
+def _over_bound(merit: Sequence[LaneJob], waits: dict[str, float], bound: float,
                 observed_at: float) -> list[dict[str, Any]]:
+    typical = statistics.median(_executions(merit))  # the bound's execution term, unrounded
     over = []
     for m in sorted(merit, key=lambda job: -waits[job.job_id]):
-        factor = slowdown(m, merit, bound["typical_execution"], observed_at)
-        limit = round(bound["value"] * factor, 4)
+        factor = slowdown(m, merit, typical, observed_at)
+        limit = round(bound * factor, 4)
         if waits[m.job_id] > limit:
             over.append({"merit_job": m.job_id, "waited": round(waits[m.job_id], 4), "bound": limit,
                          "slowdown": round(factor, 2), "started": m.started_at is not None})
