@@ -17,15 +17,17 @@ setup-python:  # .venv only: test-fast starts no server, so needs no valkey-serv
 demo: setup
 	$(PY) -m chaos.cli demo
 
-# make test = two pytest passes (suite_passes.py): the main pass on TEST_WORKERS pytest-xdist workers, then
+# make test = two pytest passes (suite_passes.py): the main pass on TEST_WORKERS pytest-xdist workers, and
 # the compose pass (the container tests: scenarios against docker-compose.yml, the compose stack test) on
 # COMPOSE_WORKERS, skipped with one line when no engine answers and none can be installed. Its set-up (engine,
 # base and stack images) runs ahead, beside the main pass, in the CPU the main pass leaves idle, and holds the
-# engine it started until the compose pass is done (results/compose-setup-ahead.log). COMPOSE_PASS=alongside
-# starts the compose pass as soon as that set-up is ready, beside the main pass (its output in
-# results/compose-pass.log, shown when it ends); COMPOSE_PASS=skip runs no compose pass (docs/harness.md).
+# engine it started until the compose pass is done (results/compose-setup-ahead.log). The compose pass starts
+# once that set-up is ready and the main pass's scenario files (chaos/, handed out first) are done, beside the
+# rest of the main pass (COMPOSE_PASS=tail; its output in results/compose-pass.log, shown when it ends).
+# COMPOSE_PASS=after runs it after the main pass, =alongside as soon as its set-up is ready, =skip not at all
+# (docs/harness.md).
 # --durations and the junit files say where the suite's wall time goes, every CI run.
-COMPOSE_PASS ?= after
+COMPOSE_PASS ?= tail
 COMPOSE_WORKERS ?= 2
 test: setup lint
 	$(PY) suite_passes.py --workers $(TEST_WORKERS) --compose $(COMPOSE_PASS) --compose-workers $(COMPOSE_WORKERS) -- $(PYTEST_ARGS)

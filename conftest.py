@@ -45,6 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[PORT_RANGE_ENV] = port_slice(int(worker[2:]), count, listen_ports())
         os.environ.update(compose_nets.for_worker(int(worker[2:])))  # the compose pass's projects side by side
     suite_time.register(config)  # where the wall time goes, per file: results/suite-time.tsv
+    # `--compose tail`: the pytest that hands out the main pass's tests says when its scenario files are done.
+    # Popped, so no pytest this one starts (its xdist workers, a test's own run) writes the file too.
+    scenarios_done = os.environ.pop(suite_passes.SCENARIOS_DONE_ENV, "")
+    if scenarios_done and not worker:
+        config.pluginmanager.register(suite_passes.ScenariosDone(Path(scenarios_done)), "suite-scenarios-done")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,9 +10,13 @@ Once that set-up is ready the compose pass runs on ``--compose-workers`` xdist w
 worker's projects on networks of their own, conftest.py); without it, in one process, so two
 workers never build the same image.
 
-By default the compose pass starts after the main pass. ``--compose alongside`` starts it as
-soon as its set-up ahead is ready, beside the main pass: shorter, but both cores saturated,
-where load-sensitive tests have missed before (docs/harness.md).
+By default (``--compose tail``) the compose pass starts beside the main pass's tail: once its
+set-up ahead is ready and the main pass's scenario files (chaos/, handed out first) have all
+finished, so the compose pass's containers share the CPU only with the integration, security
+and unit files, never with a scenario's load. ``--compose after`` starts it after the main
+pass (the whole machine to each pass, the longest). ``--compose alongside``
+starts it as soon as its set-up ahead is ready: shorter still, but beside the scenarios, with
+both cores saturated, where load-sensitive tests have missed before (docs/harness.md).
 
 What keeps the two apart when they run together:
 - ports: each pass draws from its own part of the port range (``PROCTOR_PORT_RANGE``;
@@ -27,7 +31,7 @@ stacks down); if this process dies without a word, the kernel sends both SIGINT
 (``PR_SET_PDEATHSIG``), so no pass outlives it. At the end it prints each pass's time and
 how busy the machine's cores were (/proc/stat, every process, containers included).
 
-Usage: python suite_passes.py [--workers N] [--compose after|alongside|skip] [--compose-workers N]
+Usage: python suite_passes.py [--workers N] [--compose after|tail|alongside|skip] [--compose-workers N]
        [-- PYTEST_ARGS...]
 Exit: 0 when both passes passed; else the first non-zero exit of the main pass, then the compose pass;
 130 or 143 when SIGINT or SIGTERM cut the run.
@@ -46,10 +50,12 @@ from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 from pathlib import Path
 
+import pytest
+
 from stack.deploy.ports import PORT_RANGE_ENV, listen_ports
 
-__all__ = ["COMPOSE_TESTS", "LONG_FILES_FIRST", "Pass", "long_files_first", "main", "passes", "setup_ahead",
-           "split_ports"]
+__all__ = ["COMPOSE_TESTS", "LONGEST_FILES", "LONG_FILES_FIRST", "Pass", "SCENARIOS_DONE_ENV", "ScenariosDone",
+           "long_files_first", "main", "passes", "setup_ahead", "split_ports"]
 
 REPO = Path(__file__).resolve().parent
 T = TypeVar("T")
@@ -59,6 +65,18 @@ takes minutes where a unit file takes seconds. xdist's default order (the files 
 first) put the chaos files, a few long tests each, last, so the pass ended on them while other
 workers sat idle. With ``--no-loadscope-reorder`` xdist keeps the collection's order, which the
 root conftest.py sorts with ``long_files_first``: the short files fill the end (docs/harness.md)."""
+LONGEST_FILES = (
+    "chaos/test_ai_lane.py", "chaos/test_valkey_failover.py", "chaos/test_ramp.py",
+    "tests/integration/test_stack_invariants.py", "chaos/test_worker_kill.py", "chaos/test_ramp_distributed.py",
+    "chaos/test_lane_isolation.py", "chaos/test_valkey_connect_timeouts.py", "chaos/test_log_shipping.py",
+)
+"""Within its folder, each of these goes first, longest first (wall seconds in rehearsal run 46: 190, 182,
+126, 93, 92, 89, 81, 69, 54; every other file took under 42): a worker that draws a long file late ends the
+pass, or, with ``--compose tail``, holds the compose pass back, while the others sit idle."""
+SCENARIO_FOLDER = "chaos/"
+SCENARIOS_DONE_ENV = "PROCTOR_SUITE_SCENARIOS_DONE"
+"""The file the main pass's pytest writes once its scenario files are done (``ScenariosDone``)."""
+SCENARIOS_DONE = "results/main-scenarios.done"
 COMPOSE_TESTS = (
     # The issue #13 scenarios, each with its negative control, the Valkey failover on the Sentinel topology
     # (issue #25), the SMS worker failover with its reserved egress address and the log store outage (issue
@@ -75,7 +93,7 @@ COMPOSE_TESTS = (
 COMPOSE_LOG = "results/compose-pass.log"
 SETUP_LOG = "results/compose-setup-ahead.log"
 SETUP_READY = "results/compose-setup-ahead.ready"
-MODES = ("alongside", "after", "skip")
+MODES = ("after", "tail", "alongside", "skip")
 COMPOSE_WORKERS = 2
 """The compose pass's 19 tests took 350-405 s in one process on a fresh machine, waiting mostly (containers
 coming up, time-scaled schedules); loadfile on two workers packs them into about 230 s (docs/harness.md)."""
@@ -89,6 +107,7 @@ class Pass:
     port_range: str | None  # None: draws no port (the set-up ahead)
     log: Path | None = None  # None: the terminal
     ready: Path | None = None  # the set-up ahead writes it when done
+    scenarios_done: Path | None = None  # the main pass writes it when its scenario files are done
     spread: list[str] = field(default_factory=list)  # pytest-xdist options, given only when the set-up is ready
     process: subprocess.Popen | None = field(default=None, repr=False)
     started: float = 0.0
@@ -106,10 +125,12 @@ def split_ports(workers: int, ports: range) -> tuple[str, str]:
 
 def long_files_first(items: list[T]) -> list[T]:
     """``items`` (pytest items, anything with a ``nodeid``) with the files of ``LONG_FILES_FIRST`` first,
-    in that order; stable, so the order within each file and of files within a folder stays."""
-    def rank(item: T) -> int:
+    in that order, and within a folder the ``LONGEST_FILES`` first; stable, so the order within each file
+    and of the other files within a folder stays."""
+    def rank(item: T) -> tuple[int, int]:
         path = item.nodeid.split("::", 1)[0]  # type: ignore[attr-defined]
-        return next((i for i, folder in enumerate(LONG_FILES_FIRST) if path.startswith(folder)), len(LONG_FILES_FIRST))
+        folder = next((i for i, top in enumerate(LONG_FILES_FIRST) if path.startswith(top)), len(LONG_FILES_FIRST))
+        return folder, LONGEST_FILES.index(path) if path in LONGEST_FILES else len(LONGEST_FILES)
 
     return sorted(items, key=rank)
 
@@ -128,12 +149,46 @@ def passes(workers: int, pytest_args: list[str], python: str = sys.executable,
     main_ports, compose_ports = split_ports(workers, listen_ports())
     pytest = [python, "-m", "pytest"]
     main = Pass("main", [*pytest, *_spread(workers), "--ignore=tests/compose", "--durations=25",
-                         "--junitxml=results/junit.xml", *pytest_args], main_ports)
+                         "--junitxml=results/junit.xml", *pytest_args], main_ports,
+                scenarios_done=REPO / SCENARIOS_DONE)
     # --timeout: a hang guard for a cold machine (engine, base and image are built inside the first test).
     compose = Pass("compose", [*pytest, "--chaos-target", "compose", "--timeout", "1500",
                                "--junitxml=results/junit-compose.xml", *COMPOSE_TESTS, *pytest_args],
                    compose_ports, log=REPO / COMPOSE_LOG, spread=_spread(compose_workers) if compose_workers > 1 else [])
     return main, compose
+
+
+class ScenariosDone:
+    """Registered in the main pass's pytest that hands out the tests (the xdist controller, or the one process
+    without workers): writes ``path`` once every collected test of chaos/ has finished, so ``--compose tail``
+    can start the compose pass beside the rest. A worker that crashed reports its test (``when`` "???"), so
+    it counts as finished; a run that never writes it leaves the compose pass to start after the main pass."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.waiting: set[str] | None = None  # None: nothing collected yet
+
+    def _collected(self, nodeids: list[str]) -> None:
+        if self.waiting is None:  # every worker collects the same tests: the first one's are enough
+            self.waiting = {nodeid for nodeid in nodeids if nodeid.startswith(SCENARIO_FOLDER)}
+            self._write_when_done()
+
+    def _write_when_done(self) -> None:
+        if self.waiting == set() and not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(f"{time.time()!r}\n")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        self._collected(ids)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._collected([item.nodeid for item in session.items])  # without workers; the controller collects none
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.waiting and report.when in ("teardown", "???"):
+            self.waiting.discard(report.nodeid)
+            self._write_when_done()
 
 
 def setup_ahead(python: str = sys.executable) -> Pass:
@@ -199,7 +254,10 @@ def _die_with_parent() -> None:
 
 
 def start(run: Pass) -> None:
-    env = {**os.environ, **({PORT_RANGE_ENV: run.port_range} if run.port_range is not None else {})}
+    env = {**os.environ, **({PORT_RANGE_ENV: run.port_range} if run.port_range is not None else {}),
+           **({SCENARIOS_DONE_ENV: str(run.scenarios_done)} if run.scenarios_done is not None else {})}
+    if run.scenarios_done is not None:
+        run.scenarios_done.unlink(missing_ok=True)  # an earlier run's must not count
     out = None
     if run.log is not None:
         run.log.parent.mkdir(parents=True, exist_ok=True)
@@ -268,7 +326,9 @@ def cores_busy(before: tuple[int, int], after: tuple[int, int], cores: int) -> f
 def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = None) -> int:
     """``setup``: the compose set-up ahead, started beside the main pass, and released (it stops the engine it
     started) when the compose pass is done. ``after``: the compose pass starts once the main pass is done and
-    the set-up is ready; ``alongside``: as soon as the set-up is ready (without one, at once)."""
+    the set-up is ready; ``tail``: once the set-up is ready and the main pass has written its ``scenarios_done``
+    (without a set-up ahead, once that file is there); ``alongside``: as soon as the set-up is ready (without one,
+    at once)."""
     running = [main_pass] + ([compose] if mode != "skip" else [])
     setup = setup if mode != "skip" else None
     caught: list[int] = []
@@ -278,14 +338,21 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = N
         caught.append(signum)
         _interrupt(running)
 
+    def scenarios_running() -> bool:
+        return mode == "tail" and not (main_pass.scenarios_done is not None and main_pass.scenarios_done.exists())
+
     def start_alongside() -> None:
         if compose.process is not None or caught or (setup is not None and _setup_state(setup) is None):
+            return
+        if scenarios_running():
             return
         if setup is not None:
             _time_setup(setup)
         _start_compose(compose, setup)
-        print(f"suite: the compose pass runs alongside from now on ({' '.join(compose.spread) or 'one process'}, "
-              f"ports {compose.port_range}; log {_shown(compose.log)}, shown when it ends)", flush=True)
+        since = (f"the main pass's scenario files are done ({time.monotonic() - main_pass.started:.0f} s in): "
+                 if mode == "tail" else "") + "the compose pass runs alongside"
+        print(f"suite: {since} from now on ({' '.join(compose.spread) or 'one process'}, ports {compose.port_range}; "
+              f"log {_shown(compose.log)}, shown when it ends)", flush=True)
 
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -299,7 +366,7 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = N
             start_alongside()
         start(main_pass)
         codes = {"main": finish(main_pass, compose, *([setup] if setup is not None else []),
-                                tick=start_alongside if mode == "alongside" else lambda: None)}
+                                tick=start_alongside if mode in ("alongside", "tail") else lambda: None)}
         if setup is not None and compose.process is None and not caught:
             _await_setup(setup, caught)
             _time_setup(setup)
@@ -344,8 +411,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         ours, pytest_args = argv[:at], argv[at + 1:]
     p = argparse.ArgumentParser(prog="suite_passes.py", description="make test's main and compose passes")
     p.add_argument("--workers", type=int, default=3, help="pytest-xdist workers of the main pass (0: one process)")
-    p.add_argument("--compose", choices=MODES, default="after",
-                   help="when the compose pass runs: after the main pass (default), alongside it, or not at all")
+    p.add_argument("--compose", choices=MODES, default="tail",
+                   help="when the compose pass runs: after the main pass, beside its tail once its "
+                        "scenario files are done (default), alongside it from its set-up's end, or not at all")
     p.add_argument("--compose-workers", type=int, default=COMPOSE_WORKERS,
                    help=f"pytest-xdist workers of the compose pass once its set-up ahead is ready (default "
                         f"{COMPOSE_WORKERS}; 1: one process)")
@@ -360,7 +428,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args, pytest_args = parse(sys.argv[1:] if argv is None else argv)
     main_pass, compose = passes(args.workers, pytest_args, compose_workers=args.compose_workers)
-    if args.compose != "alongside":
+    if args.compose not in ("alongside", "tail"):
         compose.log = None  # nothing to interleave with: the compose pass writes to the terminal, as the main one
     return run_passes(main_pass, compose, args.compose, setup_ahead() if args.compose != "skip" else None)
 

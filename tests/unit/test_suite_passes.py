@@ -73,6 +73,21 @@ def test_the_main_pass_hands_out_the_long_files_first() -> None:
                        "tests/checkers/test_a.py::t1", "tests/unit/test_c.py::t1", "conftest_like_other.py::t"]
 
 
+def test_within_a_folder_the_longest_files_go_first_longest_first() -> None:
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+    longest, second = suite_passes.LONGEST_FILES[:2]
+    collected = [Item(n) for n in ("chaos/test_short.py::t1", f"{second}::t1", "tests/unit/test_u.py::t1",
+                                   f"{longest}::t1", f"{second}::t2", f"{longest}::t2", "chaos/test_short.py::t2")]
+    ordered = [item.nodeid for item in suite_passes.long_files_first(collected)]
+    assert ordered == [f"{longest}::t1", f"{longest}::t2", f"{second}::t1", f"{second}::t2",
+                       "chaos/test_short.py::t1", "chaos/test_short.py::t2", "tests/unit/test_u.py::t1"]
+    for path in suite_passes.LONGEST_FILES:
+        assert (REPO / path).exists(), path  # a renamed file would silently lose its place
+
+
 def test_every_parity_test_named_exists() -> None:
     for test in suite_passes.COMPOSE_TESTS:
         path, _, name = test.partition("::")
@@ -91,9 +106,103 @@ def test_bad_options_are_named_with_exit_2(argv: list[str], named: str, capsys: 
     assert named in capsys.readouterr().err
 
 
-def test_by_default_the_compose_pass_runs_after_the_main_one() -> None:
+class Report:
+    def __init__(self, nodeid: str, when: str) -> None:
+        self.nodeid, self.when = nodeid, when
+
+
+def _phases(done: suite_passes.ScenariosDone, nodeid: str, *whens: str) -> None:
+    for when in whens:
+        done.pytest_runtest_logreport(Report(nodeid, when))  # type: ignore[arg-type]
+
+
+def test_scenarios_done_is_written_once_the_last_chaos_test_has_torn_down(tmp_path: Path) -> None:
+    done = suite_passes.ScenariosDone(tmp_path / "results" / "main-scenarios.done")
+    ids = ["chaos/test_a.py::t1", "chaos/test_a.py::t2", "chaos/test_b.py::t1", "tests/unit/test_c.py::t1"]
+    done.pytest_xdist_node_collection_finished(object(), ids)
+    done.pytest_xdist_node_collection_finished(object(), ids[:1])  # the next worker's collection changes nothing
+    _phases(done, "chaos/test_a.py::t1", "setup", "call", "teardown")
+    _phases(done, "tests/unit/test_c.py::t1", "setup", "call", "teardown")
+    _phases(done, "chaos/test_b.py::t1", "setup", "call", "teardown")
+    _phases(done, "chaos/test_a.py::t2", "setup", "call")
+    assert not done.path.exists()  # one scenario test is still tearing its stack down
+    _phases(done, "chaos/test_a.py::t2", "teardown")
+    assert done.path.exists()
+
+
+def test_a_crashed_workers_scenario_test_counts_as_finished(tmp_path: Path) -> None:
+    done = suite_passes.ScenariosDone(tmp_path / "done")
+    done.pytest_xdist_node_collection_finished(object(), ["chaos/test_a.py::t1", "chaos/test_a.py::t2"])
+    _phases(done, "chaos/test_a.py::t1", "setup", "call", "teardown")
+    _phases(done, "chaos/test_a.py::t2", "setup")
+    assert not done.path.exists()
+    _phases(done, "chaos/test_a.py::t2", "???")  # xdist's report for the test a dead worker was running
+    assert done.path.exists()
+
+
+def test_without_scenarios_collected_the_file_is_written_at_once(tmp_path: Path) -> None:
+    class Session:
+        items = [Report("tests/unit/test_c.py::t1", "")]
+
+    done = suite_passes.ScenariosDone(tmp_path / "done")
+    done.pytest_collection_finish(Session())  # type: ignore[arg-type]
+    assert done.path.exists()
+
+
+def test_a_real_xdist_pass_writes_scenarios_done_while_its_other_files_still_run(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's hooks as xdist calls them: a test of the other file waits for the file, which
+    appears only once the chaos/ tests, run by the other worker, have finished."""
+    done = pytester.path / "scenarios.done"
+    pytester.makeconftest(f"""
+        import pathlib, suite_passes
+        def pytest_configure(config):
+            import os
+            if not os.environ.get("PYTEST_XDIST_WORKER"):
+                config.pluginmanager.register(suite_passes.ScenariosDone(pathlib.Path({str(done)!r})))
+    """)
+    pytester.mkdir("chaos")
+    pytester.path.joinpath("chaos", "test_scenario.py").write_text(
+        "import time\ndef test_one():\n    time.sleep(0.5)\ndef test_two():\n    time.sleep(0.5)\n")
+    pytester.makepyfile(test_other=f"""
+        import pathlib, time
+        def test_sees_the_scenarios_done():
+            while not pathlib.Path({str(done)!r}).exists():  # pytest-timeout guards a file never written
+                time.sleep(0.05)
+    """)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider", "--timeout", "60")
+    result.assert_outcomes(passed=3)
+    assert done.exists()
+
+
+def test_in_tail_mode_the_compose_pass_starts_once_the_scenarios_are_done_before_the_main_pass_ends(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    setup = _setup_ahead(tmp_path, f"import pathlib; pathlib.Path({str(tmp_path / 'ready')!r}).write_text('ready')")
+    marker = tmp_path / "scenarios.done"
+    main = _pass("main", f"import pathlib, time; time.sleep(1.0); pathlib.Path({str(marker)!r}).write_text(repr(time.time()));"
+                         f" time.sleep(2.0); pathlib.Path({str(tmp_path / 'main.end')!r}).write_text(repr(time.time()))",
+                 tmp_path)
+    main.scenarios_done = marker
+    compose = _stamped("compose", tmp_path)
+    compose.log = tmp_path / "compose.log"
+    assert suite_passes.run_passes(main, compose, "tail", setup) == 0
+    assert _at(marker) <= _at(tmp_path / "compose.start") < _at(tmp_path / "main.end")
+    assert "the main pass's scenario files are done: the compose pass runs alongside" in capsys.readouterr().out
+
+
+def test_in_tail_mode_a_main_pass_that_never_says_so_has_the_compose_pass_after_it(tmp_path: Path) -> None:
+    setup = _setup_ahead(tmp_path, f"import pathlib; pathlib.Path({str(tmp_path / 'ready')!r}).write_text('ready')")
+    main = _stamped("main", tmp_path, seconds=1.0)
+    main.scenarios_done = tmp_path / "scenarios.done"
+    compose = _stamped("compose", tmp_path)
+    assert suite_passes.run_passes(main, compose, "tail", setup) == 0
+    assert _at(tmp_path / "compose.start") >= _at(tmp_path / "main.end")
+
+
+def test_by_default_the_compose_pass_runs_beside_the_main_ones_tail() -> None:
     args, _ = suite_passes.parse([])
-    assert (args.workers, args.compose, args.compose_workers) == (3, "after", 2)
+    assert (args.workers, args.compose, args.compose_workers) == (3, "tail", 2)
 
 
 def test_options_before_the_separator_are_ours_and_after_it_pytests() -> None:
