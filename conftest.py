@@ -48,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # `--compose tail`: the pytest that hands out the main pass's tests says when its scenario files are done.
     # Popped, so no pytest this one starts (its xdist workers, a test's own run) writes the file too.
     scenarios_done = os.environ.pop(suite_passes.SCENARIOS_DONE_ENV, "")
-    if scenarios_done and not worker:
+    if scenarios_done and not hasattr(config, "workerinput"):  # the controller, or the one process without workers
         config.pluginmanager.register(suite_passes.ScenariosDone(Path(scenarios_done)), "suite-scenarios-done")
 
 

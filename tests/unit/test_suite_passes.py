@@ -158,8 +158,7 @@ def test_a_real_xdist_pass_writes_scenarios_done_while_its_other_files_still_run
     pytester.makeconftest(f"""
         import pathlib, suite_passes
         def pytest_configure(config):
-            import os
-            if not os.environ.get("PYTEST_XDIST_WORKER"):
+            if not hasattr(config, "workerinput"):  # the controller (PYTEST_XDIST_WORKER is the outer run's)
                 config.pluginmanager.register(suite_passes.ScenariosDone(pathlib.Path({str(done)!r})))
     """)
     pytester.mkdir("chaos")
