@@ -189,8 +189,10 @@ class SlotConnection:
     kept_alive: bool = False  # the last response left its connection in the pool for the next request
 
     def after(self, response: Any) -> None:
-        connection = str(response.headers.get("Connection", "")).lower()
-        self.kept_alive = bool(response.status_code) and connection != "close"
+        if not response.status_code:  # no response: Locust's stand-in has no headers (None), nothing is kept
+            self.kept_alive = False
+            return
+        self.kept_alive = str(response.headers.get("Connection", "")).lower() != "close"
 
     def closed_under(self, response: Any, reused: bool) -> bool:
         """The request met a close of its reused connection before any response."""
@@ -229,10 +231,19 @@ class Student:
         scheduled = {"intended": round(intended[0], 6)} if intended else {}
         self.history.append(self.process, "invoke", f, value, **scheduled)
         started = time.monotonic()
-        for send in (1, 2):  # a resend goes out on a new connection, which is never resent (closed_under)
-            status, node, data, error, closed = self._send(client, connection, method, path, body, headers, f)
-            if not closed:
-                break
+        try:
+            for send in (1, 2):  # a resend goes out on a new connection, which is never resent (closed_under)
+                status, node, data, error, closed = self._send(client, connection, method, path, body, headers, f)
+                if not closed:
+                    break
+        except Exception as exc:
+            # Whatever broke the send (the client, this code), the request may have taken effect: its
+            # outcome is unknown, and an invoke left open would make the whole history not well-formed.
+            # Locust still reports the exception.
+            self.history.append(self.process, "info", f, value, latency=round(time.monotonic() - started, 6),
+                                error=f"{type(exc).__name__}: {exc}"[:300], **scheduled)
+            self._advance(f, "info", {})
+            raise
         resent = {"resent": send - 1} if send > 1 else {}
         kind = classify(status)
         if kind != "ok" and error is None:

@@ -52,9 +52,10 @@ class FakeResponse:
     def __init__(self, status: int, body: dict, node: str | None = "web_1", error: BaseException | None = None,
                  headers: dict[str, str] | None = None) -> None:
         self.status_code, self._body = status, body
-        self.headers = {**({"X-Proctor-Node": node} if node else {}), **(headers or {})}
-        if not status:  # as Locust's response: an ``error`` only when no response came
+        self.headers: dict[str, str] | None = {**({"X-Proctor-Node": node} if node else {}), **(headers or {})}
+        if not status:  # as Locust's ErrorResponse: an ``error``, and no headers (None), when no response came
             self.error = error or ConnectionResetError("reset by peer")
+            self.headers = None
         self.failed: str | None = None
 
     def json(self):
@@ -156,6 +157,38 @@ def test_a_response_that_closes_its_connection_leaves_nothing_to_reuse(tmp_path)
                                steps=2)
     assert len(client.sent) == 2
     assert [op.type for op in ops if op.f == "start"] == ["invoke", "info"]
+
+
+class Boom(Exception):
+    pass
+
+
+class RaisingClient(FakeClient):
+    """Answers from a script, then raises from inside the request, as a broken client would."""
+
+    @contextlib.contextmanager
+    def request(self, method, path, json=None, headers=None, name=None, catch_response=True):
+        if not self.script:
+            raise Boom("the client broke")
+        with super().request(method, path, json, headers, name, catch_response) as response:
+            yield response
+
+
+def test_a_send_that_raises_leaves_no_invoke_open_and_retries_as_a_new_process(tmp_path):
+    history = HistoryWriter(tmp_path / "h.jsonl")
+    student = Student("student-00001", "secret-code", "NOVA-101", __import__("random").Random(1), history, _options())
+    client = RaisingClient([FakeResponse(201, {"token": "t"})])
+    student.step(client)
+    with pytest.raises(Boom):  # Locust still sees the exception
+        student.step(client)
+    client.script.append(FakeResponse(201, {"attempt_id": "a1"}))
+    student.step(client)  # the same call again, as the slot that takes the student next would
+    history.close()
+    ops = read_history(tmp_path / "h.jsonl").ops
+    starts = [op for op in ops if op.f == "start"]
+    assert [op.type for op in starts] == ["invoke", "info", "invoke", "ok"]  # well-formed: every invoke completed
+    assert starts[1].error == "Boom: the client broke" and starts[0].process == starts[1].process != starts[2].process
+    assert starts[0].value == starts[2].value  # the same idempotency key
 
 
 def test_the_cursor_hands_each_student_out_once_and_says_when_the_roster_is_used_up(tmp_path):
