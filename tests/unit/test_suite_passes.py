@@ -89,6 +89,19 @@ def test_within_a_folder_the_longest_files_go_first_longest_first() -> None:
         assert (REPO / path).exists(), path  # a renamed file would silently lose its place
 
 
+def test_the_other_long_files_follow_the_scenarios_ahead_of_their_folders() -> None:
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+    security = next(path for path in suite_passes.LONGEST_FILES if path.startswith("tests/security/"))
+    collected = [Item(n) for n in ("tests/integration/test_short.py::t", f"{security}::t", "chaos/test_short.py::t",
+                                   "tests/unit/test_u.py::t")]
+    ordered = [item.nodeid for item in suite_passes.long_files_first(collected)]
+    assert ordered == ["chaos/test_short.py::t", f"{security}::t", "tests/integration/test_short.py::t",
+                       "tests/unit/test_u.py::t"]
+
+
 def test_every_parity_test_named_exists() -> None:
     for test in suite_passes.COMPOSE_TESTS:
         path, _, name = test.partition("::")
