@@ -99,6 +99,8 @@ COMPOSE_LOG = "results/compose-pass.log"
 SETUP_LOG = "results/compose-setup-ahead.log"
 SETUP_READY = "results/compose-setup-ahead.ready"
 MODES = ("after", "tail", "alongside", "skip")
+BESIDE = ("tail", "alongside")
+"""The modes whose compose pass runs while the main pass does (so it writes to its own log)."""
 COMPOSE_WORKERS = 2
 """The compose pass's 19 tests took 350-405 s in one process on a fresh machine, waiting mostly (containers
 coming up, time-scaled schedules); loadfile on two workers packs them into about 230 s (docs/harness.md)."""
@@ -351,9 +353,8 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = N
         return mode == "tail" and not (main_pass.scenarios_done is not None and main_pass.scenarios_done.exists())
 
     def start_alongside() -> None:
-        if compose.process is not None or caught or (setup is not None and _setup_state(setup) is None):
-            return
-        if scenarios_running():
+        if (compose.process is not None or caught or (setup is not None and _setup_state(setup) is None)
+                or scenarios_running()):
             return
         if setup is not None:
             _time_setup(setup)
@@ -375,7 +376,7 @@ def run_passes(main_pass: Pass, compose: Pass, mode: str, setup: Pass | None = N
             start_alongside()
         start(main_pass)
         codes = {"main": finish(main_pass, compose, *([setup] if setup is not None else []),
-                                tick=start_alongside if mode in ("alongside", "tail") else lambda: None)}
+                                tick=start_alongside if mode in BESIDE else lambda: None)}
         if setup is not None and compose.process is None and not caught:
             _await_setup(setup, caught)
             _time_setup(setup)
@@ -437,7 +438,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args, pytest_args = parse(sys.argv[1:] if argv is None else argv)
     main_pass, compose = passes(args.workers, pytest_args, compose_workers=args.compose_workers)
-    if args.compose not in ("alongside", "tail"):
+    if args.compose not in BESIDE:
         compose.log = None  # nothing to interleave with: the compose pass writes to the terminal, as the main one
     return run_passes(main_pass, compose, args.compose, setup_ahead() if args.compose != "skip" else None)
 

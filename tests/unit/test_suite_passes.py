@@ -55,14 +55,17 @@ def test_the_compose_pass_keeps_its_workers_aside_until_its_set_up_is_ready() ->
     assert "-n" not in compose.argv  # given at its start, and only if the set-up ahead is ready
 
 
+class Item:
+    """What ``long_files_first`` and ``ScenariosDone`` read of a pytest item."""
+
+    def __init__(self, nodeid: str) -> None:
+        self.nodeid = nodeid
+
+    def __repr__(self) -> str:
+        return self.nodeid
+
+
 def test_the_main_pass_hands_out_the_long_files_first() -> None:
-    class Item:
-        def __init__(self, nodeid: str) -> None:
-            self.nodeid = nodeid
-
-        def __repr__(self) -> str:
-            return self.nodeid
-
     collected = [Item(n) for n in ("tests/checkers/test_a.py::t1", "tests/integration/test_b.py::t1",
                                    "tests/unit/test_c.py::t1", "tests/security/test_d.py::t1",
                                    "tests/integration/test_b.py::t2", "chaos/test_e.py::t1", "chaos/test_f.py::t1",
@@ -75,10 +78,6 @@ def test_the_main_pass_hands_out_the_long_files_first() -> None:
 
 
 def test_within_a_folder_the_longest_files_go_first_longest_first() -> None:
-    class Item:
-        def __init__(self, nodeid: str) -> None:
-            self.nodeid = nodeid
-
     longest, second = suite_passes.LONGEST_FILES[:2]
     collected = [Item(n) for n in ("chaos/test_short.py::t1", f"{second}::t1", "tests/unit/test_u.py::t1",
                                    f"{longest}::t1", f"{second}::t2", f"{longest}::t2", "chaos/test_short.py::t2")]
@@ -90,10 +89,6 @@ def test_within_a_folder_the_longest_files_go_first_longest_first() -> None:
 
 
 def test_the_other_long_files_follow_the_scenarios_ahead_of_their_folders() -> None:
-    class Item:
-        def __init__(self, nodeid: str) -> None:
-            self.nodeid = nodeid
-
     security = next(path for path in suite_passes.LONGEST_FILES if path.startswith("tests/security/"))
     collected = [Item(n) for n in ("tests/integration/test_short.py::t", f"{security}::t", "chaos/test_short.py::t",
                                    "tests/unit/test_u.py::t")]
@@ -156,7 +151,7 @@ def test_a_crashed_workers_scenario_test_counts_as_finished(tmp_path: Path) -> N
 
 def test_without_scenarios_collected_the_file_is_written_at_once(tmp_path: Path) -> None:
     class Session:
-        items = [Report("tests/unit/test_c.py::t1", "")]
+        items = [Item("tests/unit/test_c.py::t1")]
 
     done = suite_passes.ScenariosDone(tmp_path / "done")
     done.pytest_collection_finish(Session())  # type: ignore[arg-type]
