@@ -168,7 +168,7 @@ def measure_phases(stack: Any, count: int) -> dict[str, Any]:
 # ------------------------------------------------------------ worker models side by side (#23 item 4)
 def _worker_cpu(pid: int) -> float:
     """CPU seconds of the worker and of every horse it reaped (loadtests/proc_cpu.py)."""
-    from loadtests.proc_cpu import read_table
+    from proc_cpu import read_table  # beside this file: sys.path[0] when run as a script
 
     return read_table().cpu({pid})
 

@@ -16,7 +16,8 @@ A forking worker (the ``fork`` model) runs every job in a fresh child (RQ's hors
 one runs them all in its own process, which keeps the engines and the HTTP client between jobs.
 The worker calls ``prepare_worker`` once: settings and the engines (dialect initialised, no
 connection left open) are built there and inherited; a horse only drops any pool it
-inherited (never a connection shared across fork). The HTTP client is built on a job's
+inherited (never a connection shared across fork). A ``simple`` worker's engines keep a
+connection between jobs (``SIMPLE_WORKER_POOL_SIZE``); a forking worker's open one per transaction. The HTTP client is built on a job's
 first provider call, so a merit horse never builds one (nor imports httpx).
 """
 
@@ -95,12 +96,23 @@ def _ssl_context() -> ssl.SSLContext:
     return loopback_http.default_tls()
 
 
-def _current() -> _Process:
+SIMPLE_WORKER_POOL_SIZE = 1
+"""Ledger connections a ``simple`` worker keeps open per engine: it runs one job at a time, in
+this process. Each job otherwise opened and closed a connection per transaction (two or three a
+job), with its pragmas: about a fifth of a merit job's CPU (docs/embedded.md, "Worker models")."""
+
+
+def _current(lane: str | None = None) -> _Process:
+    """This process's settings, engines and client. The first call decides whether the engines
+    keep connections: only a worker that never forks (``lane``'s model ``simple``, known once
+    ``prepare_worker`` asks); a forking worker's horses must not inherit an open one."""
     global _process
     if _process is None:
         settings = load_settings()
-        engine = make_engine(settings)
-        _process = _Process(os.getpid(), settings, engine, make_reader(settings, engine), sms_call=sms_call(settings))
+        pool_size = SIMPLE_WORKER_POOL_SIZE if lane is not None and settings.worker_models.get(lane) == "simple" else 0
+        engine = make_engine(settings, pool_size=pool_size)
+        _process = _Process(os.getpid(), settings, engine, make_reader(settings, engine, pool_size=pool_size),
+                            sms_call=sms_call(settings))
     elif _process.pid != os.getpid():  # a forked horse: the parent's engines, never its connections
         _drop_pools(_process, close=False)  # SQLAlchemy's after-fork recipe: the parent's sockets stay its own
         _process = _Process(os.getpid(), _process.settings, _process.engine, _process.reader, sms_call=_process.sms_call)
@@ -161,7 +173,7 @@ def prepare_worker(lane: str) -> None:
     also get the TLS context and a throw-away HTTP client, whose first construction
     imports httpx's transport (~16 ms per horse otherwise); the merit lane imports no httpx.
     """
-    process = _current()
+    process = _current(lane)
     try:
         for engine in {process.engine, process.reader}:  # one engine on PostgreSQL
             with engine.connect() as conn, conn.begin() as transaction:  # rolled back: changes nothing

@@ -94,12 +94,12 @@ def make_engine(settings: Settings, *, read_only: bool = False, pool_size: int =
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
 
 
-def make_reader(settings: Settings, engine: Engine) -> Engine:
+def make_reader(settings: Settings, engine: Engine, *, pool_size: int = 0) -> Engine:
     """The read-only twin of ``engine`` for a process's scans: on SQLite a WAL snapshot that
     never takes the write lock (a scan of thousands of rows under BEGIN IMMEDIATE made every
     answer and merit card queue behind it); PostgreSQL readers take no write lock, so there it
-    is ``engine`` itself and a process keeps one pool."""
-    return make_engine(settings, read_only=True) if engine.dialect.name == "sqlite" else engine
+    is ``engine`` itself and a process keeps one pool. ``pool_size`` as for ``make_engine``."""
+    return make_engine(settings, read_only=True, pool_size=pool_size) if engine.dialect.name == "sqlite" else engine
 
 
 def init_ledger(engine: Engine, settings: Settings) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from netsupport import REPO
@@ -126,3 +127,31 @@ def test_the_write_engine_would_queue_behind_that_lock(settings: Settings, monke
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def _connections_opened_by_two_merit_jobs(settings: Settings) -> int:
+    engine = make_engine(settings)
+    attempts.ensure_student(engine, "s1")
+    attempt, _ = attempts.start_attempt(engine, "s1", "NOVA-101", None)
+    finish = attempts.finish_attempt(engine, attempt.id, "web_1")
+    process = jobs._current()
+    opened = []
+    for ledger in {process.engine, process.reader}:
+        event.listen(ledger, "connect", lambda *_: opened.append(1))
+    merit = [op for op in finish.operation_ids if op.startswith("merit-")][0]
+    jobs.compute_merit_card(merit)  # reads, computes, writes the card
+    jobs.compute_merit_card(merit)  # a replay: reads, finds the card, marks the row done
+    return len(opened)
+
+
+def test_a_simple_worker_keeps_its_ledger_connections_between_jobs(settings: Settings) -> None:
+    jobs.prepare_worker("merit")  # the default model of every lane: simple
+    assert _connections_opened_by_two_merit_jobs(settings) <= 2  # once per engine, then reused
+
+
+def test_a_forking_worker_opens_a_connection_per_transaction(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control for the test above: its horses must never inherit an open connection."""
+    monkeypatch.setenv("PROCTOR_WORKER_MODEL", "merit:fork")
+    jobs.reset_process_state()
+    jobs.prepare_worker("merit")
+    assert _connections_opened_by_two_merit_jobs(settings) >= 4  # two reads and two writes
