@@ -19,8 +19,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, Engine, bindparam, func, select
 
+from stack.ledger.prepared import Prepared
 from stack.ledger.schema import attempt_slots, exam_policies, exam_windows
 
 __all__ = ["ExamPolicy", "ExamRuleRefused", "ExamRules", "RuleCache", "next_slot", "provision_policy", "rules_of"]
@@ -98,12 +99,22 @@ def provision_policy(conn: Connection, exam_code: str, window: str, max_attempts
                                                   min_web=0, min_workers="{}", updated_at=now))
 
 
+# Read inside every start's write transaction (and every finish's): compiled once, run as driver
+# SQL (stack/ledger/prepared.py), so SQLAlchemy does not build them while the ledger's one write
+# lock is held (docs/ramp.md, "Who holds the write lock now, and starts under it").
+_POLICY = Prepared(select(exam_policies.c.open_ended, exam_policies.c.max_attempts, exam_policies.c.grace_seconds)
+                   .where(exam_policies.c.exam_code == bindparam("exam_code")))
+_WINDOW = Prepared(select(exam_windows.c.opens_at, exam_windows.c.closes_at)
+                   .where(exam_windows.c.exam_code == bindparam("exam_code")))
+_SLOTS_TAKEN = Prepared(select(func.count()).select_from(attempt_slots).where(
+    attempt_slots.c.exam_code == bindparam("exam_code"), attempt_slots.c.student_id == bindparam("student_id")))
+
+
 def rules_of(conn: Connection, exam_code: str) -> ExamRules:
-    policy_row = conn.execute(select(exam_policies).where(exam_policies.c.exam_code == exam_code)).first()
+    policy_row = _POLICY.run(conn, {"exam_code": exam_code}).first()
     policy = None if policy_row is None else ExamPolicy(bool(policy_row.open_ended), policy_row.max_attempts,
                                                         policy_row.grace_seconds)
-    window = conn.execute(select(exam_windows.c.opens_at, exam_windows.c.closes_at)
-                          .where(exam_windows.c.exam_code == exam_code)).first()
+    window = _WINDOW.run(conn, {"exam_code": exam_code}).first()
     if window is not None:
         return ExamRules(exam_code, policy, window.opens_at, window.closes_at)
     if policy is not None and policy.open_ended:
@@ -115,8 +126,7 @@ def next_slot(conn: Connection, rules: ExamRules, student_id: str) -> int:
     """The slot a new attempt takes, on the caller's transaction; refuses past the limit. The
     insert of that slot (by the caller) is what makes it atomic: a racing start that counted
     the same number fails on the primary key and counts again."""
-    taken = conn.execute(select(func.count()).select_from(attempt_slots).where(
-        attempt_slots.c.exam_code == rules.exam_code, attempt_slots.c.student_id == student_id)).scalar_one()
+    taken = _SLOTS_TAKEN.run(conn, {"exam_code": rules.exam_code, "student_id": student_id}).scalar_one()
     if taken >= rules.max_attempts:
         limit = rules.max_attempts
         raise ExamRuleRefused(f"exam {rules.exam_code} allows {limit} attempt{'s' if limit != 1 else ''} per student; "
