@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection, Engine, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
@@ -86,13 +86,16 @@ def question_count(conn: Connection, exam_code: str) -> int | None:
     return conn.execute(select(exams.c.question_count).where(exams.c.code == exam_code)).scalar_one_or_none()
 
 
+_ATTEMPT = Prepared(select(attempts).where(attempts.c.id == bindparam("id")))
+# Serialises answer submission against finish on PostgreSQL; SQLite already holds the write
+# lock from BEGIN IMMEDIATE and compiles no FOR UPDATE.
+_ATTEMPT_FOR_UPDATE = Prepared(select(attempts).where(attempts.c.id == bindparam("id")).with_for_update())
+
+
 def get_attempt(conn: Connection, attempt_id: str, *, for_update: bool = False) -> Attempt | None:
-    query = select(attempts).where(attempts.c.id == attempt_id)
-    if for_update:
-        # Serialises answer submission against finish on PostgreSQL; SQLite already
-        # holds the write lock from BEGIN IMMEDIATE and ignores FOR UPDATE.
-        query = query.with_for_update()
-    row = conn.execute(query).first()
+    """Compiled once (stack/ledger/prepared.py): a finish reads the attempt twice under the
+    ledger's write lock, and every finish, merit card and narrative read checks its owner."""
+    row = (_ATTEMPT_FOR_UPDATE if for_update else _ATTEMPT).run(conn, {"id": attempt_id}).first()
     return None if row is None else _attempt(row)
 
 
@@ -205,9 +208,8 @@ def finish_in(conn: Connection, attempt_id: str, node: str, now: float) -> Finis
         conn, current.student_id, "attempt.finish",
         {"attempt_id": attempt_id, "node": node, "operation_ids": ops}, now,
     )
-    finished = get_attempt(conn, attempt_id)
-    assert finished is not None
-    return FinishResult(finished, ops)
+    # What the update above wrote, without reading it back under the lock.
+    return FinishResult(replace(current, status="finished", finished_at=now), ops)
 
 
 def outcome_for(conn: Connection, attempt_id: str, kind: str) -> OutcomeView | None:

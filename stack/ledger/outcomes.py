@@ -14,9 +14,10 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.exc import IntegrityError
 
+from stack.ledger.prepared import Prepared
 from stack.ledger.schema import audit_log, outcomes
 
 __all__ = ["find", "ready_outcome", "write_ready", "write_failed_for_review", "audit"]
@@ -84,9 +85,11 @@ def write_failed_for_review(
     return True
 
 
+_AUDIT = Prepared(audit_log.insert().values(at=bindparam("at"), actor=bindparam("actor"), action=bindparam("action"),
+                                            detail=bindparam("detail")))
+"""Compiled once (stack/ledger/prepared.py): every finish writes one under the ledger's write lock."""
+
+
 def audit(conn: Connection, actor: str, action: str, detail: dict[str, Any], now: float | None = None) -> None:
-    conn.execute(
-        audit_log.insert().values(
-            at=time.time() if now is None else now, actor=actor, action=action, detail=json.dumps(detail, sort_keys=True)
-        )
-    )
+    _AUDIT.run(conn, {"at": time.time() if now is None else now, "actor": actor, "action": action,
+                      "detail": json.dumps(detail, sort_keys=True)})
