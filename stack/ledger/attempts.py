@@ -101,8 +101,8 @@ def get_attempt(conn: Connection, attempt_id: str, *, for_update: bool = False) 
 
 # A start's statements (the student's registration, then the attempt), compiled once and run as
 # driver SQL (stack/ledger/prepared.py): each transaction holds the ledger's one write lock, and
-# SQLAlchemy built them inside it (the attempt's hold p50 5.2-5.7 ms, 3.7-4.0 ms since; docs/ramp.md,
-# "Who holds the write lock now, and starts under it").
+# SQLAlchemy built them inside it (a start's hold p50 about 4 ms, 1.3-2.4 ms since; docs/ramp.md,
+# "Who holds the write lock now; starts and finishes under it").
 _STUDENT = Prepared(select(students.c.id).where(students.c.id == bindparam("id")))
 _INSERT_STUDENT = Prepared(students.insert().values(id=bindparam("id"), created_at=bindparam("created_at")))
 _ATTEMPT_BY_KEY = Prepared(select(attempts).where(attempts.c.student_id == bindparam("student_id"),

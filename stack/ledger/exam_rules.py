@@ -101,7 +101,7 @@ def provision_policy(conn: Connection, exam_code: str, window: str, max_attempts
 
 # Read inside every start's write transaction (and every finish's): compiled once, run as driver
 # SQL (stack/ledger/prepared.py), so SQLAlchemy does not build them while the ledger's one write
-# lock is held (docs/ramp.md, "Who holds the write lock now, and starts under it").
+# lock is held (docs/ramp.md, "Who holds the write lock now; starts and finishes under it").
 _POLICY = Prepared(select(exam_policies.c.open_ended, exam_policies.c.max_attempts, exam_policies.c.grace_seconds)
                    .where(exam_policies.c.exam_code == bindparam("exam_code")))
 _WINDOW = Prepared(select(exam_windows.c.opens_at, exam_windows.c.closes_at)
