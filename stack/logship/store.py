@@ -168,9 +168,12 @@ def _read_api(ledger: LogLedger, token: str) -> type[BaseHTTPRequestHandler]:
 
 
 async def _run(args: argparse.Namespace, ledger: LogLedger, token: str) -> None:
+    # RELP listens before the read API does: readiness is probed over HTTP (/stats), and a probe
+    # that got its answer while RELP was still binding let a shipper, or a test, find the RELP
+    # port refused (a rehearsal of make test failed so, 8 December 2026).
+    server = await asyncio.start_server(lambda r, w: _serve_relp(ledger, r, w), args.host, args.relp_port)
     http = ThreadingHTTPServer((args.host, args.http_port), _read_api(ledger, token))
     threading.Thread(target=http.serve_forever, name="logstore-read-api", daemon=True).start()
-    server = await asyncio.start_server(lambda r, w: _serve_relp(ledger, r, w), args.host, args.relp_port)
     async with server:
         await server.serve_forever()
 

@@ -16,9 +16,10 @@ from typing import Iterator
 import httpx
 import pytest
 
-from stack.deploy.ports import free_port
+from stack.deploy.ports import free_port, port_is_free
 from stack.logship import rsyslog
 from stack.logship.stats import shipper_counts
+from stack.logship import store as store_module
 from stack.logship.store import RelpError, parse_frame_header
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,6 +81,26 @@ def test_store_drops_a_connection_that_does_not_speak_relp(store: tuple[int, str
     relp, url, _ = store
     assert relp_exchange(relp, [b"GET / HTTP/1.1\r\n\r\n"]) == b""
     assert httpx.get(f"{url}/stats", headers={"X-Log-Token": TOKEN}, trust_env=False).json() == {"lines": 0}
+
+
+def test_relp_listens_before_the_read_api_that_readiness_probes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever sees /stats answer may ship at once: the RELP port must already be listening then."""
+    relp, http = free_port(), free_port()
+    seen: dict[str, bool] = {}
+
+    class Stop(Exception):
+        """Ends the store where the read API would bind: the order is all this test asks about."""
+
+    class Probe(store_module.ThreadingHTTPServer):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            seen["relp_listening"] = not port_is_free(relp)  # a bind, not a connection the store would accept
+            raise Stop
+
+    monkeypatch.setattr(store_module, "ThreadingHTTPServer", Probe)
+    monkeypatch.setenv("PROCTOR_LOG_STORE_TOKEN", TOKEN)
+    with pytest.raises(Stop):
+        store_module.main(["--relp-port", str(relp), "--http-port", str(http), "--ledger", str(tmp_path / "logs.db")])
+    assert seen == {"relp_listening": True}
 
 
 def test_store_refuses_to_start_without_a_token(tmp_path: Path) -> None:
