@@ -128,6 +128,11 @@ class _ForkedProcess:
             self.returncode = self._server.exit_code(self.pid, self._ident)
         return self.returncode
 
+    @property
+    def exit_reported_at(self) -> float | None:
+        """Monotonic: when the fork server's report of this child's exit reached us (None: not yet)."""
+        return self._server.exit_reported_at(self.pid)
+
     def wait(self, timeout: float | None = None) -> int:
         if self._server.wait_exit(self.pid, self._ident, timeout) is None:
             raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
@@ -154,6 +159,7 @@ class _ServerLink:
         self._changed = threading.Condition()
         self._replies: dict[int, dict[str, Any]] = {}
         self._exits: dict[int, int] = {}
+        self._exit_reported: dict[int, float] = {}  # pid -> monotonic time its exit report was read
         self._next_id = 0
         self.alive = True
         self._reader = threading.Thread(target=self._read, name="forkserver-reader", daemon=True)
@@ -182,6 +188,10 @@ class _ServerLink:
             if self.alive:
                 return None
         return None if ident is not None and is_alive(ident) else UNKNOWN_EXIT
+
+    def exit_reported_at(self, pid: int) -> float | None:
+        with self._changed:
+            return self._exit_reported.get(pid)
 
     def wait_exit(self, pid: int, ident: Any, timeout: float | None) -> int | None:
         with self._changed:
@@ -219,10 +229,12 @@ class _ServerLink:
         with self._changed:
             if "exit" in message:
                 self._exits[int(message["exit"])] = int(message["code"])
+                self._exit_reported[int(message["exit"])] = time.monotonic()
             else:
                 self._replies[int(message["id"])] = message
                 if "pid" in message:  # a recycled pid: the exit of its earlier holder is not this child's
                     self._exits.pop(int(message["pid"]), None)
+                    self._exit_reported.pop(int(message["pid"]), None)
             self._changed.notify_all()
 
     def close(self) -> None:

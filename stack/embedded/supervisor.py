@@ -74,6 +74,7 @@ class _Component:
     kills_at_spawn: int = 0  # kills when the current process started: more now = it was killed on purpose
     ready_seconds: float | None = None  # spawn -> first passing probe of the current process
     exit_seen_at: float | None = None  # monotonic: when the monitor saw the last exit
+    exit_reported_at: float | None = None  # monotonic: when the fork server reported it (None: exec'd, or unknown)
     spawn_began_at: float | None = None  # monotonic: when the current process's start began (before its fork)
     ready_at: float | None = None  # monotonic: the current process's first passing probe
     seen: set[Identity] = field(default_factory=set)  # descendants seen by the scan
@@ -180,6 +181,7 @@ class Supervisor:
             "alive": not comp.exited(),
             "ready_seconds": comp.ready_seconds,
             "exit_seen_at": comp.exit_seen_at,
+            "exit_reported_at": comp.exit_reported_at,
             "spawn_began_at": comp.spawn_began_at,
             "ready_at": comp.ready_at,
             "log": str(comp.log_path),
@@ -431,6 +433,7 @@ class Supervisor:
                 if not comp.exit_handled:
                     comp.exit_handled = True
                     comp.exit_seen_at = now
+                    comp.exit_reported_at = getattr(comp.popen, "exit_reported_at", None)
                     code = comp.popen.returncode if comp.popen else None
                     self._log_line(comp, f"exited with code {code}")
                     self._schedule_restart(comp, now)

@@ -172,9 +172,9 @@ async def _run(args: argparse.Namespace, ledger: LogLedger, token: str) -> None:
     # that got its answer while RELP was still binding let a shipper, or a test, find the RELP
     # port refused (a rehearsal of make test failed so, 8 December 2026).
     server = await asyncio.start_server(lambda r, w: _serve_relp(ledger, r, w), args.host, args.relp_port)
-    http = ThreadingHTTPServer((args.host, args.http_port), _read_api(ledger, token))
-    threading.Thread(target=http.serve_forever, name="logstore-read-api", daemon=True).start()
-    async with server:
+    async with server:  # closed however this ends, a read API that cannot bind included
+        http = ThreadingHTTPServer((args.host, args.http_port), _read_api(ledger, token))
+        threading.Thread(target=http.serve_forever, name="logstore-read-api", daemon=True).start()
         await server.serve_forever()
 
 

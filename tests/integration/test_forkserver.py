@@ -200,7 +200,7 @@ def test_a_recycled_pid_is_not_taken_for_dead() -> None:
     from stack.embedded.spawn import _ServerLink
 
     link = object.__new__(_ServerLink)  # its bookkeeping only, no server
-    link._changed, link._replies, link._exits, link.alive = threading.Condition(), {}, {}, True
+    link._changed, link._replies, link._exits, link._exit_reported, link.alive = threading.Condition(), {}, {}, {}, True
     link._take({"exit": 4242, "code": -9})  # an earlier component that had pid 4242
     assert link.exit_code(4242, None) == -9
     link._take({"id": 7, "pid": 4242})  # a new child got the same pid

@@ -232,12 +232,18 @@ def test_a_merit_job_that_crashes_its_process_costs_the_lane_one_measured_restar
         # The supervisor's own moments, not this thread's (which a loaded machine schedules late too).
         back_after = info["ready_at"] - crashed
         delay, startup = restart_delay(stack, name), info["ready_at"] - info["spawn_began_at"]
+        # How long the exit took to reach the supervisor: the fork server's report of it, measured, not
+        # bounded (a loaded machine scheduled that report 0.38 s after the kill once, past a tick and
+        # its lateness); with exec'd components there is no report, and the exit is polled.
+        reported = info["exit_reported_at"]
+        report = 0.0 if reported is None else max(0.0, reported - crashed)
         # A tick to see the exit, one to spawn after the delay, each as late as the monitor's wake-ups
         # were measured to come in this window; 10 ms for this thread's kill and clock read.
         slack = 2 * (SUPERVISOR_TICK + stack.supervisor.tick_lateness()) + 0.01
-        print(f"{name} crashed mid-job: lane back after {back_after:.3f} s <= backoff {delay:.2f} s "
-              f"+ spawn -> ready {startup:.3f} s + ticks {slack:.3f} s (seen after {info['exit_seen_at'] - crashed:.3f} s)")
-        assert back_after <= delay + startup + slack
+        print(f"{name} crashed mid-job: lane back after {back_after:.3f} s <= exit reported {report:.3f} s "
+              f"+ backoff {delay:.2f} s + spawn -> ready {startup:.3f} s + ticks {slack:.3f} s "
+              f"(seen after {info['exit_seen_at'] - crashed:.3f} s)")
+        assert back_after <= report + delay + startup + slack
     else:  # a horse: the worker never stopped serving the lane
         assert (stack.supervisor.pid(name), stack.supervisor.info(name)["starts"]) == (worker_pid, starts)
     wait_for(lambda: all_done(stack, attempt), "the merit card after the crash")
