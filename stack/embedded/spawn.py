@@ -158,8 +158,7 @@ class _ServerLink:
         self._send_lock = threading.Lock()
         self._changed = threading.Condition()
         self._replies: dict[int, dict[str, Any]] = {}
-        self._exits: dict[int, int] = {}
-        self._exit_reported: dict[int, float] = {}  # pid -> monotonic time its exit report was read
+        self._exits: dict[int, tuple[int, float]] = {}  # pid -> (exit code, monotonic time its report was read)
         self._next_id = 0
         self.alive = True
         self._reader = threading.Thread(target=self._read, name="forkserver-reader", daemon=True)
@@ -184,14 +183,14 @@ class _ServerLink:
     def exit_code(self, pid: int, ident: Any) -> int | None:
         with self._changed:
             if pid in self._exits:
-                return self._exits[pid]
+                return self._exits[pid][0]
             if self.alive:
                 return None
         return None if ident is not None and is_alive(ident) else UNKNOWN_EXIT
 
     def exit_reported_at(self, pid: int) -> float | None:
         with self._changed:
-            return self._exit_reported.get(pid)
+            return self._exits[pid][1] if pid in self._exits else None
 
     def wait_exit(self, pid: int, ident: Any, timeout: float | None) -> int | None:
         with self._changed:
@@ -228,13 +227,11 @@ class _ServerLink:
     def _take(self, message: dict[str, Any]) -> None:
         with self._changed:
             if "exit" in message:
-                self._exits[int(message["exit"])] = int(message["code"])
-                self._exit_reported[int(message["exit"])] = time.monotonic()
+                self._exits[int(message["exit"])] = (int(message["code"]), time.monotonic())
             else:
                 self._replies[int(message["id"])] = message
                 if "pid" in message:  # a recycled pid: the exit of its earlier holder is not this child's
                     self._exits.pop(int(message["pid"]), None)
-                    self._exit_reported.pop(int(message["pid"]), None)
             self._changed.notify_all()
 
     def close(self) -> None:

@@ -17,8 +17,9 @@ one runs them all in its own process, which keeps the engines and the HTTP clien
 The worker calls ``prepare_worker`` once: settings and the engines (dialect initialised, no
 connection left open) are built there and inherited; a horse only drops any pool it
 inherited (never a connection shared across fork). A ``simple`` worker's engines keep a
-connection between jobs (``SIMPLE_WORKER_POOL_SIZE``); a forking worker's open one per transaction. The HTTP client is built on a job's
-first provider call, so a merit horse never builds one (nor imports httpx).
+connection between jobs (``SIMPLE_WORKER_POOL_SIZE``); a forking worker's open one per
+transaction. The HTTP client is built on a job's first provider call, so a merit horse never
+builds one (nor imports httpx).
 """
 
 from __future__ import annotations

@@ -86,10 +86,11 @@ def question_count(conn: Connection, exam_code: str) -> int | None:
     return conn.execute(select(exams.c.question_count).where(exams.c.code == exam_code)).scalar_one_or_none()
 
 
-_ATTEMPT = Prepared(select(attempts).where(attempts.c.id == bindparam("id")))
+_ATTEMPT_BY_ID = select(attempts).where(attempts.c.id == bindparam("id"))
+_ATTEMPT = Prepared(_ATTEMPT_BY_ID)
 # Serialises answer submission against finish on PostgreSQL; SQLite already holds the write
 # lock from BEGIN IMMEDIATE and compiles no FOR UPDATE.
-_ATTEMPT_FOR_UPDATE = Prepared(select(attempts).where(attempts.c.id == bindparam("id")).with_for_update())
+_ATTEMPT_FOR_UPDATE = Prepared(_ATTEMPT_BY_ID.with_for_update())
 
 
 def get_attempt(conn: Connection, attempt_id: str, *, for_update: bool = False) -> Attempt | None:

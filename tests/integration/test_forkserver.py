@@ -200,11 +200,11 @@ def test_a_recycled_pid_is_not_taken_for_dead() -> None:
     from stack.embedded.spawn import _ServerLink
 
     link = object.__new__(_ServerLink)  # its bookkeeping only, no server
-    link._changed, link._replies, link._exits, link._exit_reported, link.alive = threading.Condition(), {}, {}, {}, True
+    link._changed, link._replies, link._exits, link.alive = threading.Condition(), {}, {}, True
     link._take({"exit": 4242, "code": -9})  # an earlier component that had pid 4242
-    assert link.exit_code(4242, None) == -9
+    assert link.exit_code(4242, None) == -9 and link.exit_reported_at(4242) is not None
     link._take({"id": 7, "pid": 4242})  # a new child got the same pid
-    assert link.exit_code(4242, None) is None
+    assert link.exit_code(4242, None) is None and link.exit_reported_at(4242) is None
     link._take({"exit": 4242, "code": 0})
     assert link.exit_code(4242, None) == 0
 
